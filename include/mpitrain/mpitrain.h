@@ -1,0 +1,199 @@
+/* mpitrain — public C API.
+ *
+ * What a user links against (libmpitrain) to add a model or a backend
+ * without forking mpitrain. Everything here is plain C11 plus <mpi.h>.
+ *
+ * Conventions (see DESIGN.md):
+ *  - every fallible function returns an int status, 0 on success, and callers
+ *    wrap calls in MT_CALL() so a failure becomes a traceback;
+ *  - all parameters of a model live in ONE flat float buffer described by a
+ *    parameter table (name, shape, offset); gradients and optimizer state use
+ *    the same layout.
+ */
+#ifndef MPITRAIN_H
+#define MPITRAIN_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPITRAIN_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- errors */
+
+typedef enum {
+  MT_OK = 0,
+  MT_ERR_ARG,    /* bad argument to a function (a bug in the caller)      */
+  MT_ERR_OPTION, /* bad user option                                        */
+  MT_ERR_FILE,   /* a file cannot be opened, read or written               */
+  MT_ERR_DATA,   /* a data file has the wrong content                      */
+  MT_ERR_MPI,    /* an MPI call failed                                     */
+  MT_ERR_HDF5,   /* an HDF5 call failed                                    */
+  MT_ERR_MEM,    /* out of memory                                          */
+  MT_ERR_LIB,    /* oneDNN, PETSc or another library failed                */
+  MT_ERR_STATE,  /* an invariant does not hold                             */
+  MT_ERR_NUMERIC,/* NaN or inf where a finite value is required            */
+  MT_ERR_COUNT_
+} mt_err_code;
+
+/* Records the first error of a chain: its message, code and location, and
+ * returns code. Later calls with the same chain add a traceback frame only. */
+int mt_error_set(const char *file, int line, const char *func, int code,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Adds a traceback frame (called by MT_CALL on the way up). */
+void mt_error_push(const char *file, int line, const char *func, int code);
+/* The recorded message ("" when none) and traceback, and a reset. */
+const char *mt_error_message(void);
+const char *mt_error_traceback(void);
+void mt_error_clear(void);
+/* Short name of an error code. */
+const char *mt_error_name(int code);
+
+#define MT_ERR(code, ...) mt_error_set(__FILE__, __LINE__, __func__, (code), __VA_ARGS__)
+
+#define MT_CALL(expr)                                                        \
+  do {                                                                       \
+    int mt_e_ = (expr);                                                      \
+    if (mt_e_) {                                                             \
+      mt_error_push(__FILE__, __LINE__, __func__, mt_e_);                    \
+      return mt_e_;                                                          \
+    }                                                                        \
+  } while (0)
+
+#define MT_CHECK(cond, code, ...)                                            \
+  do {                                                                       \
+    if (!(cond)) return MT_ERR((code), __VA_ARGS__);                         \
+  } while (0)
+
+int mt_mpi_error(const char *file, int line, const char *func, int rc, const char *expr);
+#define MT_MPI(expr)                                                         \
+  do {                                                                       \
+    int mt_e_ = (expr);                                                      \
+    if (mt_e_ != MPI_SUCCESS)                                                \
+      return mt_mpi_error(__FILE__, __LINE__, __func__, mt_e_, #expr);       \
+  } while (0)
+
+/* Allocation that reports the size and the purpose on failure. 64-byte
+ * aligned, zero-filled. Free with mt_free. */
+int mt_calloc(void *pptr, size_t count, size_t size, const char *what);
+void mt_free(void *pptr); /* frees *(void**)pptr and sets it to NULL */
+
+/* ------------------------------------------------------- parameter table */
+
+#define MT_NAME_MAX 96
+#define MT_MAX_DIMS 4
+
+typedef struct {
+  char name[MT_NAME_MAX]; /* PyTorch name, e.g. "layers.0.weight"          */
+  int ndim;
+  int64_t shape[MT_MAX_DIMS];
+  size_t offset; /* in elements, into the flat buffer                       */
+  size_t numel;
+  int unit;      /* sharding / gathering unit (a layer or a block)          */
+  int decay;     /* 1 when weight decay applies (weights), 0 for 1-d params */
+} mt_param;
+
+typedef struct {
+  mt_param *p;
+  int n, cap;
+  size_t total; /* elements in the flat buffer                              */
+  int nunits;
+} mt_param_table;
+
+/* Appends a tensor; offsets are assigned in order, each tensor padded to a
+ * multiple of 16 floats (64 bytes) so every tensor starts aligned. */
+int mt_param_table_add(mt_param_table *t, const char *name, int ndim,
+                       const int64_t *shape, int unit);
+const mt_param *mt_param_table_find(const mt_param_table *t, const char *name);
+void mt_param_table_free(mt_param_table *t);
+
+/* --------------------------------------------------------------- models */
+
+/* What a data set tells a model: sample shape and target kind. */
+typedef struct {
+  int ndim;               /* sample dims, excluding N                       */
+  int64_t shape[MT_MAX_DIMS];
+  int64_t sample_numel;
+  int nclasses;           /* > 0 for class labels                           */
+} mt_data_spec;
+
+/* Per-batch results of a forward pass over B samples. */
+typedef struct {
+  double loss_sum;  /* sum of per-sample losses                             */
+  int64_t correct;  /* number of correct top-1 predictions                  */
+} mt_batch_stats;
+
+typedef struct mt_model mt_model;
+
+/* A model's operations. Forward consumes B samples x (B, sample_numel) and
+ * labels y (B), stores what backward needs, and fills per-sample losses
+ * (may be NULL) and stats. Backward ADDS into grads the gradient of
+ * scale * sum_i loss_i. Neither allocates: buffers are sized for max_batch
+ * at setup. */
+typedef struct {
+  const char *name;
+  /* Reads the model's own options, fills m->params and sizes buffers. */
+  int (*setup)(mt_model *m, const mt_data_spec *spec, int max_batch);
+  int (*init)(mt_model *m, float *params, uint64_t seed);
+  int (*forward)(mt_model *m, const float *params, const float *x,
+                 const int32_t *y, int B, float *losses, mt_batch_stats *st);
+  int (*backward)(mt_model *m, const float *params, float *grads, float scale, int B);
+  /* FLOPs of one forward+backward per sample (for metrics); may be NULL. */
+  double (*flops_per_sample)(const mt_model *m);
+  void (*destroy)(mt_model *m);
+} mt_model_ops;
+
+struct mt_model {
+  const mt_model_ops *ops;
+  mt_param_table params;
+  mt_data_spec spec;
+  int max_batch;
+  void *data; /* implementation state                                      */
+};
+
+/* Registers a model under ops->name for -model. The ops must outlive use. */
+int mt_model_register(const mt_model_ops *ops);
+int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, mt_model **m);
+void mt_model_destroy(mt_model **m);
+
+/* ------------------------------------------------------------- backends */
+
+typedef struct mt_backend mt_backend;
+
+/* A backend decides how gradients become one global gradient and how
+ * parameters stay in agreement. The trainer calls, per global step:
+ *   for each micro-step: model forward/backward into grads;
+ *   reduce_grads(last micro-step only);  clip; optimizer; */
+typedef struct {
+  const char *name;
+  int (*setup)(mt_backend *b, float *params, float *grads, size_t n);
+  /* Makes all ranks hold rank 0's parameters. */
+  int (*sync_params)(mt_backend *b, float *params, size_t n);
+  /* Sums grads over all ranks, in place (grads already carry 1/global_batch). */
+  int (*reduce_grads)(mt_backend *b, float *grads, size_t n);
+  void (*destroy)(mt_backend *b);
+} mt_backend_ops;
+
+struct mt_backend {
+  const mt_backend_ops *ops;
+  MPI_Comm comm;       /* the data-parallel communicator                   */
+  int rank, size;
+  double bucket_mb;    /* ddp: bucket size                                 */
+  double comm_seconds; /* time spent in gradient communication             */
+  double comm_bytes;   /* bytes all-reduced                                */
+  void *data;
+};
+
+int mt_backend_register(const mt_backend_ops *ops);
+/* Creates the backend named by name ("sp", "ddp", ...) over comm. */
+int mt_backend_create(const char *name, MPI_Comm comm, double bucket_mb, mt_backend **b);
+void mt_backend_destroy(mt_backend **b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

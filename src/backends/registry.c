@@ -1,0 +1,53 @@
+/* Backends by name: the built-ins plus any a user registers. */
+#include "backends/backends.h"
+
+#include <string.h>
+
+#define MAX_BACKENDS 32
+static const mt_backend_ops *backends_[MAX_BACKENDS];
+static int nbackends_;
+
+static void builtins(void) {
+  if (nbackends_) return;
+  backends_[nbackends_++] = &mt_sp_ops;
+  backends_[nbackends_++] = &mt_ddp_ops;
+}
+
+int mt_backend_register(const mt_backend_ops *ops) {
+  builtins();
+  MT_CHECK(ops && ops->name && ops->reduce_grads, MT_ERR_ARG,
+           "mt_backend_register: name and reduce_grads are required");
+  for (int i = 0; i < nbackends_; i++)
+    if (!strcmp(backends_[i]->name, ops->name)) {
+      backends_[i] = ops;
+      return 0;
+    }
+  MT_CHECK(nbackends_ < MAX_BACKENDS, MT_ERR_ARG, "too many backends registered");
+  backends_[nbackends_++] = ops;
+  return 0;
+}
+
+int mt_backend_create(const char *name, MPI_Comm comm, double bucket_mb, mt_backend **out) {
+  builtins();
+  *out = NULL;
+  const mt_backend_ops *ops = NULL;
+  for (int i = 0; i < nbackends_; i++)
+    if (!strcmp(backends_[i]->name, name)) ops = backends_[i];
+  MT_CHECK(ops, MT_ERR_OPTION, "option -backend: unknown backend '%s'", name);
+  mt_backend *b;
+  MT_CALL(mt_calloc(&b, 1, sizeof(*b), "backend"));
+  b->ops = ops;
+  b->comm = comm;
+  b->bucket_mb = bucket_mb;
+  MT_MPI(MPI_Comm_rank(comm, &b->rank));
+  MT_MPI(MPI_Comm_size(comm, &b->size));
+  *out = b;
+  return 0;
+}
+
+void mt_backend_destroy(mt_backend **pb) {
+  mt_backend *b = *pb;
+  if (!b) return;
+  if (b->ops && b->ops->destroy) b->ops->destroy(b);
+  mt_free(pb);
+}

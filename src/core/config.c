@@ -1,0 +1,347 @@
+/* Options -> mt_config, through the PETSc options database only.
+ *
+ * Every option is registered with its help text and default between
+ * PetscOptionsBegin/End, so -help documents the program. Values are read as
+ * strings and parsed here, so a malformed or out-of-range value becomes one
+ * line naming the option and the allowed range (PETSc's own messages are
+ * multi-line tracebacks). Options nobody read are errors, not warnings. */
+#include "core/core.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <petscsys.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The first problem found; parsing goes on so -help still lists everything. */
+static char bad_[1024];
+
+static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bad(const char *fmt, ...) {
+  if (bad_[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(bad_, sizeof(bad_), fmt, ap);
+  va_end(ap);
+}
+
+static PetscErrorCode opt_str(PetscOptionItems *PetscOptionsObject, const char *name,
+                              const char *help, const char *def, char *out, size_t len,
+                              PetscBool *set) {
+  PetscBool s = PETSC_FALSE;
+  snprintf(out, len, "%s", def);
+  PetscCall(PetscOptionsString(name, help, "mpitrain", def, out, len, &s));
+  if (set) *set = s;
+  PetscFunctionReturn(0);
+}
+
+static int parse_long(const char *s, long *v) {
+  char *end;
+  errno = 0;
+  while (isspace((unsigned char)*s)) s++;
+  if (!*s) return -1;
+  *v = strtol(s, &end, 10);
+  if (errno || *end) return -1;
+  return 0;
+}
+
+static int parse_double(const char *s, double *v) {
+  char *end;
+  errno = 0;
+  while (isspace((unsigned char)*s)) s++;
+  if (!*s) return -1;
+  *v = strtod(s, &end);
+  if (errno || *end || !isfinite(*v)) return -1;
+  return 0;
+}
+
+static PetscErrorCode opt_int(PetscOptionItems *PetscOptionsObject, const char *name,
+                              const char *help, long def, long lo, long hi, int *out) {
+  char d[32], s[256];
+  snprintf(d, sizeof(d), "%ld", def);
+  PetscCall(opt_str(PetscOptionsObject, name, help, d, s, sizeof(s), NULL));
+  long v;
+  if (parse_long(s, &v)) {
+    bad("option %s: '%s' is not an integer (allowed: %ld..%ld)", name, s, lo, hi);
+    v = def;
+  } else if (v < lo || v > hi) {
+    bad("option %s: %ld is out of range (allowed: %ld..%ld)", name, v, lo, hi);
+    v = def;
+  }
+  *out = (int)v;
+  PetscFunctionReturn(0);
+}
+
+/* lo_open: the lower bound itself is not allowed. */
+static PetscErrorCode opt_real(PetscOptionItems *PetscOptionsObject, const char *name,
+                               const char *help, double def, double lo, int lo_open, double hi,
+                               double *out) {
+  char d[64], s[256];
+  snprintf(d, sizeof(d), "%g", def);
+  PetscCall(opt_str(PetscOptionsObject, name, help, d, s, sizeof(s), NULL));
+  double v;
+  const char *lb = lo_open ? "(" : "[";
+  if (parse_double(s, &v)) {
+    bad("option %s: '%s' is not a number (allowed: %s%g, %g])", name, s, lb, lo, hi);
+    v = def;
+  } else if (v < lo || (lo_open && v == lo) || v > hi) {
+    bad("option %s: %g is out of range (allowed: %s%g, %g])", name, v, lb, lo, hi);
+    v = def;
+  }
+  *out = v;
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode opt_bool(PetscOptionItems *PetscOptionsObject, const char *name,
+                               const char *help, int def, int *out) {
+  char s[64];
+  PetscBool set;
+  PetscCall(opt_str(PetscOptionsObject, name, help, def ? "1" : "0", s, sizeof(s), &set));
+  if (set && (!s[0] || !strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") ||
+              !strcasecmp(s, "on")))
+    *out = 1;
+  else if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") ||
+           !strcasecmp(s, "off"))
+    *out = 0;
+  else if (!set)
+    *out = def;
+  else {
+    bad("option %s: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, on, off)", name,
+        s);
+    *out = def;
+  }
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode opt_choice(PetscOptionItems *PetscOptionsObject, const char *name,
+                                 const char *help, const char *const *choices, char *out,
+                                 size_t len) {
+  char s[256], all[256] = "";
+  PetscCall(opt_str(PetscOptionsObject, name, help, choices[0], s, sizeof(s), NULL));
+  for (int i = 0; choices[i]; i++) {
+    if (!strcmp(s, choices[i]) && strlen(s) < len) {
+      memcpy(out, s, strlen(s) + 1);
+      PetscFunctionReturn(0);
+    }
+    size_t k = strlen(all);
+    snprintf(all + k, sizeof(all) - k, "%s%s", i ? ", " : "", choices[i]);
+  }
+  bad("option %s: '%s' is not one of: %s", name, s, all);
+  snprintf(out, len, "%s", choices[0]);
+  PetscFunctionReturn(0);
+}
+
+/* Comma-separated list of positive integers. */
+static void parse_int_list(const char *name, const char *s, int *v, int max, int *n) {
+  char buf[512];
+  *n = 0;
+  if (strlen(s) >= sizeof(buf)) {
+    bad("option %s: value too long", name);
+    return;
+  }
+  memcpy(buf, s, strlen(s) + 1);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    long x;
+    if (*n == max) {
+      bad("option %s: more than %d values", name, max);
+      return;
+    }
+    if (parse_long(tok, &x) || x < 1 || x > (1L << 20)) {
+      bad("option %s: '%s' is not a positive integer (allowed: 1..%ld)", name, tok, 1L << 20);
+      return;
+    }
+    v[(*n)++] = (int)x;
+  }
+}
+
+static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
+  static const char *const backends[] = {"sp", "ddp", NULL};
+  static const char *const models[] = {"mlp", NULL};
+  static const char *const optimizers[] = {"sgd", NULL};
+  static const char *const schedules[] = {"constant", "step", "cosine", NULL};
+  char s[MT_PATH_MAX * MT_MAX_VAL];
+  PetscBool set;
+  int seed = 0, micro = 0;
+
+  PetscOptionsBegin(comm, NULL, "mpitrain options", "mpitrain");
+  PetscCall(opt_choice(PetscOptionsObject, "-backend",
+                       "Training backend: sp (one process) or ddp (data parallel)", backends,
+                       c->backend, sizeof(c->backend)));
+  PetscCall(opt_choice(PetscOptionsObject, "-model", "Model", models, c->model, sizeof(c->model)));
+  PetscCall(opt_str(PetscOptionsObject, "-mlp_hidden", "MLP hidden layer sizes, comma-separated",
+                    "1024,1024", s, sizeof(s), NULL));
+  parse_int_list("-mlp_hidden", s, c->mlp_hidden, MT_MAX_HIDDEN, &c->mlp_nhidden);
+  PetscCall(opt_str(PetscOptionsObject, "-data_train", "Training data set (HDF5: /x, /y)", "",
+                    c->data_train, sizeof(c->data_train), NULL));
+  PetscCall(opt_str(PetscOptionsObject, "-data_val",
+                    "Validation data sets (HDF5), comma-separated", "", s, sizeof(s), &set));
+  c->nval = 0;
+  if (s[0]) {
+    char *save = NULL;
+    for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      if (c->nval == MT_MAX_VAL) {
+        bad("option -data_val: more than %d files", MT_MAX_VAL);
+        break;
+      }
+      if (strlen(tok) >= MT_PATH_MAX) {
+        bad("option -data_val: file name too long");
+        break;
+      }
+      snprintf(c->data_val[c->nval++], MT_PATH_MAX, "%s", tok);
+    }
+  }
+  PetscCall(opt_int(PetscOptionsObject, "-epochs", "Number of epochs", 1, 1, 1000000, &c->epochs));
+  PetscCall(opt_int(PetscOptionsObject, "-batch_size", "Global batch size (all ranks, all micro-steps)",
+                    128, 1, 1 << 24, &c->batch_size));
+  PetscCall(opt_int(PetscOptionsObject, "-micro_batch_size",
+                    "Samples per rank per micro-step (0: batch_size / ranks, no accumulation)", 0, 0,
+                    1 << 24, &micro));
+  PetscCall(opt_int(PetscOptionsObject, "-val_batch_size", "Validation samples per rank per step",
+                    500, 1, 1 << 24, &c->val_batch_size));
+  PetscCall(opt_int(PetscOptionsObject, "-max_train_steps_per_epoch",
+                    "Stop an epoch after this many global steps (0: all)", 0, 0, INT_MAX,
+                    &c->max_train_steps));
+  PetscCall(opt_int(PetscOptionsObject, "-max_val_steps_per_epoch",
+                    "Validate on at most this many steps per set (0: all)", 0, 0, INT_MAX,
+                    &c->max_val_steps));
+  PetscCall(opt_choice(PetscOptionsObject, "-optimizer", "Optimizer", optimizers, c->optimizer,
+                       sizeof(c->optimizer)));
+  PetscCall(opt_real(PetscOptionsObject, "-lr", "Learning rate", 0.01, 0, 1, 1e6, &c->lr));
+  PetscCall(opt_real(PetscOptionsObject, "-momentum", "SGD momentum", 0, 0, 0, 1, &c->momentum));
+  PetscCall(opt_real(PetscOptionsObject, "-dampening", "SGD dampening", 0, 0, 0, 1, &c->dampening));
+  PetscCall(opt_bool(PetscOptionsObject, "-nesterov", "SGD Nesterov momentum", 0, &c->nesterov));
+  PetscCall(opt_real(PetscOptionsObject, "-weight_decay", "Weight decay (L2, PyTorch SGD rule)", 0,
+                     0, 0, 1e6, &c->weight_decay));
+  PetscCall(opt_choice(PetscOptionsObject, "-lr_schedule", "Learning-rate schedule", schedules,
+                       c->lr_schedule, sizeof(c->lr_schedule)));
+  PetscCall(opt_int(PetscOptionsObject, "-warmup_steps", "Linear warm-up steps (any schedule)", 0,
+                    0, INT_MAX, &c->warmup_steps));
+  PetscCall(opt_int(PetscOptionsObject, "-lr_step_size", "step schedule: global steps per decay",
+                    1000, 1, INT_MAX, &c->lr_step_size));
+  PetscCall(opt_real(PetscOptionsObject, "-lr_gamma", "step schedule: decay factor", 0.1, 0, 1, 1,
+                     &c->lr_gamma));
+  PetscCall(opt_real(PetscOptionsObject, "-lr_min", "cosine schedule: final learning rate", 0, 0,
+                     0, 1e6, &c->lr_min));
+  PetscCall(opt_real(PetscOptionsObject, "-clip_grad_norm",
+                     "Clip gradients to this global L2 norm (0: off)", 0, 0, 0, 1e30,
+                     &c->clip_grad_norm));
+  PetscCall(opt_int(PetscOptionsObject, "-seed", "Seed of initialisation and data order", 42, 0,
+                    INT_MAX, &seed));
+  c->seed = (uint64_t)seed;
+  PetscCall(opt_int(PetscOptionsObject, "-threads",
+                    "Threads per rank (0: the node's cores / its ranks)", 0, 0, 4096, &c->threads));
+  PetscCall(opt_int(PetscOptionsObject, "-log_every", "Progress line every this many steps (0: off)",
+                    50, 0, INT_MAX, &c->log_every));
+  PetscCall(opt_str(PetscOptionsObject, "-output_dir", "Directory for the learning curve",
+                    "mpitrain-out", c->output_dir, sizeof(c->output_dir), NULL));
+  PetscCall(opt_real(PetscOptionsObject, "-ddp_bucket_mb", "ddp: all-reduce bucket size in MiB",
+                     16, 0, 1, 4096, &c->ddp_bucket_mb));
+  PetscCall(opt_bool(PetscOptionsObject, "-prefetch", "Read the next batch while this one computes",
+                     1, &c->prefetch));
+  PetscOptionsEnd();
+  c->micro_batch_size = micro;
+  PetscFunctionReturn(0);
+}
+
+/* Options PETSc itself reads (at initialize or finalize) are not ours to flag. */
+static int petsc_own(const char *name) {
+  static const char *const own[] = {"help", "options_file", "options_left", "log_view",
+                                    "log_view_memory", "malloc_debug", "malloc_dump",
+                                    "malloc_view", "info", "on_error_abort", "no_signal_handler",
+                                    "options_view", "version", "check_pointer_intensity",
+                                    "log_trace", "mt_traceback", NULL};
+  for (int i = 0; own[i]; i++)
+    if (!strcmp(name, own[i])) return 1;
+  return 0;
+}
+
+static void check_unused(void) {
+  PetscInt n = 0;
+  char **names = NULL, **values = NULL;
+  if (PetscOptionsLeftGet(NULL, &n, &names, &values)) {
+    bad("cannot read the options database");
+    return;
+  }
+  for (PetscInt i = 0; i < n; i++) {
+    if (petsc_own(names[i])) continue;
+    bad("unknown option -%s (see -help for the options)", names[i]);
+    break;
+  }
+  PetscOptionsLeftRestore(NULL, &n, &names, &values);
+}
+
+static void derive(mt_config *c) {
+  int W = c->world_size;
+  if (!c->data_train[0]) bad("option -data_train: a training data file is required");
+  if (c->mlp_nhidden < 1 && !bad_[0]) bad("option -mlp_hidden: at least one hidden layer");
+  if (c->micro_batch_size == 0) {
+    if (c->batch_size % W)
+      bad("option -batch_size: %d is not divisible by the number of ranks (%d)", c->batch_size, W);
+    else
+      c->micro_batch_size = c->batch_size / W;
+  }
+  if ((long)W * c->micro_batch_size > c->batch_size ||
+      c->batch_size % (W * c->micro_batch_size))
+    bad("option -batch_size: %d is not divisible by ranks (%d) x -micro_batch_size (%d)",
+        c->batch_size, W, c->micro_batch_size);
+  else
+    c->accum_steps = c->batch_size / (W * c->micro_batch_size);
+}
+
+int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
+  PetscBool h = PETSC_FALSE;
+  int size;
+  memset(cfg, 0, sizeof(*cfg));
+  bad_[0] = '\0';
+  MT_MPI(MPI_Comm_size(comm, &size));
+  cfg->world_size = size;
+  if (PetscOptionsHasHelp(NULL, &h)) return MT_ERR(MT_ERR_LIB, "PETSc options database failed");
+  if (read_all(comm, cfg)) return MT_ERR(MT_ERR_LIB, "PETSc options database failed");
+  *help = h ? 1 : 0;
+  if (*help) return 0;
+  check_unused();
+  derive(cfg);
+  int err = bad_[0] ? mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_) : 0;
+  MT_CALL(mt_agree(comm, err));
+  return 0;
+}
+
+int mt_config_check_same(MPI_Comm comm, const mt_config *cfg) {
+  uint64_t h = mt_hash_bytes(cfg, sizeof(*cfg), 0), lo = h, hi = h;
+  MT_MPI(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm));
+  MT_MPI(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm));
+  int rank;
+  MT_MPI(MPI_Comm_rank(comm, &rank));
+  int err = 0;
+  if (lo != hi)
+    err = MT_ERR(MT_ERR_OPTION,
+                 "ranks resolved different configurations (hash %016llx on rank %d; "
+                 "check per-rank environment options such as PETSC_OPTIONS)",
+                 (unsigned long long)h, rank);
+  MT_CALL(mt_agree(comm, err));
+  return 0;
+}
+
+void mt_config_print(const mt_config *c, FILE *f) {
+  char hid[256] = "";
+  for (int i = 0; i < c->mlp_nhidden; i++) {
+    size_t k = strlen(hid);
+    snprintf(hid + k, sizeof(hid) - k, "%s%d", i ? "," : "", c->mlp_hidden[i]);
+  }
+  fprintf(f, "mpitrain %s: backend %s, model %s (hidden %s), %d rank%s x %d thread%s\n",
+          MPITRAIN_VERSION, c->backend, c->model, hid, c->world_size, c->world_size > 1 ? "s" : "",
+          c->threads, c->threads > 1 ? "s" : "");
+  fprintf(f, "  data: train %s", c->data_train);
+  for (int i = 0; i < c->nval; i++) fprintf(f, "%s%s", i ? ", " : "; val ", c->data_val[i]);
+  fprintf(f, "\n  batch: global %d = micro %d x accumulation %d x ranks %d; epochs %d\n",
+          c->batch_size, c->micro_batch_size, c->accum_steps, c->world_size, c->epochs);
+  fprintf(f,
+          "  optimizer: %s lr %g momentum %g dampening %g nesterov %d weight_decay %g; "
+          "schedule %s warmup %d; clip_grad_norm %g; seed %llu\n",
+          c->optimizer, c->lr, c->momentum, c->dampening, c->nesterov, c->weight_decay,
+          c->lr_schedule, c->warmup_steps, c->clip_grad_norm, (unsigned long long)c->seed);
+  fprintf(f, "  output_dir %s\n", c->output_dir);
+}

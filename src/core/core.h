@@ -1,0 +1,86 @@
+/* Internal core: resolved configuration, counter-based random numbers,
+ * timing, hashing and the HDF5 call macro. */
+#ifndef MT_CORE_H
+#define MT_CORE_H
+
+#include "mpitrain/mpitrain.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define MT_PATH_MAX 1024
+#define MT_MAX_VAL 8
+#define MT_MAX_HIDDEN 16
+
+/* Every option after validation. Plain data: hashed byte-for-byte to check
+ * that all ranks resolved the same configuration, so it is zero-filled
+ * before use and holds no pointers. */
+typedef struct {
+  char backend[32];
+  char model[32];
+  int mlp_hidden[MT_MAX_HIDDEN];
+  int mlp_nhidden;
+  char data_train[MT_PATH_MAX];
+  char data_val[MT_MAX_VAL][MT_PATH_MAX];
+  int nval;
+  int epochs;
+  int batch_size;       /* global                                           */
+  int micro_batch_size; /* per rank per micro-step                          */
+  int val_batch_size;   /* per rank                                         */
+  int max_train_steps;  /* per epoch, 0 = all                               */
+  int max_val_steps;    /* per epoch and set, 0 = all                       */
+  char optimizer[16];
+  double lr, momentum, dampening, weight_decay;
+  int nesterov;
+  char lr_schedule[16];
+  int warmup_steps;
+  int lr_step_size;
+  double lr_gamma, lr_min;
+  double clip_grad_norm; /* 0 = off                                         */
+  uint64_t seed;
+  int threads;
+  int log_every;
+  char output_dir[MT_PATH_MAX];
+  double ddp_bucket_mb;
+  int prefetch;
+  /* derived */
+  int world_size;
+  int accum_steps;
+} mt_config;
+
+/* Reads and validates every option from the PETSc options database on every
+ * rank, then agrees collectively: if any rank fails, every rank returns
+ * MT_ERR_OPTION and rank 0 (or the lowest failing rank) holds the message.
+ * *help is set when -help was given (nothing else should run then). */
+int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help);
+/* Prints the configuration (rank 0 only prints). */
+void mt_config_print(const mt_config *cfg, FILE *f);
+/* 64-bit FNV-1a hash of bytes. */
+uint64_t mt_hash_bytes(const void *p, size_t n, uint64_t h);
+/* Fails on every rank unless every rank has the same hash. */
+int mt_config_check_same(MPI_Comm comm, const mt_config *cfg);
+
+/* Counter-based generator: a pure function of (key, counter), so any rank
+ * can draw the same numbers with no communication and a restart reproduces
+ * them from the position alone. */
+uint64_t mt_rand64(uint64_t key, uint64_t counter);
+/* Uniform in [0,1) with 24 random bits (the float grid). */
+static inline float mt_randu(uint64_t key, uint64_t counter) {
+  return (float)(mt_rand64(key, counter) >> 40) * (1.0f / 16777216.0f);
+}
+uint64_t mt_key(uint64_t seed, uint64_t purpose, uint64_t a);
+
+/* Monotonic wall clock in seconds. */
+double mt_now(void);
+
+/* Collective agreement: returns 0 on every rank if err == 0 on all ranks,
+ * otherwise MT_ERR_* on every rank; the message of the lowest failing rank
+ * is sent to rank 0 (and recorded there) so rank 0 can print it once. */
+int mt_agree(MPI_Comm comm, int err);
+/* Whether the recorded error came out of mt_agree (every rank holds it). */
+int mt_error_is_collective(void);
+
+/* Prints only on rank 0 of MPI_COMM_WORLD. */
+void mt_print0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,48 @@
+/* The parameter table: names, shapes and offsets into one flat buffer. */
+#include "mpitrain/mpitrain.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mt_param_table_add(mt_param_table *t, const char *name, int ndim, const int64_t *shape,
+                       int unit) {
+  MT_CHECK(ndim >= 1 && ndim <= MT_MAX_DIMS, MT_ERR_ARG, "tensor %s: %d dims", name, ndim);
+  MT_CHECK(strlen(name) < MT_NAME_MAX, MT_ERR_ARG, "tensor name too long: %s", name);
+  MT_CHECK(!mt_param_table_find(t, name), MT_ERR_ARG, "tensor %s added twice", name);
+  if (t->n == t->cap) {
+    int cap = t->cap ? 2 * t->cap : 16;
+    mt_param *p = realloc(t->p, (size_t)cap * sizeof(*p));
+    MT_CHECK(p, MT_ERR_MEM, "cannot grow the parameter table");
+    t->p = p;
+    t->cap = cap;
+  }
+  mt_param *q = &t->p[t->n];
+  memset(q, 0, sizeof(*q));
+  snprintf(q->name, sizeof(q->name), "%s", name);
+  q->ndim = ndim;
+  q->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    MT_CHECK(shape[i] > 0, MT_ERR_ARG, "tensor %s: dim %d is %lld", name, i, (long long)shape[i]);
+    q->shape[i] = shape[i];
+    q->numel *= (size_t)shape[i];
+  }
+  q->offset = t->total;
+  q->unit = unit;
+  q->decay = ndim > 1;
+  t->total += (q->numel + 15) & ~(size_t)15;
+  if (unit + 1 > t->nunits) t->nunits = unit + 1;
+  t->n++;
+  return 0;
+}
+
+const mt_param *mt_param_table_find(const mt_param_table *t, const char *name) {
+  for (int i = 0; i < t->n; i++)
+    if (!strcmp(t->p[i].name, name)) return &t->p[i];
+  return NULL;
+}
+
+void mt_param_table_free(mt_param_table *t) {
+  free(t->p);
+  memset(t, 0, sizeof(*t));
+}

@@ -1,0 +1,69 @@
+/* The learning curve, as CSV (easy to plot) and HDF5 (easy to load). */
+#include "io/io.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+static int write_csv(const char *path, const mt_curve_row *r, int n, char names[][MT_PATH_MAX]) {
+  char tmp[MT_PATH_MAX + 64];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  MT_CHECK(f, MT_ERR_FILE, "cannot write %s: %s", tmp, strerror(errno));
+  fprintf(f, "epoch,step,train_loss,lr,train_samples_per_s,seconds,val_set,val_file,val_loss,val_acc\n");
+  for (int i = 0; i < n; i++)
+    fprintf(f, "%d,%ld,%.9g,%.9g,%.6g,%.6g,%d,%s,%.9g,%.9g\n", r[i].epoch, r[i].step,
+            r[i].train_loss, r[i].lr, r[i].samples_per_s, r[i].seconds, r[i].set,
+            r[i].set >= 0 ? names[r[i].set] : "", r[i].val_loss, r[i].val_acc);
+  int bad = ferror(f);
+  bad |= fclose(f);
+  if (bad) {
+    unlink(tmp);
+    return MT_ERR(MT_ERR_FILE, "writing %s failed", tmp);
+  }
+  MT_CHECK(rename(tmp, path) == 0, MT_ERR_FILE, "cannot rename %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+static int write_h5(const char *path, const mt_curve_row *r, int n) {
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(mt_curve_row));
+  H5Tinsert(t, "epoch", HOFFSET(mt_curve_row, epoch), H5T_NATIVE_INT);
+  H5Tinsert(t, "step", HOFFSET(mt_curve_row, step), H5T_NATIVE_LONG);
+  H5Tinsert(t, "train_loss", HOFFSET(mt_curve_row, train_loss), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "lr", HOFFSET(mt_curve_row, lr), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "train_samples_per_s", HOFFSET(mt_curve_row, samples_per_s), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "seconds", HOFFSET(mt_curve_row, seconds), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "val_set", HOFFSET(mt_curve_row, set), H5T_NATIVE_INT);
+  H5Tinsert(t, "val_loss", HOFFSET(mt_curve_row, val_loss), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "val_acc", HOFFSET(mt_curve_row, val_acc), H5T_NATIVE_DOUBLE);
+  char tmp[MT_PATH_MAX + 64];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t dim = (hsize_t)n;
+  hid_t sp = H5Screate_simple(1, &dim, NULL);
+  hid_t ds = f < 0 ? -1 : H5Dcreate2(f, "curve", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = ds < 0 ? -1 : (n ? H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, r) : 0);
+  if (ds >= 0) H5Dclose(ds);
+  H5Sclose(sp);
+  H5Tclose(t);
+  if (f >= 0 && H5Fclose(f) < 0) st = -1;
+  if (f < 0 || st < 0) {
+    unlink(tmp);
+    return MT_ERR(MT_ERR_FILE, "writing %s failed", path);
+  }
+  MT_CHECK(rename(tmp, path) == 0, MT_ERR_FILE, "cannot rename %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+int mt_curve_write(const char *dir, const mt_curve_row *rows, int nrows,
+                   char val_names[][MT_PATH_MAX], int nval) {
+  (void)nval;
+  char path[MT_PATH_MAX + 32];
+  snprintf(path, sizeof(path), "%s/curve.csv", dir);
+  MT_CALL(write_csv(path, rows, nrows, val_names));
+  snprintf(path, sizeof(path), "%s/curve.h5", dir);
+  mt_h5_lock();
+  int err = write_h5(path, rows, nrows);
+  mt_h5_unlock();
+  return err;
+}

@@ -1,0 +1,96 @@
+/* Small HDF5 helpers and the process-wide HDF5 lock. */
+#include "io/io.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static pthread_mutex_t h5mu_ = PTHREAD_MUTEX_INITIALIZER;
+void mt_h5_lock(void) { pthread_mutex_lock(&h5mu_); }
+void mt_h5_unlock(void) { pthread_mutex_unlock(&h5mu_); }
+void mt_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+int mt_h5_write_floats(hid_t loc, const char *name, int ndim, const int64_t *shape,
+                       const float *data) {
+  hsize_t dims[MT_MAX_DIMS + 1];
+  for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
+  hid_t sp = H5Screate_simple(ndim, dims, NULL);
+  if (sp < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for %s failed", name);
+  hid_t ds = H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  if (ds >= 0) H5Dclose(ds);
+  H5Sclose(sp);
+  if (st < 0) return MT_ERR(MT_ERR_HDF5, "writing dataset %s failed", name);
+  return 0;
+}
+
+int mt_h5_attr_double(hid_t loc, const char *name, double v) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(loc, name, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(sp);
+  if (st < 0) return MT_ERR(MT_ERR_HDF5, "writing attribute %s failed", name);
+  return 0;
+}
+
+int mt_h5_attr_string(hid_t loc, const char *name, const char *v) {
+  hid_t ty = H5Tcopy(H5T_C_S1);
+  H5Tset_size(ty, strlen(v) + 1);
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(loc, name, ty, sp, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = a < 0 ? -1 : H5Awrite(a, ty, v);
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(sp);
+  H5Tclose(ty);
+  if (st < 0) return MT_ERR(MT_ERR_HDF5, "writing attribute %s failed", name);
+  return 0;
+}
+
+static int save_params_locked(const char *tmp, const mt_param_table *t, const float *params) {
+  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) return MT_ERR(MT_ERR_FILE, "cannot create %s", tmp);
+  int err = 0;
+  for (int i = 0; i < t->n && !err; i++)
+    err = mt_h5_write_floats(f, t->p[i].name, t->p[i].ndim, t->p[i].shape, params + t->p[i].offset);
+  if (!err) err = mt_h5_attr_string(f, "format", "mpitrain-params-1");
+  if (H5Fclose(f) < 0 && !err) err = MT_ERR(MT_ERR_FILE, "closing %s failed", tmp);
+  return err;
+}
+
+int mt_h5_save_params(const char *path, const mt_param_table *t, const float *params) {
+  char tmp[MT_PATH_MAX + 64];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  mt_h5_lock();
+  int err = save_params_locked(tmp, t, params);
+  mt_h5_unlock();
+  if (err) {
+    unlink(tmp);
+    return err;
+  }
+  MT_CHECK(rename(tmp, path) == 0, MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, path,
+           strerror(errno));
+  return 0;
+}
+
+int mt_mkdir_p(const char *dir) {
+  char buf[MT_PATH_MAX];
+  snprintf(buf, sizeof(buf), "%s", dir);
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || *p == '\0') {
+      char c = *p;
+      *p = '\0';
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return MT_ERR(MT_ERR_FILE, "option -output_dir: cannot create %s: %s", buf, strerror(errno));
+      *p = c;
+      if (!c) break;
+    }
+  }
+  struct stat st;
+  MT_CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), MT_ERR_FILE,
+           "option -output_dir: %s is not a directory", dir);
+  return 0;
+}

@@ -1,0 +1,142 @@
+/* MLP: Linear -> ReLU -> ... -> Linear, softmax cross-entropy.
+ * Parameter names follow torch.nn.Sequential: layers.0.weight, layers.0.bias,
+ * layers.2.weight, ... (ReLUs take the odd indices). */
+#include "models/models.h"
+#include "nn/nn.h"
+#include "core/core.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MT_PURPOSE_INIT 2
+
+static int hidden_[MT_MAX_HIDDEN] = {1024, 1024};
+static int nhidden_ = 2;
+
+int mt_mlp_set_hidden(const int *sizes, int n) {
+  MT_CHECK(n >= 1 && n <= MT_MAX_HIDDEN, MT_ERR_OPTION, "option -mlp_hidden: 1 to %d layers", MT_MAX_HIDDEN);
+  memcpy(hidden_, sizes, (size_t)n * sizeof(int));
+  nhidden_ = n;
+  return 0;
+}
+
+typedef struct {
+  int nl;                  /* linear layers                                  */
+  int dim[MT_MAX_HIDDEN + 2]; /* dim[0] input, dim[l+1] output of layer l    */
+  float *act[MT_MAX_HIDDEN + 1];  /* (B, dim[l+1]) outputs (post-ReLU)         */
+  float *dact[MT_MAX_HIDDEN + 1]; /* their gradients                          */
+  float *probs;
+  const float *x;          /* input of the last forward                      */
+  const int32_t *y;
+  int B;
+} mlp;
+
+static int mlp_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
+  mlp *s;
+  MT_CALL(mt_calloc(&s, 1, sizeof(*s), "mlp"));
+  m->data = s;
+  MT_CHECK(spec->nclasses >= 2, MT_ERR_DATA, "model mlp needs class labels");
+  s->nl = nhidden_ + 1;
+  s->dim[0] = (int)spec->sample_numel;
+  for (int i = 0; i < nhidden_; i++) s->dim[i + 1] = hidden_[i];
+  s->dim[s->nl] = spec->nclasses;
+  for (int l = 0; l < s->nl; l++) {
+    char name[MT_NAME_MAX];
+    int64_t wshape[2] = {s->dim[l + 1], s->dim[l]}, bshape[1] = {s->dim[l + 1]};
+    snprintf(name, sizeof(name), "layers.%d.weight", 2 * l);
+    MT_CALL(mt_param_table_add(&m->params, name, 2, wshape, l));
+    snprintf(name, sizeof(name), "layers.%d.bias", 2 * l);
+    MT_CALL(mt_param_table_add(&m->params, name, 1, bshape, l));
+    MT_CALL(mt_calloc(&s->act[l], (size_t)max_batch * s->dim[l + 1], sizeof(float), "activations"));
+    MT_CALL(mt_calloc(&s->dact[l], (size_t)max_batch * s->dim[l + 1], sizeof(float), "activation gradients"));
+  }
+  MT_CALL(mt_calloc(&s->probs, (size_t)max_batch * spec->nclasses, sizeof(float), "probabilities"));
+  return 0;
+}
+
+/* PyTorch's nn.Linear default: kaiming_uniform_(a=sqrt(5)) for the weight,
+ * i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias. */
+static int mlp_init(mt_model *m, float *params, uint64_t seed) {
+  for (int k = 0; k < m->params.n; k++) {
+    const mt_param *q = &m->params.p[k];
+    int64_t fan_in = q->ndim == 2 ? q->shape[1] : m->params.p[k - 1].shape[1];
+    float bound = (float)(1.0 / sqrt((double)fan_in));
+    uint64_t key = mt_key(seed, MT_PURPOSE_INIT, (uint64_t)k);
+    float *p = params + q->offset;
+    for (size_t i = 0; i < q->numel; i++) p[i] = (2.0f * mt_randu(key, i) - 1.0f) * bound;
+  }
+  return 0;
+}
+
+static const float *W(const mt_model *m, const float *params, int l) {
+  return params + m->params.p[2 * l].offset;
+}
+
+static int mlp_forward(mt_model *m, const float *params, const float *x, const int32_t *y, int B,
+                       float *losses, mt_batch_stats *st) {
+  mlp *s = m->data;
+  MT_CHECK(B <= m->max_batch, MT_ERR_ARG, "batch %d exceeds %d", B, m->max_batch);
+  s->x = x;
+  s->y = y;
+  s->B = B;
+  const float *in = x;
+  for (int l = 0; l < s->nl; l++) {
+    const float *b = params + m->params.p[2 * l + 1].offset;
+    MT_CALL(mt_linear_forward(s->act[l], in, W(m, params, l), b, B, s->dim[l], s->dim[l + 1]));
+    if (l < s->nl - 1) mt_relu_forward(s->act[l], s->act[l], (int64_t)B * s->dim[l + 1]);
+    in = s->act[l];
+  }
+  int64_t correct = 0;
+  double sum = mt_softmax_xent_forward(s->probs, losses, &correct, s->act[s->nl - 1], y, B,
+                                       s->dim[s->nl]);
+  if (st) {
+    st->loss_sum += sum;
+    st->correct += correct;
+  }
+  return 0;
+}
+
+static int mlp_backward(mt_model *m, const float *params, float *grads, float scale, int B) {
+  mlp *s = m->data;
+  MT_CHECK(B == s->B, MT_ERR_STATE, "mlp backward of %d samples after a forward of %d", B, s->B);
+  for (int l = 0; l < s->nl; l++) memset(s->dact[l], 0, (size_t)B * s->dim[l + 1] * sizeof(float));
+  mt_softmax_xent_backward(s->dact[s->nl - 1], s->probs, s->y, scale, B, s->dim[s->nl]);
+  for (int l = s->nl - 1; l >= 0; l--) {
+    float *dout = s->dact[l];
+    if (l < s->nl - 1) mt_relu_backward(dout, dout, s->act[l], (int64_t)B * s->dim[l + 1]);
+    const float *in = l ? s->act[l - 1] : s->x;
+    float *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
+    MT_CALL(mt_linear_backward(l ? s->dact[l - 1] : NULL, dw, db, dout, in, W(m, params, l), B,
+                               s->dim[l], s->dim[l + 1]));
+  }
+  return 0;
+}
+
+static double mlp_flops(const mt_model *m) {
+  const mlp *s = m->data;
+  double f = 0;
+  for (int l = 0; l < s->nl; l++) f += 2.0 * s->dim[l] * s->dim[l + 1] * (l ? 3 : 2);
+  return f;
+}
+
+static void mlp_destroy(mt_model *m) {
+  mlp *s = m->data;
+  if (!s) return;
+  for (int l = 0; l < s->nl; l++) {
+    mt_free(&s->act[l]);
+    mt_free(&s->dact[l]);
+  }
+  mt_free(&s->probs);
+  mt_free(&m->data);
+}
+
+const mt_model_ops mt_mlp_ops = {
+    .name = "mlp",
+    .setup = mlp_setup,
+    .init = mlp_init,
+    .forward = mlp_forward,
+    .backward = mlp_backward,
+    .flops_per_sample = mlp_flops,
+    .destroy = mlp_destroy,
+};

@@ -1,0 +1,53 @@
+/* Models by name: the built-ins plus any a user registers. */
+#include "models/models.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MODELS 32
+static const mt_model_ops *models_[MAX_MODELS];
+static int nmodels_;
+
+static void builtins(void) {
+  if (nmodels_) return;
+  models_[nmodels_++] = &mt_mlp_ops;
+}
+
+int mt_model_register(const mt_model_ops *ops) {
+  builtins();
+  MT_CHECK(ops && ops->name && ops->setup && ops->init && ops->forward && ops->backward,
+           MT_ERR_ARG, "mt_model_register: name, setup, init, forward and backward are required");
+  for (int i = 0; i < nmodels_; i++)
+    if (!strcmp(models_[i]->name, ops->name)) {
+      models_[i] = ops;
+      return 0;
+    }
+  MT_CHECK(nmodels_ < MAX_MODELS, MT_ERR_ARG, "too many models registered");
+  models_[nmodels_++] = ops;
+  return 0;
+}
+
+int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, mt_model **out) {
+  builtins();
+  *out = NULL;
+  const mt_model_ops *ops = NULL;
+  for (int i = 0; i < nmodels_; i++)
+    if (!strcmp(models_[i]->name, name)) ops = models_[i];
+  MT_CHECK(ops, MT_ERR_OPTION, "option -model: unknown model '%s'", name);
+  mt_model *m;
+  MT_CALL(mt_calloc(&m, 1, sizeof(*m), "model"));
+  m->ops = ops;
+  m->spec = *spec;
+  m->max_batch = max_batch;
+  *out = m;
+  MT_CALL(ops->setup(m, spec, max_batch));
+  return 0;
+}
+
+void mt_model_destroy(mt_model **pm) {
+  mt_model *m = *pm;
+  if (!m) return;
+  if (m->ops && m->ops->destroy) m->ops->destroy(m);
+  mt_param_table_free(&m->params);
+  mt_free(pm);
+}

@@ -1,0 +1,22 @@
+/* Norms and clipping of flat gradient buffers. */
+#include "optim/optim.h"
+
+#include <math.h>
+
+double mt_l2_norm(const float *g, size_t n) {
+  double s = 0.0;
+#pragma omp parallel for simd reduction(+ : s) schedule(static) if (n > 262144)
+  for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
+  return sqrt(s);
+}
+
+double mt_clip_grad_norm(float *g, size_t n, double max_norm) {
+  double norm = mt_l2_norm(g, n);
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    const float c = (float)coef;
+#pragma omp parallel for simd schedule(static) if (n > 262144)
+    for (size_t i = 0; i < n; i++) g[i] *= c;
+  }
+  return norm;
+}

@@ -1,0 +1,250 @@
+/* The training loop. */
+#include "trainer/trainer.h"
+#include "models/models.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WARMUP_STEPS_UNTIMED 5
+
+static int grow_curve(mt_trainer *t) {
+  if (t->ncurve < t->capcurve) return 0;
+  int cap = t->capcurve ? 2 * t->capcurve : 64;
+  mt_curve_row *r = realloc(t->curve, (size_t)cap * sizeof(*r));
+  MT_CHECK(r, MT_ERR_MEM, "cannot grow the learning curve");
+  t->curve = r;
+  t->capcurve = cap;
+  return 0;
+}
+
+static int open_data(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL));
+  for (int i = 0; i < c->nval; i++) {
+    MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec));
+    t->nval_open = i + 1;
+  }
+  t->steps_per_epoch = mt_sampler_train_steps(t->train.n, c->batch_size, c->max_train_steps);
+  int err = 0;
+  if (t->steps_per_epoch < 1)
+    err = MT_ERR(MT_ERR_OPTION, "option -batch_size: %d is larger than the %lld samples of %s",
+                 c->batch_size, (long long)t->train.n, c->data_train);
+  MT_CALL(mt_agree(t->comm->world, err));
+  return 0;
+}
+
+int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm) {
+  mt_trainer *t;
+  *out = NULL;
+  MT_CALL(mt_calloc(&t, 1, sizeof(*t), "trainer"));
+  *out = t;
+  t->cfg = c;
+  t->comm = comm;
+  t->train.file = t->train.dx = H5I_INVALID_HID;
+  MT_CALL(open_data(t));
+
+  MT_CALL(mt_mlp_set_hidden(c->mlp_hidden, c->mlp_nhidden));
+  int max_batch = c->micro_batch_size > c->val_batch_size ? c->micro_batch_size : c->val_batch_size;
+  MT_CALL(mt_model_create(c->model, &t->train.spec, max_batch, &t->model));
+  size_t n = t->model->params.total;
+  MT_CALL(mt_calloc(&t->params, n, sizeof(float), "parameters"));
+  MT_CALL(mt_calloc(&t->grads, n, sizeof(float), "gradients"));
+  if (c->momentum > 0) MT_CALL(mt_calloc(&t->mom, n, sizeof(float), "momentum buffers"));
+  MT_CALL(t->model->ops->init(t->model, t->params, c->seed));
+
+  MT_CALL(mt_backend_create(c->backend, comm->world, c->ddp_bucket_mb, &t->backend));
+  int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
+  MT_CALL(mt_agree(comm->world, err));
+  if (t->backend->ops->sync_params) MT_CALL(t->backend->ops->sync_params(t->backend, t->params, n));
+
+  t->sgd = (mt_sgd_hparams){c->momentum, c->dampening, c->weight_decay, c->nesterov};
+  t->sched.kind = !strcmp(c->lr_schedule, "step")     ? MT_LR_STEP
+                  : !strcmp(c->lr_schedule, "cosine") ? MT_LR_COSINE
+                                                      : MT_LR_CONSTANT;
+  t->sched.base = c->lr;
+  t->sched.gamma = c->lr_gamma;
+  t->sched.min = c->lr_min;
+  t->sched.step_size = c->lr_step_size;
+  t->sched.warmup = c->warmup_steps;
+  t->sched.total = (long)t->steps_per_epoch * c->epochs;
+
+  MT_CALL(mt_calloc(&t->perm, (size_t)t->train.n, sizeof(int64_t), "permutation"));
+  size_t per_rank = (size_t)t->steps_per_epoch * c->accum_steps;
+  MT_CALL(mt_calloc(&t->plan, per_rank * (size_t)c->micro_batch_size, sizeof(int64_t), "plan"));
+  MT_CALL(mt_calloc(&t->plan_counts, per_rank, sizeof(int), "plan"));
+  MT_CALL(mt_loader_create(&t->train_loader, &t->train, c->micro_batch_size, c->prefetch));
+  for (int i = 0; i < c->nval; i++)
+    MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, c->prefetch));
+  return 0;
+}
+
+void mt_trainer_destroy(mt_trainer **pt) {
+  mt_trainer *t = *pt;
+  if (!t) return;
+  mt_loader_destroy(&t->train_loader);
+  for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
+  mt_dataset_close(&t->train);
+  for (int i = 0; i < t->nval_open; i++) mt_dataset_close(&t->val[i]);
+  mt_model_destroy(&t->model);
+  mt_backend_destroy(&t->backend);
+  mt_free(&t->params);
+  mt_free(&t->grads);
+  mt_free(&t->mom);
+  mt_free(&t->perm);
+  mt_free(&t->plan);
+  mt_free(&t->plan_counts);
+  free(t->curve);
+  mt_free(pt);
+}
+
+/* This rank's micro-batches of the epoch, in order. */
+static int plan_epoch(mt_trainer *t, int epoch) {
+  const mt_config *c = t->cfg;
+  mt_sampler_permutation(c->seed, epoch, t->train.n, t->perm);
+  int nb = 0;
+  for (int64_t s = 0; s < t->steps_per_epoch; s++)
+    for (int k = 0; k < c->accum_steps; k++, nb++) {
+      int64_t first = mt_sampler_train_first(s, c->batch_size, c->world_size, t->comm->rank, k,
+                                             c->micro_batch_size);
+      memcpy(t->plan + (size_t)nb * c->micro_batch_size, t->perm + first,
+             (size_t)c->micro_batch_size * sizeof(int64_t));
+      t->plan_counts[nb] = c->micro_batch_size;
+    }
+  MT_CALL(mt_loader_start(t->train_loader, t->plan, t->plan_counts, nb));
+  return 0;
+}
+
+static void fmt_eta(char *buf, size_t n, double s) {
+  long x = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+  snprintf(buf, n, "%ld:%02ld:%02ld", x / 3600, (x / 60) % 60, x % 60);
+}
+
+/* One global step: micro-batches, reduction, clipping, optimizer.
+ * Adds this rank's loss sum to *loss_sum. */
+static int train_step(mt_trainer *t, double *loss_sum) {
+  const mt_config *c = t->cfg;
+  mt_model *m = t->model;
+  size_t n = m->params.total;
+  memset(t->grads, 0, n * sizeof(float));
+  const float scale = 1.0f / (float)c->batch_size;
+  for (int k = 0; k < c->accum_steps; k++) {
+    const float *x;
+    const int32_t *y;
+    int rows;
+    mt_batch_stats st = {0, 0};
+    MT_CALL(mt_loader_next(t->train_loader, &x, &y, &rows));
+    MT_CALL(m->ops->forward(m, t->params, x, y, rows, NULL, &st));
+    MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
+    *loss_sum += st.loss_sum;
+  }
+  MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
+  if (c->clip_grad_norm > 0) mt_clip_grad_norm(t->grads, n, c->clip_grad_norm);
+  double lr = mt_lr_at(&t->sched, t->global_step);
+  MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, t->global_step == 0, &t->sgd, 1, lr));
+  t->global_step++;
+  return 0;
+}
+
+static int global_sum(const mt_trainer *t, double *v, int n) {
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, t->comm->world));
+  return 0;
+}
+
+static int run_epoch(mt_trainer *t, int epoch, double *train_loss, double *train_secs) {
+  const mt_config *c = t->cfg;
+  MT_CALL(plan_epoch(t, epoch));
+  double t0 = mt_now(), tlog = t0, epoch_loss = 0, log_loss = 0, timed_from = 0;
+  long log_steps = 0;
+  for (int64_t s = 0; s < t->steps_per_epoch; s++) {
+    if (t->global_step == WARMUP_STEPS_UNTIMED || (s == 0 && t->global_step > WARMUP_STEPS_UNTIMED))
+      timed_from = mt_now();
+    double lr = mt_lr_at(&t->sched, t->global_step), l = 0;
+    MT_CALL(train_step(t, &l));
+    epoch_loss += l;
+    log_loss += l;
+    log_steps++;
+    if (c->log_every > 0 && ((s + 1) % c->log_every == 0 || s + 1 == t->steps_per_epoch)) {
+      MT_CALL(global_sum(t, &log_loss, 1));
+      double now = mt_now(), rate = (double)log_steps * c->batch_size / (now - tlog);
+      double mean = log_loss / ((double)log_steps * c->batch_size);
+      MT_CHECK(isfinite(mean), MT_ERR_NUMERIC,
+               "training loss is %g at epoch %d step %lld: lower -lr or set -clip_grad_norm", mean,
+               epoch + 1, (long long)s + 1);
+      char eta[32];
+      double left = (double)(t->steps_per_epoch - s - 1) +
+                    (double)(c->epochs - epoch - 1) * (double)t->steps_per_epoch;
+      fmt_eta(eta, sizeof(eta), left * (now - t0) / (double)(s + 1));
+      mt_print0("epoch %d/%d step %lld/%lld loss %.4f lr %.4g samples/s %.0f eta %s\n", epoch + 1,
+                c->epochs, (long long)s + 1, (long long)t->steps_per_epoch, mean, lr, rate, eta);
+      tlog = now;
+      log_loss = 0;
+      log_steps = 0;
+    }
+  }
+  double end = mt_now();
+  if (timed_from > 0) {
+    t->timed_seconds += end - timed_from;
+    long steps_timed = (long)t->steps_per_epoch;
+    if (t->global_step - (long)t->steps_per_epoch < WARMUP_STEPS_UNTIMED)
+      steps_timed = t->global_step - WARMUP_STEPS_UNTIMED;
+    t->timed_samples += steps_timed * c->batch_size;
+  }
+  MT_CALL(global_sum(t, &epoch_loss, 1));
+  *train_loss = epoch_loss / ((double)t->steps_per_epoch * c->batch_size);
+  *train_secs = end - t0;
+  return 0;
+}
+
+int mt_trainer_run(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  int rank = t->comm->rank;
+  int err = rank == 0 ? mt_mkdir_p(c->output_dir) : 0;
+  MT_CALL(mt_agree(t->comm->world, err));
+  double start = mt_now();
+  for (int epoch = 0; epoch < c->epochs; epoch++) {
+    double train_loss = 0, secs = 1;
+    MT_CALL(run_epoch(t, epoch, &train_loss, &secs));
+    double rate = (double)t->steps_per_epoch * c->batch_size / secs;
+    mt_print0("epoch %d/%d done: train loss %.4f, %.1f s, %.0f samples/s\n", epoch + 1, c->epochs,
+              train_loss, secs, rate);
+    int nsets = c->nval ? c->nval : 0;
+    MT_CALL(grow_curve(t));
+    mt_curve_row base = {epoch + 1, t->global_step, train_loss,
+                         mt_lr_at(&t->sched, t->global_step - 1), rate, mt_now() - start, -1,
+                         NAN, NAN};
+    if (nsets == 0) t->curve[t->ncurve++] = base;
+    for (int i = 0; i < nsets; i++) {
+      double loss, acc;
+      int64_t cnt;
+      MT_CALL(mt_validate(t, i, &loss, &acc, &cnt));
+      t->last_val_loss[i] = loss;
+      t->last_val_acc[i] = acc;
+      mt_print0("epoch %d/%d val[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", epoch + 1,
+                c->epochs, i, c->data_val[i], loss, acc, (long long)cnt);
+      MT_CALL(grow_curve(t));
+      mt_curve_row r = base;
+      r.set = i;
+      r.val_loss = loss;
+      r.val_acc = acc;
+      t->curve[t->ncurve++] = r;
+    }
+    err = rank == 0 ? mt_curve_write(c->output_dir, t->curve, t->ncurve,
+                                     (char(*)[MT_PATH_MAX])c->data_val, c->nval)
+                    : 0;
+    MT_CALL(mt_agree(t->comm->world, err));
+  }
+  char path[MT_PATH_MAX + 32];
+  snprintf(path, sizeof(path), "%s/model_final.h5", c->output_dir);
+  err = rank == 0 ? mt_h5_save_params(path, &t->model->params, t->params) : 0;
+  MT_CALL(mt_agree(t->comm->world, err));
+  double total = mt_now() - start;
+  double rate = t->timed_seconds > 0 ? (double)t->timed_samples / t->timed_seconds : 0;
+  mt_print0("done: %d epochs, %ld steps, %.1f s; train %.0f samples/s on %d rank%s x %d thread%s",
+            c->epochs, t->global_step, total, rate, c->world_size, c->world_size > 1 ? "s" : "",
+            c->threads, c->threads > 1 ? "s" : "");
+  for (int i = 0; i < c->nval; i++)
+    mt_print0("; val[%d] accuracy %.4f loss %.4f", i, t->last_val_acc[i], t->last_val_loss[i]);
+  mt_print0("\nRESULT mpitrain train_samples_per_s=%.1f\n", rate);
+  return 0;
+}

@@ -1,0 +1,48 @@
+/* The trainer: epochs, micro-batches with accumulation, clipping, the
+ * optimizer and its schedule, validation over several sets, the learning
+ * curve and progress lines. */
+#ifndef MT_TRAINER_H
+#define MT_TRAINER_H
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "data/data.h"
+#include "io/io.h"
+#include "optim/optim.h"
+
+typedef struct {
+  const mt_config *cfg;
+  const mt_comm *comm;
+  mt_dataset train;
+  mt_dataset val[MT_MAX_VAL];
+  int nval_open;
+  mt_model *model;
+  mt_backend *backend;
+  float *params, *grads, *mom;
+  mt_loader *train_loader;
+  mt_loader *val_loader[MT_MAX_VAL];
+  int64_t *perm, *plan;
+  int *plan_counts;
+  mt_lr_schedule sched;
+  mt_sgd_hparams sgd;
+  mt_curve_row *curve;
+  int ncurve, capcurve;
+  long global_step;
+  int64_t steps_per_epoch;
+  /* throughput, measured after the first warm-up steps */
+  double timed_seconds;
+  long timed_samples;
+  double last_val_loss[MT_MAX_VAL], last_val_acc[MT_MAX_VAL];
+} mt_trainer;
+
+/* Opens the data (collectively validated), creates model, backend and
+ * optimizer state, and initialises the parameters from the seed. */
+int mt_trainer_create(mt_trainer **t, const mt_config *cfg, const mt_comm *comm);
+int mt_trainer_run(mt_trainer *t);
+void mt_trainer_destroy(mt_trainer **t);
+
+/* Loss and accuracy of validation set `set`, every sample counted once over
+ * all ranks (at most -max_val_steps_per_epoch batches per rank). */
+int mt_validate(mt_trainer *t, int set, double *loss, double *acc, int64_t *count);
+
+#endif
