@@ -3,7 +3,7 @@
 
 void mt_relu_forward(float *out, const float *inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 262144)
-  for (int64_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+  for (int64_t i = 0; i < n; i++) out[i] = inp[i] < 0.0f ? 0.0f : inp[i]; /* NaN passes, as in PyTorch */
 }
 
 void mt_relu_backward(float *dinp, const float *dout, const float *out, int64_t n) {

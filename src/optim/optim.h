@@ -26,9 +26,11 @@ typedef struct {
   long step_size, warmup, total;
 } mt_lr_schedule;
 
-/* Learning rate used by optimizer step t (0-based): the schedule at t, times
- * (t + 1) / warmup during the first warmup steps; cosine anneals from base to
- * min over the steps after warm-up: min + (base - min)(1 + cos(pi s / S)) / 2. */
+/* Learning rate used by optimizer step t (0-based). With warmup W, the
+ * schedule runs on u = max(t - W, 0) and is multiplied by (t + 1) / W while
+ * t < W. step: base * gamma^floor(u / step_size). cosine: anneals from base
+ * to min over S = total - W steps, min + (base - min)(1 + cos(pi u / S)) / 2,
+ * and stays at min after S (PyTorch's CosineAnnealingLR would rise again). */
 double mt_lr_at(const mt_lr_schedule *s, long t);
 
 /* Global L2 norm of n floats (accumulated in double). */

@@ -1,0 +1,409 @@
+/* Unit tests of the nn layers (src/nn/nn.h):
+ *  - mt_gemm against a naive triple loop, all four transpose combinations,
+ *    odd non-square sizes, padded leading dimensions, beta 0 and 1;
+ *  - every layer forward and backward against PyTorch references written by
+ *    validation/gen_refs.py (1e-5 relative);
+ *  - every backward against central finite differences of the forward;
+ *  - backward ADDS (twice gives twice) and mt_relu_backward works in place.
+ * Prints one line per check; exits non-zero when any check fails. */
+#include "nn/nn.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REF_TOL 1e-5
+
+/* ------------------------------------------------------------------ gemm */
+
+static double naive_elem(char ta, char tb, int64_t i, int64_t j, int64_t K, const float *A,
+                         int64_t lda, const float *B, int64_t ldb) {
+  double s = 0;
+  for (int64_t k = 0; k < K; k++) {
+    double a = ta == 'N' ? A[i * lda + k] : A[k * lda + i];
+    double b = tb == 'N' ? B[k * ldb + j] : B[j * ldb + k];
+    s += a * b;
+  }
+  return s;
+}
+
+/* One gemm case; pad > 0 adds that many unused columns to every matrix and
+ * checks that they are left alone. */
+static void gemm_case(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                      int pad, uint64_t *rng) {
+  int64_t arows = ta == 'N' ? M : K, acols = ta == 'N' ? K : M;
+  int64_t brows = tb == 'N' ? K : N, bcols = tb == 'N' ? N : K;
+  int64_t lda = acols + pad, ldb = bcols + pad, ldc = N + pad;
+  float *A = malloc((size_t)(arows * lda) * sizeof(float));
+  float *B = malloc((size_t)(brows * ldb) * sizeof(float));
+  float *C = malloc((size_t)(M * ldc) * sizeof(float));
+  float *C0 = malloc((size_t)(M * ldc) * sizeof(float));
+  float *got = malloc((size_t)(M * N) * sizeof(float));
+  double *want = malloc((size_t)(M * N) * sizeof(double));
+  tu_fill(A, (size_t)(arows * lda), rng, 1.0f);
+  tu_fill(B, (size_t)(brows * ldb), rng, 1.0f);
+  tu_fill(C0, (size_t)(M * ldc), rng, 1.0f);
+  memcpy(C, C0, (size_t)(M * ldc) * sizeof(float));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++)
+      want[i * N + j] = alpha * naive_elem(ta, tb, i, j, K, A, lda, B, ldb) +
+                        (beta != 0 ? (double)beta * C0[i * ldc + j] : 0.0);
+  int rc = mt_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  int pad_ok = 1;
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t j = 0; j < N; j++) got[i * N + j] = C[i * ldc + j];
+    for (int64_t j = N; j < ldc; j++) pad_ok &= C[i * ldc + j] == C0[i * ldc + j];
+  }
+  char what[160];
+  snprintf(what, sizeof(what), "gemm %c%c M=%lld N=%lld K=%lld alpha=%g beta=%g pad=%d", ta, tb,
+           (long long)M, (long long)N, (long long)K, alpha, beta, pad);
+  CHECK(rc == 0, "%s: returns 0", what);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < M * N; i++) {
+    num = fmax(num, fabs(got[i] - want[i]));
+    den = fmax(den, fabs(want[i]));
+  }
+  CHECK_ERR(num / fmax(den, 1e-30), REF_TOL, "%s", what);
+  if (pad) CHECK(pad_ok, "%s: padding columns of C untouched", what);
+  free(A), free(B), free(C), free(C0), free(got), free(want);
+}
+
+/* BLAS convention: with beta == 0, C is output only (NaN in it is ignored). */
+static void gemm_beta0_nan(void) {
+  float A[6] = {1, 2, 3, 4, 5, 6}, B[6] = {1, -1, 2, 0.5f, 0, 3}, C[4];
+  for (int i = 0; i < 4; i++) C[i] = NAN;
+  int rc = mt_gemm('N', 'N', 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 2);
+  float want[4] = {1 + 4 + 0, -1 + 1 + 9, 4 + 10 + 0, -4 + 2.5f + 18};
+  CHECK(rc == 0 && tu_rel_err_f(C, want, 4) <= REF_TOL, "gemm beta=0 ignores NaN already in C");
+}
+
+static void test_gemm(void) {
+  uint64_t rng = 11;
+  const char tr[2] = {'N', 'T'};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++) {
+      gemm_case(tr[a], tr[b], 7, 5, 9, 1.0f, 0.0f, 0, &rng);
+      gemm_case(tr[a], tr[b], 7, 5, 9, 0.75f, 1.0f, 0, &rng);
+      gemm_case(tr[a], tr[b], 13, 1, 3, 1.0f, 1.0f, 0, &rng);
+      gemm_case(tr[a], tr[b], 1, 17, 33, -0.5f, 0.0f, 0, &rng);
+      gemm_case(tr[a], tr[b], 31, 19, 65, 1.0f, 1.0f, 3, &rng);
+    }
+  gemm_beta0_nan();
+}
+
+/* ----------------------------------------------------- finite differences */
+
+/* A scalar loss of a float vector, evaluated in double. */
+typedef double (*loss_fn)(void *ctx);
+
+/* Central differences of loss() with respect to x[0..n-1] (x is modified and
+ * restored). The step actually taken is the difference of the two rounded
+ * float inputs, so no rounding of x +- h enters the quotient. */
+static void fd_grad(double *g, float *x, int64_t n, float h, loss_fn loss, void *ctx) {
+  for (int64_t i = 0; i < n; i++) {
+    float x0 = x[i];
+    float xp = x0 + h, xm = x0 - h;
+    x[i] = xp;
+    double lp = loss(ctx);
+    x[i] = xm;
+    double lm = loss(ctx);
+    x[i] = x0;
+    g[i] = (lp - lm) / ((double)xp - (double)xm);
+  }
+}
+
+/* Like fd_grad, Richardson-extrapolated from steps h and h/2: the h^2 error
+ * term cancels, which suits smooth non-linear losses. */
+static void fd_grad_rich(double *g, float *x, int64_t n, float h, loss_fn loss, void *ctx) {
+  double *g2 = malloc((size_t)n * sizeof(double));
+  fd_grad(g, x, n, h, loss, ctx);
+  fd_grad(g2, x, n, h / 2, loss, ctx);
+  for (int64_t i = 0; i < n; i++) g[i] = (4 * g2[i] - g[i]) / 3;
+  free(g2);
+}
+
+/* sum(out * R) in double. */
+static double weighted_sum(const float *out, const float *R, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += (double)out[i] * R[i];
+  return s;
+}
+
+/* ---------------------------------------------------------------- linear */
+
+static void test_linear_ref(int B, int IC, int OC) {
+  char file[64], what[64];
+  snprintf(file, sizeof(file), "linear_%d_%d_%d.txt", B, IC, OC);
+  snprintf(what, sizeof(what), "linear B=%d IC=%d OC=%d", B, IC, OC);
+  tu_ref r;
+  tu_ref_load(&r, file);
+  float *inp = tu_ref_floats(&r, "inp", (int64_t)B * IC);
+  float *w = tu_ref_floats(&r, "w", (int64_t)OC * IC);
+  float *b = tu_ref_floats(&r, "b", OC);
+  float *dout = tu_ref_floats(&r, "dout", (int64_t)B * OC);
+  const tu_tensor *rout = tu_ref_get(&r, "out", (int64_t)B * OC);
+  const tu_tensor *rdinp = tu_ref_get(&r, "dinp", (int64_t)B * IC);
+  const tu_tensor *rdw = tu_ref_get(&r, "dw", (int64_t)OC * IC);
+  const tu_tensor *rdb = tu_ref_get(&r, "db", OC);
+  float *out = calloc((size_t)B * OC, sizeof(float));
+  float *dinp = calloc((size_t)B * IC, sizeof(float));
+  float *dw = calloc((size_t)OC * IC, sizeof(float));
+  float *db = calloc((size_t)OC, sizeof(float));
+  double *twice = malloc((size_t)(B * IC + OC * IC + OC + B * OC) * sizeof(double));
+
+  CHECK(mt_linear_forward(out, inp, w, b, B, IC, OC) == 0, "%s forward returns 0", what);
+  CHECK_CLOSE_REF(out, rout, REF_TOL, "%s forward", what);
+  CHECK(mt_linear_backward(dinp, dw, db, dout, inp, w, B, IC, OC) == 0,
+        "%s backward returns 0", what);
+  CHECK_CLOSE_REF(dinp, rdinp, REF_TOL, "%s backward dinp", what);
+  CHECK_CLOSE_REF(dw, rdw, REF_TOL, "%s backward dw", what);
+  CHECK_CLOSE_REF(db, rdb, REF_TOL, "%s backward db", what);
+
+  /* a second call adds: twice the reference */
+  mt_linear_backward(dinp, dw, db, dout, inp, w, B, IC, OC);
+  for (int64_t i = 0; i < rdinp->n; i++) twice[i] = 2 * rdinp->v[i];
+  CHECK_ERR(tu_rel_err_fd(dinp, twice, (size_t)rdinp->n), REF_TOL, "%s backward adds: dinp", what);
+  for (int64_t i = 0; i < rdw->n; i++) twice[i] = 2 * rdw->v[i];
+  CHECK_ERR(tu_rel_err_fd(dw, twice, (size_t)rdw->n), REF_TOL, "%s backward adds: dw", what);
+  for (int64_t i = 0; i < rdb->n; i++) twice[i] = 2 * rdb->v[i];
+  CHECK_ERR(tu_rel_err_fd(db, twice, (size_t)rdb->n), REF_TOL, "%s backward adds: db", what);
+
+  /* dinp and db may be NULL; the bias may be NULL */
+  memset(dw, 0, (size_t)OC * IC * sizeof(float));
+  CHECK(mt_linear_backward(NULL, dw, NULL, dout, inp, w, B, IC, OC) == 0,
+        "%s backward with dinp = db = NULL returns 0", what);
+  CHECK_CLOSE_REF(dw, rdw, REF_TOL, "%s backward dw alone", what);
+  CHECK(mt_linear_forward(out, inp, w, NULL, B, IC, OC) == 0, "%s forward, no bias", what);
+  for (int i = 0; i < B; i++)
+    for (int o = 0; o < OC; o++) twice[i * OC + o] = rout->v[i * OC + o] - b[o];
+  CHECK_ERR(tu_rel_err_fd(out, twice, (size_t)B * OC), REF_TOL, "%s forward without bias", what);
+
+  free(inp), free(w), free(b), free(dout), free(out), free(dinp), free(dw), free(db), free(twice);
+  tu_ref_free(&r);
+}
+
+typedef struct {
+  float *out, *inp, *w, *b, *R;
+  int B, IC, OC;
+} linear_ctx;
+
+static double linear_loss(void *p) {
+  linear_ctx *c = p;
+  mt_linear_forward(c->out, c->inp, c->w, c->b, c->B, c->IC, c->OC);
+  return weighted_sum(c->out, c->R, (int64_t)c->B * c->OC);
+}
+
+static void test_linear_fd(int B, int IC, int OC, uint64_t seed) {
+  uint64_t rng = seed;
+  linear_ctx c = {0};
+  c.B = B, c.IC = IC, c.OC = OC;
+  int64_t ni = (int64_t)B * IC, nw = (int64_t)OC * IC, no = (int64_t)B * OC;
+  c.out = calloc((size_t)no, sizeof(float));
+  c.inp = malloc((size_t)ni * sizeof(float));
+  c.w = malloc((size_t)nw * sizeof(float));
+  c.b = malloc((size_t)OC * sizeof(float));
+  c.R = malloc((size_t)no * sizeof(float));
+  tu_fill(c.inp, (size_t)ni, &rng, 1.0f);
+  tu_fill(c.w, (size_t)nw, &rng, 1.0f);
+  tu_fill(c.b, (size_t)OC, &rng, 1.0f);
+  tu_fill(c.R, (size_t)no, &rng, 1.0f);
+  float *dinp = calloc((size_t)ni, sizeof(float));
+  float *dw = calloc((size_t)nw, sizeof(float));
+  float *db = calloc((size_t)OC, sizeof(float));
+  double *g = malloc((size_t)(ni > nw ? ni : nw) * sizeof(double));
+  mt_linear_backward(dinp, dw, db, c.R, c.inp, c.w, B, IC, OC);
+  /* the loss is affine in each argument: central differences are exact up
+   * to rounding, so a large step keeps the rounding error small */
+  const float h = 0.25f;
+  const double tol = 1e-5;
+  char what[64];
+  snprintf(what, sizeof(what), "linear B=%d IC=%d OC=%d vs finite differences", B, IC, OC);
+  fd_grad(g, c.inp, ni, h, linear_loss, &c);
+  CHECK_ERR(tu_rel_err_fd(dinp, g, (size_t)ni), tol, "%s: dinp", what);
+  fd_grad(g, c.w, nw, h, linear_loss, &c);
+  CHECK_ERR(tu_rel_err_fd(dw, g, (size_t)nw), tol, "%s: dw", what);
+  fd_grad(g, c.b, OC, h, linear_loss, &c);
+  CHECK_ERR(tu_rel_err_fd(db, g, (size_t)OC), tol, "%s: db", what);
+  free(c.out), free(c.inp), free(c.w), free(c.b), free(c.R);
+  free(dinp), free(dw), free(db), free(g);
+}
+
+/* ------------------------------------------------------------------ relu */
+
+static void test_relu_ref(void) {
+  tu_ref r;
+  tu_ref_load(&r, "relu.txt");
+  const tu_tensor *rinp = tu_ref_get(&r, "inp", -1);
+  int64_t n = rinp->n;
+  float *inp = tu_ref_floats(&r, "inp", n);
+  float *dout = tu_ref_floats(&r, "dout", n);
+  float *rout = tu_ref_floats(&r, "out", n);
+  float *rdinp = tu_ref_floats(&r, "dinp", n);
+  float *out = calloc((size_t)n, sizeof(float));
+  float *dinp = calloc((size_t)n, sizeof(float));
+  float *twice = malloc((size_t)n * sizeof(float));
+
+  /* relu only selects values: compare bit for bit with the float32 refs */
+  mt_relu_forward(out, inp, n);
+  CHECK_CLOSE_F(out, rout, (size_t)n, 0.0, "relu forward (exact)");
+  mt_relu_backward(dinp, dout, out, n);
+  CHECK_CLOSE_F(dinp, rdinp, (size_t)n, 0.0, "relu backward (exact, no gradient at 0)");
+  mt_relu_backward(dinp, dout, out, n);
+  for (int64_t i = 0; i < n; i++) twice[i] = 2 * rdinp[i];
+  CHECK_CLOSE_F(dinp, twice, (size_t)n, 0.0, "relu backward adds (twice gives twice)");
+
+  /* in place: dinp == dout is overwritten with the masked gradient */
+  memcpy(dinp, dout, (size_t)n * sizeof(float));
+  mt_relu_backward(dinp, dinp, out, n);
+  CHECK_CLOSE_F(dinp, rdinp, (size_t)n, 0.0, "relu backward in place (dinp == dout)");
+  /* in place forward: out == inp */
+  memcpy(dinp, inp, (size_t)n * sizeof(float));
+  mt_relu_forward(dinp, dinp, n);
+  CHECK_CLOSE_F(dinp, rout, (size_t)n, 0.0, "relu forward in place (out == inp)");
+
+  free(inp), free(dout), free(out), free(dinp), free(twice), free(rout), free(rdinp);
+  tu_ref_free(&r);
+}
+
+typedef struct {
+  float *out, *inp, *R;
+  int64_t n;
+} relu_ctx;
+
+static double relu_loss(void *p) {
+  relu_ctx *c = p;
+  mt_relu_forward(c->out, c->inp, c->n);
+  return weighted_sum(c->out, c->R, c->n);
+}
+
+static void test_relu_fd(void) {
+  uint64_t rng = 21;
+  relu_ctx c = {0};
+  c.n = 37;
+  c.out = calloc((size_t)c.n, sizeof(float));
+  c.inp = malloc((size_t)c.n * sizeof(float));
+  c.R = malloc((size_t)c.n * sizeof(float));
+  tu_fill(c.inp, (size_t)c.n, &rng, 1.0f);
+  tu_fill(c.R, (size_t)c.n, &rng, 1.0f);
+  /* keep every input at least 0.1 from the kink: with a step of 0.05 the
+   * loss is linear over the stencil and the differences are exact */
+  for (int64_t i = 0; i < c.n; i++)
+    if (fabsf(c.inp[i]) < 0.1f) c.inp[i] = c.inp[i] < 0 ? c.inp[i] - 0.1f : c.inp[i] + 0.1f;
+  float *dinp = calloc((size_t)c.n, sizeof(float));
+  double *g = malloc((size_t)c.n * sizeof(double));
+  mt_relu_forward(c.out, c.inp, c.n);
+  mt_relu_backward(dinp, c.R, c.out, c.n);
+  fd_grad(g, c.inp, c.n, 0.05f, relu_loss, &c);
+  CHECK_ERR(tu_rel_err_fd(dinp, g, (size_t)c.n), 1e-5, "relu n=37 vs finite differences");
+  free(c.out), free(c.inp), free(c.R), free(dinp), free(g);
+}
+
+/* ---------------------------------------------------- softmax cross-entropy */
+
+static void test_xent_ref(int B, int C) {
+  char file[64], what[64];
+  snprintf(file, sizeof(file), "xent_%d_%d.txt", B, C);
+  snprintf(what, sizeof(what), "softmax xent B=%d C=%d", B, C);
+  tu_ref r;
+  tu_ref_load(&r, file);
+  int64_t n = (int64_t)B * C;
+  float *logits = tu_ref_floats(&r, "logits", n);
+  const tu_tensor *ry = tu_ref_get(&r, "y", B);
+  float scale = (float)tu_ref_scalar(&r, "scale");
+  const tu_tensor *rprobs = tu_ref_get(&r, "probs", n);
+  const tu_tensor *rlosses = tu_ref_get(&r, "losses", B);
+  const tu_tensor *rdl = tu_ref_get(&r, "dlogits", n);
+  double loss_ref = tu_ref_scalar(&r, "loss_sum");
+  int64_t correct_ref = (int64_t)tu_ref_scalar(&r, "correct");
+  int32_t *y = malloc((size_t)B * sizeof(int32_t));
+  for (int i = 0; i < B; i++) y[i] = (int32_t)ry->v[i];
+  float *probs = calloc((size_t)n, sizeof(float));
+  float *losses = calloc((size_t)B, sizeof(float));
+  float *dl = calloc((size_t)n, sizeof(float));
+  double *twice = malloc((size_t)n * sizeof(double));
+
+  int64_t correct = 7; /* forward adds to it */
+  double loss = mt_softmax_xent_forward(probs, losses, &correct, logits, y, B, C);
+  CHECK_ERR(fabs(loss - loss_ref) / fmax(fabs(loss_ref), 1e-30), REF_TOL,
+            "%s forward loss sum %.9g", what, loss);
+  CHECK_CLOSE_REF(probs, rprobs, REF_TOL, "%s forward probs", what);
+  CHECK_CLOSE_REF(losses, rlosses, REF_TOL, "%s forward per-sample losses", what);
+  CHECK(correct == 7 + correct_ref, "%s forward adds %lld hits to correct (got %lld)", what,
+        (long long)correct_ref, (long long)(correct - 7));
+  mt_softmax_xent_backward(dl, probs, y, scale, B, C);
+  CHECK_CLOSE_REF(dl, rdl, REF_TOL, "%s backward (scale %g)", what, scale);
+  mt_softmax_xent_backward(dl, probs, y, scale, B, C);
+  for (int64_t i = 0; i < n; i++) twice[i] = 2 * rdl->v[i];
+  CHECK_ERR(tu_rel_err_fd(dl, twice, (size_t)n), REF_TOL, "%s backward adds", what);
+
+  correct = 0;
+  double loss2 = mt_softmax_xent_forward(probs, NULL, &correct, logits, y, B, C);
+  CHECK(fabs(loss2 - loss) <= 1e-12 * fabs(loss) && correct == correct_ref, "%s forward with losses = NULL", what);
+
+  free(logits), free(y), free(probs), free(losses), free(dl), free(twice);
+  tu_ref_free(&r);
+}
+
+typedef struct {
+  float *probs, *logits;
+  int32_t *y;
+  float scale;
+  int B, C;
+} xent_ctx;
+
+static double xent_loss(void *p) {
+  xent_ctx *c = p;
+  int64_t correct = 0;
+  return c->scale * mt_softmax_xent_forward(c->probs, NULL, &correct, c->logits, c->y, c->B, c->C);
+}
+
+static void test_xent_fd(int B, int C, float scale, float logit_scale, uint64_t seed) {
+  uint64_t rng = seed;
+  xent_ctx c = {0};
+  c.B = B, c.C = C, c.scale = scale;
+  int64_t n = (int64_t)B * C;
+  c.probs = calloc((size_t)n, sizeof(float));
+  c.logits = malloc((size_t)n * sizeof(float));
+  c.y = malloc((size_t)B * sizeof(int32_t));
+  tu_fill(c.logits, (size_t)n, &rng, logit_scale);
+  for (int i = 0; i < B; i++) c.y[i] = (int32_t)((tu_uniform(&rng) + 1) * 0.5 * C) % C;
+  float *dl = calloc((size_t)n, sizeof(float));
+  double *g = malloc((size_t)n * sizeof(double));
+  int64_t correct = 0;
+  mt_softmax_xent_forward(c.probs, NULL, &correct, c.logits, c.y, B, C);
+  mt_softmax_xent_backward(dl, c.probs, c.y, scale, B, C);
+  /* smooth loss: Richardson-extrapolated central differences; the error left
+   * is mostly float rounding of the loss (~1e-7 relative) over the step */
+  fd_grad_rich(g, c.logits, n, 0.05f, xent_loss, &c);
+  CHECK_ERR(tu_rel_err_fd(dl, g, (size_t)n), 1e-4,
+            "softmax xent B=%d C=%d scale=%g vs finite differences", B, C, scale);
+  free(c.probs), free(c.logits), free(c.y), free(dl), free(g);
+}
+
+int main(void) {
+  test_gemm();
+
+  test_linear_ref(4, 7, 5);
+  test_linear_ref(1, 3, 2);
+  test_linear_ref(16, 33, 17);
+  test_linear_ref(3, 1, 4);
+  test_linear_fd(3, 4, 5, 31);
+  test_linear_fd(1, 6, 3, 32);
+
+  test_relu_ref();
+  test_relu_fd();
+
+  test_xent_ref(1, 10);
+  test_xent_ref(1, 3);
+  test_xent_ref(4, 3);
+  test_xent_ref(16, 10);
+  test_xent_ref(5, 10);
+  test_xent_fd(3, 10, 1.0f, 2.0f, 41);
+  test_xent_fd(1, 3, 0.5f, 1.0f, 42);
+  test_xent_fd(4, 5, 0.25f, 4.0f, 43);
+
+  return tu_finish("test_nn");
+}

@@ -1,0 +1,182 @@
+/* The distributed sampler and the loader, under MPI at any rank count:
+ * - the permutation is a permutation, identical on every rank, different
+ *   between epochs;
+ * - every rank runs the same number of training steps, and the ranks'
+ *   micro-batches of a step partition that step's global batch;
+ * - validation blocks cover every index exactly once over the ranks;
+ * - the loader (with and without prefetch) hands out exactly the planned rows. */
+#include "data/data.h"
+#include "io/io.h"
+#include "testutil.h"
+
+#define CHECK_OK(expr, ...) CHECK((expr) == 0, __VA_ARGS__)
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int rank_, size_;
+
+static void test_permutation(void) {
+  const int64_t ns[] = {1, 2, 7, 1000, 60001};
+  for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+    int64_t n = ns[k];
+    int64_t *p = malloc((size_t)n * sizeof(*p)), *q = malloc((size_t)n * sizeof(*q));
+    char *seen = calloc((size_t)n, 1);
+    mt_sampler_permutation(42, 3, n, p);
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+      if (p[i] < 0 || p[i] >= n || seen[p[i]]) ok = 0;
+      else seen[p[i]] = 1;
+    }
+    CHECK(ok, "permutation of %lld is a permutation", (long long)n);
+    /* identical on every rank: compare hashes */
+    uint64_t h = mt_hash_bytes(p, (size_t)n * sizeof(*p), 0), lo, hi;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(lo == hi, "permutation of %lld identical on all %d ranks", (long long)n, size_);
+    if (n >= 7) {
+      mt_sampler_permutation(42, 4, n, q);
+      CHECK(memcmp(p, q, (size_t)n * sizeof(*p)) != 0, "epochs 3 and 4 differ (n=%lld)", (long long)n);
+      mt_sampler_permutation(43, 3, n, q);
+      CHECK(memcmp(p, q, (size_t)n * sizeof(*p)) != 0, "seeds 42 and 43 differ (n=%lld)", (long long)n);
+      mt_sampler_permutation(42, 3, n, q);
+      CHECK(memcmp(p, q, (size_t)n * sizeof(*p)) == 0, "same (seed, epoch) repeats (n=%lld)", (long long)n);
+    }
+    free(p), free(q), free(seen);
+  }
+}
+
+static void test_train_split(void) {
+  /* N not divisible by the world size nor the batch */
+  const int64_t n = 1001;
+  const int micro = 3, accum = 2;
+  const int B = micro * accum * size_;
+  int64_t steps = mt_sampler_train_steps(n, B, 0);
+  int64_t smin, smax;
+  MPI_Allreduce(&steps, &smin, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&steps, &smax, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(smin == smax && steps == n / B, "equal training steps on all ranks (%lld)", (long long)steps);
+  CHECK(mt_sampler_train_steps(n, B, 5) == (steps < 5 ? steps : 5), "max steps caps the epoch");
+  /* every position of each step's global batch used exactly once */
+  int ok = 1;
+  for (int64_t s = 0; s < steps && ok; s++) {
+    char *used = calloc((size_t)B, 1);
+    for (int r = 0; r < size_; r++)
+      for (int k = 0; k < accum; k++) {
+        int64_t f = mt_sampler_train_first(s, B, size_, r, k, micro);
+        for (int i = 0; i < micro; i++) {
+          int64_t pos = f + i - s * B;
+          if (pos < 0 || pos >= B || used[pos]) ok = 0;
+          else used[pos] = 1;
+        }
+      }
+    free(used);
+  }
+  CHECK(ok, "micro-batches of all ranks partition each global batch");
+}
+
+static void test_val_blocks(void) {
+  const int64_t ns[] = {1, 3, 10, 1001};
+  for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+    int64_t n = ns[k], start, count;
+    mt_sampler_val_block(n, rank_, size_, &start, &count);
+    int *mine = calloc((size_t)n, sizeof(int)), *all = calloc((size_t)n, sizeof(int));
+    for (int64_t i = start; i < start + count; i++) mine[i]++;
+    MPI_Allreduce(mine, all, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= all[i] == 1;
+    CHECK(ok, "validation of %lld samples on %d ranks: each index exactly once", (long long)n, size_);
+    free(mine), free(all);
+  }
+}
+
+/* A file whose row i holds the values i*10 + j, label i % 5. */
+static int make_file(const char *path, int64_t n, int d) {
+  float *x = malloc((size_t)(n * d) * sizeof(float));
+  int32_t *y = malloc((size_t)n * sizeof(int32_t));
+  for (int64_t i = 0; i < n; i++) {
+    for (int j = 0; j < d; j++) x[i * d + j] = (float)(i * 10 + j);
+    y[i] = (int32_t)(i % 5);
+  }
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  int64_t shape[2] = {n, d};
+  int e = mt_h5_write_floats(f, "x", 2, shape, x);
+  hsize_t dn = (hsize_t)n;
+  hid_t sp = H5Screate_simple(1, &dn, NULL);
+  hid_t ds = H5Dcreate2(f, "y", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (H5Dwrite(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y) < 0) e = 1;
+  H5Dclose(ds), H5Sclose(sp), H5Fclose(f);
+  free(x), free(y);
+  return e;
+}
+
+static void test_loader(void) {
+  char path[256];
+  snprintf(path, sizeof(path), "sampler_test_%d_%d.h5", (int)getpid(), rank_);
+  const int64_t n = 97;
+  const int d = 3;
+  CHECK(make_file(path, n, d) == 0, "test file written");
+  mt_dataset ds;
+  CHECK_OK(mt_dataset_open(&ds, path, MPI_COMM_SELF, NULL), "dataset opens");
+  CHECK(ds.n == n && ds.spec.sample_numel == d && ds.spec.nclasses == 5, "dataset shape and classes");
+  int64_t perm[97];
+  mt_sampler_permutation(7, 0, n, perm);
+  int counts[] = {10, 1, 30, 17, 0, 39};
+  for (int pf = 0; pf < 2; pf++) {
+    mt_loader *L = NULL;
+    CHECK_OK(mt_loader_create(&L, &ds, 40, pf), "loader created (prefetch %d)", pf);
+    int ok = 1;
+    for (int epoch = 0; epoch < 2; epoch++) {
+      CHECK_OK(mt_loader_start(L, perm, counts, 6), "plan started");
+      int64_t off = 0;
+      for (int b = 0; b < 6; b++) {
+        const float *x;
+        const int32_t *y;
+        int m;
+        if (mt_loader_next(L, &x, &y, &m)) {
+          ok = 0;
+          break;
+        }
+        /* the batch holds exactly the planned rows (in ascending order) */
+        char *want = calloc((size_t)n, 1);
+        for (int i = 0; i < counts[b]; i++) want[perm[off + i]] = 1;
+        ok &= m == counts[b];
+        for (int i = 0; i < m; i++) {
+          int64_t row = (int64_t)(x[i * d] / 10);
+          ok &= row >= 0 && row < n && want[row] && y[i] == row % 5 && x[i * d + 2] == row * 10 + 2;
+          if (row >= 0 && row < n) want[row] = 0;
+        }
+        free(want);
+        off += counts[b];
+      }
+    }
+    CHECK(ok, "loader hands out exactly the planned rows, two epochs (prefetch %d)", pf);
+    const float *x;
+    const int32_t *y;
+    int m;
+    mt_error_clear();
+    CHECK(mt_loader_next(L, &x, &y, &m) != 0, "asking past the plan is an error");
+    mt_error_clear();
+    mt_loader_destroy(&L);
+    CHECK(L == NULL, "loader destroyed");
+  }
+  mt_dataset_close(&ds);
+  unlink(path);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  mt_h5_quiet();
+  test_permutation();
+  test_train_split();
+  test_val_blocks();
+  test_loader();
+  int fails = tu_nfailed, all = 0;
+  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank_ == 0) printf("test_sampler on %d ranks: %d checks per rank, %d failed on all ranks\n", size_, tu_nchecks, all);
+  MPI_Finalize();
+  return all ? 1 : 0;
+}
