@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds mpitrain in DIR (default build/), passing any further
+# arguments to configure. Reconfigures only when needed.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+dir=${1:-build}
+shift || true
+cd "$top"
+[ -x configure ] && [ configure -nt configure.ac ] && [ Makefile.in -nt Makefile.am ] || autoreconf -fi >/dev/null
+mkdir -p "$dir"
+cd "$dir"
+if [ ! -f Makefile ] || [ "$top/configure" -nt Makefile ] || [ $# -gt 0 ]; then
+  "$top/configure" -q "$@"
+fi
+make -j"$(nproc)" >/dev/null
+echo "build: $top/$dir"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: `make check` in a normal build and
+# in an AddressSanitizer + UBSan build, then `make distcheck` (skip the last
+# two with MT_QUICK=1). Ends with one line 'N passed, N failed'.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+bash scripts/deps.sh || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# one Fashion-MNIST conversion shared by the builds
+export MT_FMNIST_DIR="$top/build/tests/work/fmnist"
+passed=0 failed=0 status=0
+
+tally() { # BUILD_DIR LABEL
+  local log=$1/test-suite.log p f
+  if [ ! -f "$log" ]; then
+    echo "check ($2): no test-suite.log"
+    failed=$((failed + 1)); status=1; return
+  fi
+  p=$(sed -n 's/^# PASS: *//p' "$log"); f=$(sed -n 's/^# FAIL: *//p' "$log")
+  e=$(sed -n 's/^# ERROR: *//p' "$log"); x=$(sed -n 's/^# XPASS: *//p' "$log")
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0} + ${e:-0} + ${x:-0}))
+  echo "check ($2): ${p:-0} passed, $(( ${f:-0} + ${e:-0} + ${x:-0} )) failed"
+}
+
+run_check() { # BUILD_DIR LABEL CONFIGURE_ARGS...
+  local dir=$1 label=$2
+  shift 2
+  if ! bash scripts/build.sh "$dir" "$@"; then
+    echo "check ($label): build failed"
+    failed=$((failed + 1)); status=1; return
+  fi
+  (cd "$dir" && make -j2 check >/dev/null 2>&1) || {
+    status=1
+    cat "$dir/test-suite.log" 2>/dev/null | tail -80
+  }
+  tally "$dir" "$label"
+}
+
+run_check build "default" --enable-werror
+if [ "${MT_QUICK:-0}" != 1 ]; then
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_check build-asan "asan+ubsan" --enable-werror \
+    CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+    LDFLAGS="-fsanitize=address,undefined"
+  unset ASAN_OPTIONS UBSAN_OPTIONS
+  if (cd build && make distcheck >distcheck.log 2>&1); then
+    passed=$((passed + 1)); echo "check (distcheck): ok"
+  else
+    failed=$((failed + 1)); status=1; echo "check (distcheck): FAILED"; tail -40 build/distcheck.log
+  fi
+fi
+echo "$passed passed, $failed failed"
+exit $status
