@@ -8,6 +8,7 @@
 #include <petscsys.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char help[] =
     "mpitrain: data-parallel training of neural networks on HDF5 data.\n"
@@ -36,6 +37,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mpitrain: error: MPI_Init_thread failed\n");
     return 1;
   }
+  /* PETSc reports an unreadable options file as a multi-line traceback
+   * from PetscInitialize; find it first and say it in one line. */
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "-options_file") && access(argv[i + 1], R_OK) != 0) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0)
+        fprintf(stderr, "mpitrain: error: option -options_file: cannot read %s\n", argv[i + 1]);
+      MPI_Finalize();
+      return 1;
+    }
   PETSC_COMM_WORLD = MPI_COMM_WORLD;
   if (PetscInitialize(&argc, &argv, NULL, help)) {
     fprintf(stderr, "mpitrain: error: PETSc initialisation failed\n");

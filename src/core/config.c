@@ -283,6 +283,7 @@ static void derive(mt_config *c) {
     else
       c->micro_batch_size = c->batch_size / W;
   }
+  if (c->micro_batch_size == 0) return; /* reported above */
   if ((long)W * c->micro_batch_size > c->batch_size ||
       c->batch_size % (W * c->micro_batch_size))
     bad("option -batch_size: %d is not divisible by ranks (%d) x -micro_batch_size (%d)",

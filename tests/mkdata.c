@@ -1,0 +1,482 @@
+/* mkdata: data files and checks for the test scripts.
+ *
+ *   mkdata synth OUT.h5 N D C SEED [uint8]   learnable synthetic classes
+ *   mkdata bad KIND OUT.h5                   a small file broken in one way
+ *   mkdata compare A.h5 B.h5 RTOL            float32 datasets of A vs B
+ *   mkdata stats FILE.h5                     shapes, label histogram, mean x
+ *
+ * synth: class c has a mean vector m_c (entries N(0, 1.5^2), fixed by D and C
+ * so that sets made with different seeds are the same task); a sample of
+ * class y is m_y + N(0, 1) noise, so classes are well separated and an MLP
+ * reaches high accuracy. float32 by default; with "uint8" the value
+ * v = 0.5 + x/12 is stored as round(255 v) clipped to 0..255 with scale 1/255.
+ * The file is a function of (N, D, C, SEED) only.
+ *
+ * Exit status: 0 success, 1 failure (one line on stderr), 2 usage error. */
+#include <hdf5.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  fputs("mkdata: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+/* ------------------------------------------------------------ random */
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * 0x1.0p-53; }
+
+static double normal(uint64_t *s) {
+  double u = uniform01(s), v = uniform01(s);
+  return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* x (n, d) float, y (n) in [0, c). The class means depend on (d, c) only, so
+ * files made with different seeds (a training and a validation set) are
+ * samples of the same task; the seed picks the samples. */
+static int synth_fill(long n, long d, int c, uint64_t seed, float **xo, int32_t **yo) {
+  uint64_t task = 0x5eed0000ull ^ ((uint64_t)d << 32) ^ (uint64_t)c;
+  uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+  float *m = malloc((size_t)c * (size_t)d * sizeof(*m));
+  float *x = malloc((size_t)(n ? n : 1) * (size_t)d * sizeof(*x));
+  int32_t *y = malloc((size_t)(n ? n : 1) * sizeof(*y));
+  if (!m || !x || !y) {
+    free(m), free(x), free(y);
+    fail("out of memory for %ld x %ld samples", n, d);
+    return -1;
+  }
+  for (long i = 0; i < (long)c * d; i++) m[i] = (float)(1.5 * normal(&task));
+  for (long i = 0; i < n; i++) {
+    y[i] = (int32_t)(splitmix64(&s) % (uint64_t)c);
+    for (long j = 0; j < d; j++) x[i * d + j] = m[y[i] * d + j] + (float)normal(&s);
+  }
+  free(m);
+  *xo = x;
+  *yo = y;
+  return 0;
+}
+
+/* ------------------------------------------------------------ writing */
+
+static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  if (sp < 0) return -1;
+  hid_t a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = a < 0 ? -1 : H5Awrite(a, mtype, v);
+  if (a >= 0 && H5Aclose(a) < 0) st = -1;
+  H5Sclose(sp);
+  return st < 0 ? -1 : 0;
+}
+
+static int attr_string(hid_t obj, const char *name, const char *str) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  int rc = -1;
+  if (t >= 0 && H5Tset_size(t, strlen(str) + 1) >= 0) rc = attr_write(obj, name, t, t, str);
+  if (t >= 0) H5Tclose(t);
+  return rc;
+}
+
+/* Contiguous dataset written whole; the opened dataset is returned in *out
+ * (caller closes). A zero-sized dataset is created but not written. */
+static int dset(hid_t f, const char *name, hid_t ftype, hid_t mtype, int rank,
+                const hsize_t *dims, const void *buf, hid_t *out) {
+  hid_t sp = H5Screate_simple(rank, dims, NULL), d = -1;
+  hsize_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  if (sp >= 0) d = H5Dcreate2(f, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  int rc = (sp < 0 || d < 0) ? -1 : 0;
+  if (!rc && n && H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) rc = -1;
+  if (sp >= 0) H5Sclose(sp);
+  if (rc && d >= 0) H5Dclose(d);
+  if (!rc) *out = d;
+  return rc;
+}
+
+/* What a (possibly broken) classification file looks like. */
+typedef struct {
+  long nx, ny, d;
+  int nclasses;
+  int has_x, has_y, has_scale, has_nclasses;
+  int xrank;   /* 2: (nx, d); 1: (nx) */
+  char xtype;  /* 'f' float32, 'u' uint8 (+scale), 'l' int64 */
+  char ytype;  /* 'i' int32, 'f' float32 */
+} layout;
+
+static int write_set(const char *path, const layout *L, const float *x, const int32_t *y,
+                     const char *source) {
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) {
+    fail("%s: cannot create", path);
+    return -1;
+  }
+  size_t nxe = (size_t)L->nx * (size_t)(L->xrank == 2 ? L->d : 1) + 1;
+  void *xb = malloc(nxe * 8), *yb = malloc(((size_t)L->ny + 1) * 8);
+  hid_t dx = -1, dy = -1;
+  int rc = -1;
+  if (!xb || !yb) goto out;
+  if (attr_string(f, "source", source)) goto out;
+  if (L->has_x) {
+    hsize_t dims[2] = {(hsize_t)L->nx, (hsize_t)L->d};
+    size_t n = nxe - 1;
+    hid_t ft = H5T_IEEE_F32LE, mt = H5T_NATIVE_FLOAT;
+    if (L->xtype == 'f') {
+      memcpy(xb, x, n * sizeof(float));
+    } else if (L->xtype == 'u') {
+      ft = H5T_STD_U8LE, mt = H5T_NATIVE_UCHAR;
+      for (size_t i = 0; i < n; i++) {
+        double v = 255.0 * (0.5 + x[i] / 12.0);
+        ((unsigned char *)xb)[i] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : lrint(v));
+      }
+    } else {
+      ft = H5T_STD_I64LE, mt = H5T_NATIVE_INT64;
+      for (size_t i = 0; i < n; i++) ((int64_t *)xb)[i] = (int64_t)lrint(10 * x[i]);
+    }
+    if (dset(f, "x", ft, mt, L->xrank, dims, xb, &dx)) goto out;
+    double scale = 1.0 / 255.0;
+    if (L->xtype == 'u' && L->has_scale &&
+        attr_write(dx, "scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale))
+      goto out;
+  }
+  if (L->has_y) {
+    hsize_t n = (hsize_t)L->ny;
+    hid_t ft = H5T_STD_I32LE, mt = H5T_NATIVE_INT32;
+    if (L->ytype == 'i') {
+      memcpy(yb, y, (size_t)n * sizeof(int32_t));
+    } else {
+      ft = H5T_IEEE_F32LE, mt = H5T_NATIVE_FLOAT;
+      for (hsize_t i = 0; i < n; i++) ((float *)yb)[i] = (float)y[i];
+    }
+    if (dset(f, "y", ft, mt, 1, &n, yb, &dy)) goto out;
+    if (L->has_nclasses && attr_write(dy, "nclasses", H5T_STD_I32LE, H5T_NATIVE_INT, &L->nclasses))
+      goto out;
+  }
+  rc = 0;
+out:
+  if (dx >= 0 && H5Dclose(dx) < 0) rc = -1;
+  if (dy >= 0 && H5Dclose(dy) < 0) rc = -1;
+  if (H5Fclose(f) < 0) rc = -1;
+  free(xb);
+  free(yb);
+  if (rc) fail("%s: write failed", path);
+  return rc;
+}
+
+static int parse_long(const char *s, long lo, long hi, const char *what, long *v) {
+  char *end;
+  *v = strtol(s, &end, 10);
+  if (!*s || *end || *v < lo || *v > hi) {
+    fail("%s: '%s' is not an integer in %ld..%ld", what, s, lo, hi);
+    return -1;
+  }
+  return 0;
+}
+
+static int cmd_synth(int argc, char **argv) {
+  long n, d, c, seed;
+  if (argc < 5 || argc > 6 || (argc == 6 && strcmp(argv[5], "uint8"))) {
+    fail("usage: mkdata synth OUT.h5 N D C SEED [uint8]");
+    return 2;
+  }
+  if (parse_long(argv[1], 0, 1L << 30, "N", &n) || parse_long(argv[2], 1, 1L << 20, "D", &d) ||
+      parse_long(argv[3], 1, 1L << 20, "C", &c) || parse_long(argv[4], 0, LONG_MAX, "SEED", &seed))
+    return 2;
+  float *x;
+  int32_t *y;
+  if (synth_fill(n, d, (int)c, (uint64_t)seed, &x, &y)) return 1;
+  layout L = {.nx = n, .ny = n, .d = d, .nclasses = (int)c, .has_x = 1, .has_y = 1,
+              .has_scale = 1, .has_nclasses = 1, .xrank = 2, .xtype = argc == 6 ? 'u' : 'f',
+              .ytype = 'i'};
+  char src[256];
+  snprintf(src, sizeof(src), "mkdata synth N=%ld D=%ld C=%ld SEED=%ld%s", n, d, c, seed,
+           argc == 6 ? " uint8" : "");
+  int rc = write_set(argv[0], &L, x, y, src);
+  free(x);
+  free(y);
+  return rc ? 1 : 0;
+}
+
+static const char *const bad_kinds[] = {"nox",       "noy",       "xdtype", "ydtype",
+                                        "xrank",     "nmismatch", "label_high", "label_neg",
+                                        "empty",     "garbage",   "noclasses",  "noscale",
+                                        NULL};
+
+static int cmd_bad(int argc, char **argv) {
+  if (argc != 2) {
+    fail("usage: mkdata bad KIND OUT.h5");
+    return 2;
+  }
+  const char *kind = argv[0], *path = argv[1];
+  int known = 0;
+  for (int i = 0; bad_kinds[i]; i++) known |= !strcmp(kind, bad_kinds[i]);
+  if (!known) {
+    fail("bad: unknown KIND '%s' (nox noy xdtype ydtype xrank nmismatch label_high label_neg "
+         "empty garbage noclasses noscale)", kind);
+    return 2;
+  }
+  if (!strcmp(kind, "garbage")) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+      fail("%s: cannot create", path);
+      return 1;
+    }
+    uint64_t s = 7;
+    fputs("this is not an HDF5 file\n", f);
+    for (int i = 0; i < 4096; i++) fputc((int)(splitmix64(&s) & 0xff), f);
+    if (fclose(f)) {
+      fail("%s: write failed", path);
+      return 1;
+    }
+    return 0;
+  }
+  float *x;
+  int32_t *y;
+  if (synth_fill(64, 8, 4, 1, &x, &y)) return 1;
+  layout L = {.nx = 64, .ny = 64, .d = 8, .nclasses = 4, .has_x = 1, .has_y = 1,
+              .has_scale = 1, .has_nclasses = 1, .xrank = 2, .xtype = 'f', .ytype = 'i'};
+  if (!strcmp(kind, "nox")) L.has_x = 0;
+  if (!strcmp(kind, "noy")) L.has_y = 0;
+  if (!strcmp(kind, "xdtype")) L.xtype = 'l';
+  if (!strcmp(kind, "ydtype")) L.ytype = 'f';
+  if (!strcmp(kind, "xrank")) L.xrank = 1;
+  if (!strcmp(kind, "nmismatch")) L.ny = 60;
+  if (!strcmp(kind, "label_high")) y[37] = 4;
+  if (!strcmp(kind, "label_neg")) y[41] = -1;
+  if (!strcmp(kind, "empty")) L.nx = L.ny = 0;
+  if (!strcmp(kind, "noclasses")) L.has_nclasses = 0;
+  if (!strcmp(kind, "noscale")) L.xtype = 'u', L.has_scale = 0;
+  char src[128];
+  snprintf(src, sizeof(src), "mkdata bad %s (deliberately broken)", kind);
+  int rc = write_set(path, &L, x, y, src);
+  free(x);
+  free(y);
+  return rc ? 1 : 0;
+}
+
+/* ------------------------------------------------------------ reading */
+
+/* Reads a whole dataset as float (converted by HDF5); rank, dims out. */
+static float *read_float(hid_t f, const char *file, const char *name, int *rank, hsize_t *dims,
+                         size_t *n) {
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  hid_t sp = d < 0 ? -1 : H5Dget_space(d);
+  float *buf = NULL;
+  *rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+  if (*rank < 0 || *rank > 16 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
+    fail("%s: cannot read dataset /%s", file, name);
+    goto out;
+  }
+  *n = 1;
+  for (int i = 0; i < *rank; i++) *n *= dims[i];
+  buf = malloc((*n ? *n : 1) * sizeof(float));
+  if (!buf || (*n && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {
+    fail("%s: cannot read dataset /%s as float", file, name);
+    free(buf);
+    buf = NULL;
+  }
+out:
+  if (sp >= 0) H5Sclose(sp);
+  if (d >= 0) H5Dclose(d);
+  return buf;
+}
+
+/* Type class and size of a root dataset; class H5T_NO_CLASS if not one. */
+static H5T_class_t dset_class(hid_t f, const char *name, size_t *size) {
+  H5T_class_t c = H5T_NO_CLASS;
+  *size = 0;
+  if (H5Lexists(f, name, H5P_DEFAULT) <= 0) return c;
+  hid_t o = H5Oopen(f, name, H5P_DEFAULT);
+  if (o < 0) return c;
+  if (H5Iget_type(o) == H5I_DATASET) {
+    hid_t t = H5Dget_type(o);
+    if (t >= 0) {
+      c = H5Tget_class(t);
+      *size = H5Tget_size(t);
+      H5Tclose(t);
+    }
+  }
+  H5Oclose(o);
+  return c;
+}
+
+typedef struct {
+  hid_t b;
+  const char *fa, *fb;
+  double rtol;
+  int seen, bad;
+} cmp_ctx;
+
+static void shape_str(char *s, size_t len, int rank, const hsize_t *dims) {
+  size_t k = (size_t)snprintf(s, len, "(");
+  for (int i = 0; i < rank && k < len; i++)
+    k += (size_t)snprintf(s + k, len - k, "%s%llu", i ? "," : "", (unsigned long long)dims[i]);
+  if (k < len) snprintf(s + k, len - k, ")");
+}
+
+static herr_t cmp_one(hid_t a, const char *name, const H5L_info_t *info, void *op) {
+  (void)info;
+  cmp_ctx *c = op;
+  size_t sa, sb;
+  if (dset_class(a, name, &sa) != H5T_FLOAT || sa != 4) return 0; /* float32 only */
+  c->seen++;
+  if (dset_class(c->b, name, &sb) != H5T_FLOAT) {
+    printf("%-40s MISSING (no float dataset of that name in %s)\n", name, c->fb);
+    c->bad++;
+    return 0;
+  }
+  int ra, rb;
+  hsize_t da[16], db[16];
+  size_t na, nb;
+  float *xa = read_float(a, c->fa, name, &ra, da, &na);
+  float *xb = xa ? read_float(c->b, c->fb, name, &rb, db, &nb) : NULL;
+  if (!xa || !xb) {
+    free(xa);
+    c->bad++;
+    return 0;
+  }
+  int same = ra == rb;
+  for (int i = 0; same && i < ra; i++) same = da[i] == db[i];
+  char sha[256], shb[256];
+  shape_str(sha, sizeof(sha), ra, da);
+  shape_str(shb, sizeof(shb), rb, db);
+  if (!same) {
+    printf("%-40s SHAPE MISMATCH %s vs %s in %s\n", name, sha, shb, c->fb);
+    c->bad++;
+  } else {
+    /* NaN anywhere makes err NaN, which fails the test below. */
+    double amax = 0, dmax = 0;
+    for (size_t i = 0; i < na; i++) {
+      double d = fabs((double)xa[i] - (double)xb[i]);
+      if (!(fabs(xa[i]) <= amax)) amax = fabs(xa[i]);
+      if (!(d <= dmax)) dmax = d;
+      if (isnan(amax) || isnan(dmax)) break;
+    }
+    double err = dmax / fmax(amax, 1e-30);
+    if (isnan(amax)) err = NAN;
+    int ok = err <= c->rtol;
+    printf("%-40s %-16s rel_err %.3e %s\n", name, sha, err, ok ? "ok" : "FAIL");
+    c->bad += !ok;
+  }
+  free(xa);
+  free(xb);
+  return 0;
+}
+
+static int cmd_compare(int argc, char **argv) {
+  char *end;
+  double rtol = argc == 3 ? strtod(argv[2], &end) : -1;
+  if (argc != 3 || *end || !(rtol >= 0)) {
+    fail("usage: mkdata compare A.h5 B.h5 RTOL (RTOL >= 0)");
+    return 2;
+  }
+  hid_t a = H5Fopen(argv[0], H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t b = a < 0 ? -1 : H5Fopen(argv[1], H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (a < 0 || b < 0) {
+    fail("%s: cannot open as HDF5", a < 0 ? argv[0] : argv[1]);
+    if (a >= 0) H5Fclose(a);
+    return 1;
+  }
+  cmp_ctx c = {.b = b, .fa = argv[0], .fb = argv[1], .rtol = rtol};
+  hsize_t idx = 0;
+  herr_t st = H5Literate(a, H5_INDEX_NAME, H5_ITER_INC, &idx, cmp_one, &c);
+  H5Fclose(a);
+  H5Fclose(b);
+  if (st < 0) {
+    fail("%s: cannot list the root group", argv[0]);
+    return 1;
+  }
+  if (c.seen == 0) {
+    fail("%s: no float32 dataset at the root to compare", argv[0]);
+    return 1;
+  }
+  printf("%d dataset%s compared, %d failed (rtol %g)\n", c.seen, c.seen == 1 ? "" : "s", c.bad,
+         rtol);
+  return c.bad ? 1 : 0;
+}
+
+/* Shapes, the mean/min/max of x (times scale), the label histogram. */
+static int cmd_stats(int argc, char **argv) {
+  if (argc != 1) {
+    fail("usage: mkdata stats FILE.h5");
+    return 2;
+  }
+  hid_t f = H5Fopen(argv[0], H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    fail("%s: cannot open as HDF5", argv[0]);
+    return 1;
+  }
+  int rx, ry, rc = 1;
+  hsize_t dx[16], dy[16];
+  size_t nx, ny;
+  float *x = read_float(f, argv[0], "x", &rx, dx, &nx);
+  float *y = x ? read_float(f, argv[0], "y", &ry, dy, &ny) : NULL;
+  double scale = 1.0;
+  int nc = 0;
+  if (!x || !y) goto out;
+  if (H5Aexists_by_name(f, "x", "scale", H5P_DEFAULT) > 0) {
+    hid_t at = H5Aopen_by_name(f, "x", "scale", H5P_DEFAULT, H5P_DEFAULT);
+    if (at < 0 || H5Aread(at, H5T_NATIVE_DOUBLE, &scale) < 0) scale = NAN;
+    if (at >= 0) H5Aclose(at);
+  }
+  if (H5Aexists_by_name(f, "y", "nclasses", H5P_DEFAULT) > 0) {
+    hid_t at = H5Aopen_by_name(f, "y", "nclasses", H5P_DEFAULT, H5P_DEFAULT);
+    if (at < 0 || H5Aread(at, H5T_NATIVE_INT, &nc) < 0) nc = -1;
+    if (at >= 0) H5Aclose(at);
+  }
+  double sum = 0, lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < nx; i++) {
+    double v = x[i] * scale;
+    sum += v;
+    lo = fmin(lo, v);
+    hi = fmax(hi, v);
+  }
+  printf("x: rank %d, %zu values, scale %.9g, mean %.6f min %.6f max %.6f\n", rx, nx, scale,
+         nx ? sum / (double)nx : 0.0, lo, hi);
+  printf("y: %zu labels, nclasses %d, histogram:", ny, nc);
+  long hist[256] = {0}, outside = 0;
+  for (size_t i = 0; i < ny; i++) {
+    if (y[i] >= 0 && y[i] < 256 && (int)y[i] < (nc > 0 ? nc : 256))
+      hist[(int)y[i]]++;
+    else
+      outside++;
+  }
+  for (int k = 0; k < (nc > 0 && nc <= 256 ? nc : 0); k++) printf(" %ld", hist[k]);
+  printf("; outside: %ld\n", outside);
+  rc = 0;
+out:
+  free(x);
+  free(y);
+  H5Fclose(f);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (argc >= 2 && !strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "bad")) return cmd_bad(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "compare")) return cmd_compare(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "stats")) return cmd_stats(argc - 2, argv + 2);
+  fprintf(stderr,
+          "usage: mkdata synth OUT.h5 N D C SEED [uint8]\n"
+          "       mkdata bad KIND OUT.h5   (KIND: nox noy xdtype ydtype xrank nmismatch\n"
+          "                                 label_high label_neg empty garbage noclasses noscale)\n"
+          "       mkdata compare A.h5 B.h5 RTOL\n"
+          "       mkdata stats FILE.h5\n");
+  return 2;
+}

@@ -1,0 +1,97 @@
+#!/bin/bash
+# Options: every bad option is one line 'mpitrain: error: ...' naming the
+# option, a non-zero exit and no hang, on 1 and 2 ranks; -help documents the
+# options; -options_file and PETSC_OPTIONS are read; good runs train.
+. "${top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+
+need_bin "$MPITRAIN" "$MKDATA"
+make_work
+unset PETSC_OPTIONS
+
+T=$TEST_TIMEOUT
+TRAIN=$WORK/train.h5
+"$MKDATA" synth "$TRAIN" 256 8 4 1 >/dev/null || bail "mkdata synth failed"
+"$MKDATA" synth "$WORK/val.h5" 64 8 4 2 >/dev/null || bail "mkdata synth failed"
+
+# Common options of a tiny run; each case adds what it tests.
+SMALL=(-model mlp -mlp_hidden 8 -log_every 0)
+
+for np in 1 2; do
+  # sp runs on one rank only; the good runs use ddp on more.
+  B=sp
+  [ "$np" -gt 1 ] && B=ddp
+  expect_error "np=$np unknown option -epochz" -epochz \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+    -epochz 3 -output_dir "$(out)"
+  expect_error "np=$np malformed -epochs ten" -epochs \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs ten -batch_size 8 \
+    -output_dir "$(out)"
+  expect_error "np=$np out-of-range -lr -1" -lr \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+    -lr -1 -output_dir "$(out)"
+  expect_error "np=$np -batch_size 0" -batch_size \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 0 \
+    -output_dir "$(out)"
+  expect_error "np=$np unknown -backend foo" -backend \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+    -backend foo -output_dir "$(out)"
+  expect_error "np=$np missing -data_train" -data_train \
+    run_mpi "$np" "$T" "$MPITRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+  d=$(out)
+  expect_error "np=$np -options_file missing file" nonexistent.opts \
+    run_mpi "$np" "$T" "$MPITRAIN" -options_file "$WORK/nonexistent.opts" -output_dir "$d"
+  expect_empty_dir "np=$np failed runs leave no output" "$d"
+
+  expect_ok "np=$np -help exits 0" run_mpi "$np" "$T" "$MPITRAIN" -help
+  for opt in -backend -epochs -ddp_bucket_mb -data_train -batch_size -lr; do
+    expect_output "np=$np -help lists $opt" "$opt"
+  done
+
+  # Positive controls: the same small run without the mistake trains.
+  d=$(out)
+  expect_ok "np=$np good run ($B)" \
+    run_mpi "$np" "$T" "$MPITRAIN" -backend $B -data_train "$TRAIN" -data_val "$WORK/val.h5" \
+    "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$d"
+  expect_nonempty_dir "np=$np good run wrote output" "$d"
+
+  # -options_file: a bad value in the file is reported; a good file trains.
+  f=$WORK/bad-$np.opts
+  printf '%s\n' "# a comment line" "-data_train $TRAIN" "-model mlp" "-mlp_hidden 8" \
+    "-epochs ten" "-batch_size 8" >"$f"
+  expect_error "np=$np -options_file with -epochs ten" -epochs \
+    run_mpi "$np" "$T" "$MPITRAIN" -options_file "$f" -output_dir "$(out)"
+  f=$WORK/good-$np.opts
+  d=$(out)
+  printf '%s\n' "# a good options file" "-data_train $TRAIN" "-model mlp" "-mlp_hidden 8" \
+    "-epochs 1" "-batch_size 8" "-log_every 0" "-output_dir $d" "-backend $B" >"$f"
+  expect_ok "np=$np -options_file good file trains" \
+    run_mpi "$np" "$T" "$MPITRAIN" -options_file "$f"
+  expect_nonempty_dir "np=$np -options_file run wrote output" "$d"
+
+  # PETSC_OPTIONS: read like the command line.
+  expect_error "np=$np PETSC_OPTIONS with -lr -1" -lr \
+    with_env PETSC_OPTIONS="-lr -1" \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+    -output_dir "$(out)"
+  d=$(out)
+  expect_ok "np=$np PETSC_OPTIONS good options train" \
+    with_env PETSC_OPTIONS="-backend $B -data_train $TRAIN -model mlp -mlp_hidden 8 -epochs 1 \
+-batch_size 8 -log_every 0 -output_dir $d" \
+    run_mpi "$np" "$T" "$MPITRAIN"
+  expect_nonempty_dir "np=$np PETSC_OPTIONS run wrote output" "$d"
+done
+
+# Divisibility needs more than one rank.
+expect_error "np=2 -batch_size 100 -micro_batch_size 16" -batch_size \
+  run_mpi 2 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 100 \
+  -micro_batch_size 16 -output_dir "$(out)"
+expect_error "np=2 -batch_size 7 (odd)" -batch_size \
+  run_mpi 2 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 7 \
+  -output_dir "$(out)"
+d=$(out)
+expect_ok "np=2 good run (ddp, accumulation 2)" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
+  -batch_size 16 -micro_batch_size 4 -output_dir "$d"
+expect_nonempty_dir "np=2 ddp run wrote output" "$d"
+
+finish
