@@ -23,13 +23,21 @@ int mt_sgd_step(const mt_param_table *t, float *params, const float *grads, floa
         b[i] = d;
         p[i] -= lrf * (h->nesterov ? d + mom * d : d);
       }
+    } else if (h->nesterov) {
+#pragma omp parallel for simd schedule(static) if (n > 262144)
+      for (size_t i = 0; i < n; i++) {
+        float d = g[i] + wd * p[i];
+        float v = mom * b[i] + damp * d;
+        b[i] = v;
+        p[i] -= lrf * (d + mom * v);
+      }
     } else {
 #pragma omp parallel for simd schedule(static) if (n > 262144)
       for (size_t i = 0; i < n; i++) {
         float d = g[i] + wd * p[i];
         float v = mom * b[i] + damp * d;
         b[i] = v;
-        p[i] -= lrf * (h->nesterov ? d + mom * v : v);
+        p[i] -= lrf * v;
       }
     }
   }
