@@ -13,14 +13,15 @@ need_bin "$MPITRAIN" "$MKDATA"
 common=(-model mlp -mlp_hidden 64,48 -data_train "$WORK/train.h5" -data_val "$WORK/val.h5"
   -epochs 2 -max_train_steps_per_epoch 12 -batch_size 32 -lr 0.05 -momentum 0.9 -nesterov
   -weight_decay 1e-3 -clip_grad_norm 2.0 -lr_schedule cosine -warmup_steps 3 -seed 5
-  -threads 1 -log_every 0 -ddp_bucket_mb 0.005)
+  -log_every 0 -ddp_bucket_mb 0.005)
 
-train() { # NAME NP BACKEND MICRO
+train() { # NAME NP BACKEND MICRO [THREADS [SPLIT]]
   local o="$WORK/$1"
-  run_logged run_mpi "$2" 120 "$MPITRAIN" "${common[@]}" -backend "$3" -micro_batch_size "$4" -output_dir "$o"
+  run_logged run_mpi "$2" 120 "$MPITRAIN" "${common[@]}" -backend "$3" -micro_batch_size "$4" \
+    -threads "${5:-1}" -thread_split "${6:-batch}" -output_dir "$o"
   if [ "$LAST_RC" != 0 ]; then fail "train $1" "exit $LAST_RC"; return 1; fi
   [ -f "$o/model_final.h5" ] || { fail "train $1" "no model_final.h5"; return 1; }
-  pass "train $1 ($2 ranks, $3, micro-batch $4)"
+  pass "train $1 ($2 ranks, $3, micro-batch $4, ${5:-1} threads)"
 }
 
 same() { # NAME A B
@@ -34,7 +35,10 @@ train ddp1 1 ddp 32
 train ddp2 2 ddp 16
 train ddp4 4 ddp 8
 train ddp2acc 2 ddp 8
-train ddp4seed 4 ddp 8
+train sp1t2 1 sp 32 2 batch
+train sp1t3acc 1 sp 8 3 batch
+train sp1gemm 1 sp 32 2 gemm
+train ddp2t2 2 ddp 16 2 batch
 
 same "ddp at 1 rank == sp" sp1 ddp1
 same "ddp at 2 ranks == sp" sp1 ddp2
@@ -42,6 +46,10 @@ same "ddp at 4 ranks == sp" sp1 ddp4
 same "sp with 4 micro-steps == sp" sp1 sp1acc
 same "ddp 4 ranks x 1 micro-step == sp 1 rank x 4 micro-steps" sp1acc ddp4
 same "ddp 2 ranks x 2 micro-steps == sp" sp1 ddp2acc
+same "sp with 2 threads splitting the batch == sp" sp1 sp1t2
+same "sp with 3 threads and 4 micro-steps == sp" sp1 sp1t3acc
+same "sp with oneDNN-threaded GEMMs == sp" sp1 sp1gemm
+same "ddp 2 ranks x 2 threads == sp" sp1 ddp2t2
 
 # the comparison can fail: another seed gives other parameters
 run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" -backend sp -micro_batch_size 32 -seed 6 -output_dir "$WORK/sp1seed6"

@@ -161,6 +161,7 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   static const char *const backends[] = {"sp", "ddp", NULL};
   static const char *const models[] = {"mlp", NULL};
   static const char *const optimizers[] = {"sgd", NULL};
+  static const char *const splits[] = {"batch", "gemm", NULL};
   static const char *const schedules[] = {"constant", "step", "cosine", NULL};
   char s[MT_PATH_MAX * MT_MAX_VAL];
   PetscBool set;
@@ -233,6 +234,10 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   c->seed = (uint64_t)seed;
   PetscCall(opt_int(PetscOptionsObject, "-threads",
                     "Threads per rank (0: the node's cores / its ranks)", 0, 0, 4096, &c->threads));
+  PetscCall(opt_choice(PetscOptionsObject, "-thread_split",
+                       "How a rank's threads share work: batch (each thread its rows) or gemm "
+                       "(oneDNN threads every GEMM)", splits, c->thread_split,
+                       sizeof(c->thread_split)));
   PetscCall(opt_int(PetscOptionsObject, "-log_every", "Progress line every this many steps (0: off)",
                     50, 0, INT_MAX, &c->log_every));
   PetscCall(opt_str(PetscOptionsObject, "-output_dir", "Directory for the learning curve",

@@ -39,6 +39,7 @@ typedef struct {
   double clip_grad_norm; /* 0 = off                                         */
   uint64_t seed;
   int threads;
+  char thread_split[8]; /* batch | gemm                                   */
   int log_every;
   char output_dir[MT_PATH_MAX];
   double ddp_bucket_mb;

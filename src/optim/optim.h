@@ -1,8 +1,16 @@
-/* Optimizers, learning-rate schedules and gradient clipping on flat buffers. */
+/* Optimizers, learning-rate schedules and gradient clipping on flat buffers.
+ *
+ * Every buffer here has the layout of the parameter table (one flat float
+ * buffer, tensors at t->p[i].offset); optimizer state uses the same layout,
+ * so a step is one loop per tensor. Loops over large tensors run on OpenMP
+ * threads (above 256 Ki elements) and are written to vectorize; the AdamW
+ * loop needs -fno-math-errno for its sqrtf to become a vector instruction. */
 #ifndef MT_OPTIM_H
 #define MT_OPTIM_H
 
 #include "mpitrain/mpitrain.h"
+
+/* ------------------------------------------------------------------- SGD */
 
 typedef struct {
   double momentum, dampening, weight_decay;
@@ -14,29 +22,181 @@ typedef struct {
  *   buf = g on the first step, else momentum * buf + (1 - dampening) * g
  *   g = g + momentum * buf if nesterov, else buf
  *   p -= lr * g
- * buf may be NULL when momentum == 0. */
+ * buf may be NULL when momentum == 0. all_decay = 0 is -weight_decay_skip_1d:
+ * 1-d tensors (biases, norm scales; decay == 0 in the table) get no decay,
+ * as PyTorch does with a second param group of weight_decay 0. */
 int mt_sgd_step(const mt_param_table *t, float *params, const float *grads, float *buf,
                 int first_step, const mt_sgd_hparams *h, int all_decay, double lr);
 
-typedef enum { MT_LR_CONSTANT, MT_LR_STEP, MT_LR_COSINE } mt_lr_kind;
+/* ----------------------------------------------------------------- AdamW */
+
+typedef struct {
+  double beta1, beta2, eps, weight_decay;
+  int amsgrad;
+} mt_adamw_hparams;
+
+/* torch.optim.AdamW's defaults: betas (0.9, 0.999), eps 1e-8, weight_decay
+ * 1e-2, amsgrad off. */
+mt_adamw_hparams mt_adamw_defaults(void);
+
+/* 0 when 0 <= beta1, beta2 < 1, eps >= 0 and weight_decay >= 0 (PyTorch's
+ * checks); else MT_ERR_OPTION naming the option (-adam_beta1, ...). */
+int mt_adamw_check(const mt_adamw_hparams *h);
+
+/* AdamW state: two (three with amsgrad) flat buffers of n floats with the
+ * layout of the parameters, and the number of steps taken. PyTorch keeps a
+ * step count per tensor; every tensor of the table steps together here, so
+ * one count is the same thing. A checkpoint stores the buffers and step. */
+typedef struct {
+  float *exp_avg;        /* first moment m                                  */
+  float *exp_avg_sq;     /* second moment v                                 */
+  float *max_exp_avg_sq; /* running max of v (amsgrad only, else NULL)      */
+  size_t n;              /* floats in each buffer                           */
+  long step;             /* steps taken; the next step is step + 1          */
+} mt_adamw_state;
+
+/* Allocates zeroed buffers of n floats (64-byte aligned) and sets step = 0.
+ * On failure nothing stays allocated. Free with mt_adamw_state_free, which
+ * accepts a zeroed or already freed state. */
+int mt_adamw_state_init(mt_adamw_state *s, size_t n, int amsgrad);
+void mt_adamw_state_free(mt_adamw_state *s);
+
+/* One step of torch.optim.AdamW (1.13, foreach or not) on the flat buffer.
+ * With k = ++s->step, per element, in this order:
+ *   p *= 1 - lr * wd                   (wd only where t->p[i].decay or all_decay)
+ *   m = beta1 * m + (1 - beta1) * g
+ *   v = beta2 * v + (1 - beta2) * g * g
+ *   vmax = max(vmax, v) and v' = vmax with amsgrad, else v' = v
+ *   p -= lr / (1 - beta1^k) * m / (sqrt(v') / sqrt(1 - beta2^k) + eps)
+ * lr may change between calls (schedules). Scalars are formed in double,
+ * elements are updated in float. Returns MT_ERR_ARG when the state is
+ * missing a buffer or is smaller than t->total, MT_ERR_OPTION for bad
+ * hyper-parameters (mt_adamw_check); nothing is changed then. */
+int mt_adamw_step(const mt_param_table *t, float *params, const float *grads, mt_adamw_state *s,
+                  const mt_adamw_hparams *h, int all_decay, double lr);
+
+/* --------------------------------------------------------------- schedules */
+
+typedef enum {
+  MT_LR_CONSTANT,
+  MT_LR_STEP,      /* StepLR                                                */
+  MT_LR_COSINE,    /* CosineAnnealingLR (held at min after the run)         */
+  MT_LR_MULTISTEP, /* MultiStepLR                                           */
+  MT_LR_LINEAR,    /* LinearLR(start_factor=1, end_factor, total_iters)     */
+  MT_LR_ONECYCLE,  /* OneCycleLR, cos annealing, two phases                 */
+  MT_LR_PLATEAU,   /* ReduceLROnPlateau, threshold_mode rel                 */
+  MT_LR_NKINDS
+} mt_lr_kind;
+
+#define MT_LR_MAX_MILESTONES 32
+/* ReduceLROnPlateau's eps: a reduction smaller than this is skipped. */
+#define MT_LR_PLATEAU_EPS 1e-8
+
+/* The state of the plateau schedule (the only one with state); a checkpoint
+ * saves it (see mt_lr_state_pack) and a restart puts it back. */
+typedef struct {
+  double lr;             /* current learning rate, before any warm-up ramp  */
+  double best;           /* best metric so far (+inf / -inf at the start)   */
+  long num_bad_epochs;   /* epochs without improvement                      */
+  long cooldown_counter; /* epochs of cooldown left                         */
+  long last_epoch;       /* metrics seen                                    */
+  int ready;             /* set by mt_lr_schedule_setup                     */
+} mt_lr_plateau_state;
 
 typedef struct {
   mt_lr_kind kind;
-  double base, gamma, min;
-  long step_size, warmup, total;
+  double base;    /* lr; max_lr for onecycle                                 */
+  double gamma;   /* step, multistep: decay factor; plateau: factor (< 1)    */
+  double min;     /* cosine: eta_min; plateau: min_lr                        */
+  long step_size; /* step: period in steps                                   */
+  long warmup;    /* linear warm-up steps (see mt_lr_at)                     */
+  long total;     /* steps in the run: cosine, linear, onecycle              */
+  /* multistep: decay by gamma at each milestone (steps after warm-up; any
+   * order; a repeated milestone decays once per repeat, as in PyTorch) */
+  int nmilestones;
+  long milestones[MT_LR_MAX_MILESTONES];
+  double end_factor; /* linear: lr goes from base to base * end_factor       */
+  /* onecycle: pct_start, div_factor (initial = base / div_factor),
+   * final_div_factor (final = initial / final_div_factor) */
+  double pct_start, div_factor, final_div_factor;
+  /* plateau: threshold (relative), patience and cooldown in epochs, and
+   * mode_max = 1 when a larger metric is better (accuracy) */
+  double threshold;
+  long patience, cooldown;
+  int mode_max;
+  mt_lr_plateau_state plateau;
 } mt_lr_schedule;
 
-/* Learning rate used by optimizer step t (0-based). With warmup W, the
- * schedule runs on u = max(t - W, 0) and is multiplied by (t + 1) / W while
- * t < W. step: base * gamma^floor(u / step_size). cosine: anneals from base
- * to min over S = total - W steps, min + (base - min)(1 + cos(pi u / S)) / 2,
- * and stays at min after S (PyTorch's CosineAnnealingLR would rise again). */
+/* Name <-> kind: "constant", "step", "cosine", "multistep", "linear",
+ * "onecycle", "plateau". parse returns MT_ERR_OPTION naming -lr_schedule
+ * and the choices for an unknown name; kind_name gives "?" for a bad kind. */
+const char *mt_lr_kind_name(mt_lr_kind k);
+int mt_lr_kind_parse(const char *name, mt_lr_kind *k);
+
+/* A schedule of the given kind and base lr with PyTorch's defaults for the
+ * rest: gamma 0.1, step_size 1, pct_start 0.3, div_factor 25,
+ * final_div_factor 1e4, threshold 1e-4, patience 10, cooldown 0, min 0, no
+ * warm-up, no milestones; end_factor 0 (LinearLR's default end is 1.0, a
+ * constant; decay to zero is the useful default here). */
+void mt_lr_schedule_defaults(mt_lr_schedule *s, mt_lr_kind kind, double base);
+
+/* Checks the fields the kind uses (MT_ERR_OPTION with a message naming the
+ * field) and resets the plateau state to the start (lr = base). Call it once
+ * after filling the struct, before mt_lr_at / mt_lr_plateau_step, and before
+ * mt_lr_state_unpack on restart. Rejects onecycle with warm-up > 0 (its
+ * first phase is a warm-up already). */
+int mt_lr_schedule_setup(mt_lr_schedule *s);
+
+/* Learning rate used by optimizer step t (0-based), in closed form for every
+ * kind but plateau. Warm-up W: the schedule runs on u = max(t - W, 0) (so
+ * step_size, milestones, the cosine and linear spans, all count from the end
+ * of warm-up, and those spans are total - W) and is multiplied by
+ * (t + 1) / W while t < W:
+ *   constant  base
+ *   step      base * gamma^floor(u / step_size)
+ *   multistep base * gamma^(number of milestones <= u)
+ *   cosine    min + (base - min)(1 + cos(pi u / S)) / 2, S = total - W, and
+ *             min after S (PyTorch's CosineAnnealingLR would rise again)
+ *   linear    base * (1 + (end_factor - 1) * min(u, S) / S), S = total - W
+ *   onecycle  (W must be 0) from base/div_factor up to base over the first
+ *             pct_start * total - 1 steps, then down to
+ *             base/div_factor/final_div_factor at step total - 1, both by
+ *             cosine annealing; held there after (PyTorch raises instead).
+ *             PyTorch also cycles momentum; mpitrain does not.
+ *   plateau   the current plateau.lr (base before setup), times the ramp.
+ * The step counter and the lr are independent of the plateau epochs. */
 double mt_lr_at(const mt_lr_schedule *s, long t);
+
+/* ReduceLROnPlateau.step(metric), once per epoch: a metric better than
+ * best * (1 -/+ threshold) becomes best and clears the bad-epoch count,
+ * else the count grows; during cooldown the count is cleared and cooldown
+ * counts down; when the count exceeds patience, lr = max(lr * gamma, min)
+ * (skipped when it would change lr by <= 1e-8), cooldown starts, the count
+ * is cleared. NaN is never better. *reduced (may be NULL) tells whether lr
+ * changed. MT_ERR_ARG for another kind, MT_ERR_STATE before setup. */
+int mt_lr_plateau_step(mt_lr_schedule *s, double metric, int *reduced);
+
+/* The schedule's state as MT_LR_STATE_N doubles (for one checkpoint
+ * attribute): lr, best, num_bad_epochs, cooldown_counter, last_epoch,
+ * ready. Unpack checks the values (MT_ERR_DATA when they cannot come from
+ * pack) and leaves s unchanged on error. Kinds other than plateau pack
+ * their (unused) plateau state the same way; only the step matters there. */
+#define MT_LR_STATE_N 6
+void mt_lr_state_pack(const mt_lr_schedule *s, double out[MT_LR_STATE_N]);
+int mt_lr_state_unpack(mt_lr_schedule *s, const double in[MT_LR_STATE_N]);
+
+/* -------------------------------------------------------------- clipping */
 
 /* Global L2 norm of n floats (accumulated in double). */
 double mt_l2_norm(const float *g, size_t n);
 /* torch.nn.utils.clip_grad_norm_: scales g by max / (norm + 1e-6) when that
  * is below 1; returns the norm before clipping. */
 double mt_clip_grad_norm(float *g, size_t n, double max_norm);
+/* torch.nn.utils.clip_grad_value_: clamps every element into [-c, c] with c
+ * = (float)clip_value; NaN stays NaN, +-inf become +-c. MT_ERR_ARG unless
+ * clip_value > 0 (g is then unchanged). Element-wise, so a shard may clip
+ * its own range; but clip the reduced (global) gradient, as PyTorch does
+ * after DDP's backward: clipping per-rank gradients before the sum differs. */
+int mt_clip_grad_value(float *g, size_t n, double clip_value);
 
 #endif

@@ -52,6 +52,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_calloc(&t->grads, n, sizeof(float), "gradients"));
   if (c->momentum > 0) MT_CALL(mt_calloc(&t->mom, n, sizeof(float), "momentum buffers"));
   MT_CALL(t->model->ops->init(t->model, t->params, c->seed));
+  MT_CALL(mt_compute_setup(t, max_batch));
 
   MT_CALL(mt_backend_create(c->backend, comm->world, c->ddp_bucket_mb, &t->backend));
   int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
@@ -86,6 +87,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
   mt_dataset_close(&t->train);
   for (int i = 0; i < t->nval_open; i++) mt_dataset_close(&t->val[i]);
+  mt_compute_destroy(t);
   mt_model_destroy(&t->model);
   mt_backend_destroy(&t->backend);
   mt_free(&t->params);
@@ -134,10 +136,10 @@ static int train_step(mt_trainer *t, double *loss_sum) {
     int rows;
     mt_batch_stats st = {0, 0};
     MT_CALL(mt_loader_next(t->train_loader, &x, &y, &rows));
-    MT_CALL(m->ops->forward(m, t->params, x, y, rows, NULL, &st));
-    MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
+    MT_CALL(mt_compute(t, x, y, rows, scale, 1, &st));
     *loss_sum += st.loss_sum;
   }
+  mt_compute_sum_grads(t);
   MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
   if (c->clip_grad_norm > 0) mt_clip_grad_norm(t->grads, n, c->clip_grad_norm);
   double lr = mt_lr_at(&t->sched, t->global_step);

@@ -10,6 +10,8 @@
 #include "io/io.h"
 #include "optim/optim.h"
 
+#define MT_MAX_THREADS 256
+
 typedef struct {
   const mt_config *cfg;
   const mt_comm *comm;
@@ -18,6 +20,11 @@ typedef struct {
   int nval_open;
   mt_model *model;
   mt_backend *backend;
+  /* per-thread models and gradient buffers (-thread_split batch);
+   * tmodel[0] == model, tgrads[0] == grads */
+  int nthr;
+  mt_model *tmodel[MT_MAX_THREADS];
+  float *tgrads[MT_MAX_THREADS];
   float *params, *grads, *mom;
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
@@ -40,6 +47,16 @@ typedef struct {
 int mt_trainer_create(mt_trainer **t, const mt_config *cfg, const mt_comm *comm);
 int mt_trainer_run(mt_trainer *t);
 void mt_trainer_destroy(mt_trainer **t);
+
+/* Threads of a rank (compute.c): set up per-thread models and buffers;
+ * forward (and backward with the gradient of scale * sum of losses) of rows
+ * samples, stats added to *st; sum of the per-thread gradients into grads
+ * (leaving the others zero). */
+int mt_compute_setup(mt_trainer *t, int max_batch);
+void mt_compute_destroy(mt_trainer *t);
+int mt_compute(mt_trainer *t, const float *x, const int32_t *y, int rows, float scale,
+               int backward, mt_batch_stats *st);
+void mt_compute_sum_grads(mt_trainer *t);
 
 /* Loss and accuracy of validation set `set`, every sample counted once over
  * all ranks (at most -max_val_steps_per_epoch batches per rank). */

@@ -28,7 +28,7 @@ int mt_validate(mt_trainer *t, int set, double *loss, double *acc, int64_t *coun
     const int32_t *y;
     int m;
     err = mt_loader_next(t->val_loader[set], &x, &y, &m);
-    if (!err) err = t->model->ops->forward(t->model, t->params, x, y, m, NULL, &st);
+    if (!err) err = mt_compute(t, x, y, m, 0.0f, 0, &st);
   }
   mt_free(&idx);
   mt_free(&counts);

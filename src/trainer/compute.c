@@ -1,0 +1,91 @@
+/* A rank's compute, split over its threads. With -thread_split batch each
+ * thread runs the model (single-threaded GEMMs) on its share of the rows,
+ * into its own gradient buffer; the buffers are summed before the gradient
+ * reduction. At batch 128 one-thread GEMMs keep their speed down to 64 rows
+ * while oneDNN's two-thread GEMMs do not scale (bench/README.md), so this is
+ * the default. With -thread_split gemm one model runs all rows and oneDNN
+ * threads each GEMM. */
+#include "trainer/trainer.h"
+
+#include <omp.h>
+#include <string.h>
+
+int mt_compute_setup(mt_trainer *t, int max_batch) {
+  const mt_config *c = t->cfg;
+  t->nthr = (!strcmp(c->thread_split, "batch") && c->threads > 1) ? c->threads : 1;
+  if (t->nthr > MT_MAX_THREADS) t->nthr = MT_MAX_THREADS;
+  t->tmodel[0] = t->model;
+  t->tgrads[0] = t->grads;
+  int per = (max_batch + t->nthr - 1) / t->nthr;
+  size_t n = t->model->params.total;
+  for (int i = 1; i < t->nthr; i++) {
+    MT_CALL(mt_model_create(c->model, &t->train.spec, per, &t->tmodel[i]));
+    MT_CALL(mt_calloc(&t->tgrads[i], n, sizeof(float), "per-thread gradients"));
+  }
+  return 0;
+}
+
+void mt_compute_destroy(mt_trainer *t) {
+  for (int i = 1; i < MT_MAX_THREADS; i++) {
+    mt_model_destroy(&t->tmodel[i]);
+    mt_free(&t->tgrads[i]);
+  }
+}
+
+int mt_compute(mt_trainer *t, const float *x, const int32_t *y, int rows, float scale,
+               int backward, mt_batch_stats *st) {
+  const int T = t->nthr;
+  const int64_t feat = t->train.spec.sample_numel;
+  if (T == 1) {
+    mt_model *m = t->model;
+    MT_CALL(m->ops->forward(m, t->params, x, y, rows, NULL, st));
+    if (backward) MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
+    return 0;
+  }
+  mt_batch_stats part[MT_MAX_THREADS];
+  int err[MT_MAX_THREADS];
+  char msg[1024] = "";
+#pragma omp parallel num_threads(T)
+  {
+    int i = omp_get_thread_num();
+    int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
+    mt_model *m = t->tmodel[i];
+    part[i] = (mt_batch_stats){0, 0};
+    err[i] = 0;
+    if (r1 > r0) {
+      err[i] = m->ops->forward(m, t->params, x + r0 * feat, y + r0, r1 - r0, NULL, &part[i]);
+      if (!err[i] && backward)
+        err[i] = m->ops->backward(m, t->params, t->tgrads[i], scale, r1 - r0);
+      if (err[i]) {
+#pragma omp critical(mt_compute_err)
+        if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
+        mt_error_clear();
+      }
+    }
+  }
+  for (int i = 0; i < T; i++) {
+    if (err[i]) return MT_ERR(err[i], "thread %d: %s", i, msg);
+    st->loss_sum += part[i].loss_sum;
+    st->correct += part[i].correct;
+  }
+  return 0;
+}
+
+void mt_compute_sum_grads(mt_trainer *t) {
+  const int T = t->nthr;
+  if (T == 1) return;
+  const size_t n = t->model->params.total;
+  float *g = t->grads;
+#pragma omp parallel for schedule(static) num_threads(T)
+  for (size_t b = 0; b < n; b += 4096) {
+    size_t e = b + 4096 < n ? b + 4096 : n;
+    for (int k = 1; k < T; k++) {
+      float *h = t->tgrads[k];
+#pragma omp simd
+      for (size_t i = b; i < e; i++) {
+        g[i] += h[i];
+        h[i] = 0.0f;
+      }
+    }
+  }
+}
