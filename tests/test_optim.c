@@ -173,7 +173,7 @@ static void test_clip(void) {
   double norm = mt_l2_norm(x, n);
   CHECK_ERR(fabs(norm - norm_ref) / norm_ref, 1e-12, "l2 norm of %zu floats = %.9g", n, norm);
   for (int i = 0; i < 2; i++) {
-    char name[16];
+    char name[32];
     snprintf(name, sizeof(name), "max_norm%d", i);
     double max_norm = tu_ref_scalar(&r, name);
     snprintf(name, sizeof(name), "norm%d", i);

@@ -150,7 +150,9 @@ double mt_lr_at(const mt_lr_schedule *s, long t) {
   double lr = s->base;
   switch (s->kind) {
   case MT_LR_CONSTANT: break;
-  case MT_LR_STEP: lr = s->base * pow(s->gamma, (double)(u / (s->step_size > 0 ? s->step_size : 1))); break;
+  case MT_LR_STEP:
+    lr = s->base * pow(s->gamma, (double)(u / (s->step_size > 0 ? s->step_size : 1)));
+    break;
   case MT_LR_COSINE: {
     double f = u >= span ? 1.0 : (double)u / (double)span;
     lr = s->min + (s->base - s->min) * 0.5 * (1.0 + cos(M_PI * f));
