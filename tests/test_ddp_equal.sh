@@ -51,6 +51,15 @@ same "sp with 3 threads and 4 micro-steps == sp" sp1 sp1t3acc
 same "sp with oneDNN-threaded GEMMs == sp" sp1 sp1gemm
 same "ddp 2 ranks x 2 threads == sp" sp1 ddp2t2
 
+# AdamW (decoupled decay, no decay for 1-d tensors), value clipping, onecycle
+adam=(-optimizer adamw -weight_decay 0.05 -weight_decay_skip_1d -clip_grad_value 0.05
+  -lr_schedule onecycle -warmup_steps 0 -lr 0.01)
+run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" "${adam[@]}" -backend sp -threads 1 -output_dir "$WORK/adam1"
+[ "$LAST_RC" = 0 ] && pass "train adamw sp" || fail "train adamw sp" "exit $LAST_RC"
+run_logged run_mpi 3 120 "$MPITRAIN" "${common[@]}" "${adam[@]}" -backend ddp -micro_batch_size 8 -batch_size 48 -threads 1 -output_dir "$WORK/adam3x2"
+run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" "${adam[@]}" -backend sp -batch_size 48 -threads 1 -output_dir "$WORK/adam1b48"
+same "adamw: ddp 3 ranks x 2 micro-steps == sp" adam1b48 adam3x2
+
 # the comparison can fail: another seed gives other parameters
 run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" -backend sp -micro_batch_size 32 -seed 6 -output_dir "$WORK/sp1seed6"
 run_logged "$MKDATA" compare "$WORK/sp1/model_final.h5" "$WORK/sp1seed6/model_final.h5" 1e-5

@@ -160,9 +160,10 @@ static void parse_int_list(const char *name, const char *s, int *v, int max, int
 static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   static const char *const backends[] = {"sp", "ddp", NULL};
   static const char *const models[] = {"mlp", NULL};
-  static const char *const optimizers[] = {"sgd", NULL};
+  static const char *const optimizers[] = {"sgd", "adamw", NULL};
   static const char *const splits[] = {"batch", "gemm", NULL};
-  static const char *const schedules[] = {"constant", "step", "cosine", NULL};
+  static const char *const schedules[] = {"constant", "step",   "multistep", "cosine",
+                                           "linear",   "onecycle", "plateau",  NULL};
   char s[MT_PATH_MAX * MT_MAX_VAL];
   PetscBool set;
   int seed = 0, micro = 0;
@@ -214,21 +215,58 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   PetscCall(opt_real(PetscOptionsObject, "-momentum", "SGD momentum", 0, 0, 0, 1, &c->momentum));
   PetscCall(opt_real(PetscOptionsObject, "-dampening", "SGD dampening", 0, 0, 0, 1, &c->dampening));
   PetscCall(opt_bool(PetscOptionsObject, "-nesterov", "SGD Nesterov momentum", 0, &c->nesterov));
-  PetscCall(opt_real(PetscOptionsObject, "-weight_decay", "Weight decay (L2, PyTorch SGD rule)", 0,
-                     0, 0, 1e6, &c->weight_decay));
+  PetscCall(opt_real(PetscOptionsObject, "-weight_decay",
+                     "Weight decay (sgd: added to the gradient; adamw: decoupled)", 0, 0, 0, 1e6,
+                     &c->weight_decay));
+  PetscCall(opt_bool(PetscOptionsObject, "-weight_decay_skip_1d",
+                     "No weight decay for 1-d tensors (biases, norms)", 0, &c->weight_decay_skip_1d));
+  PetscCall(opt_real(PetscOptionsObject, "-adam_beta1", "adamw: beta1", 0.9, 0, 0, 0.999999,
+                     &c->adam_beta1));
+  PetscCall(opt_real(PetscOptionsObject, "-adam_beta2", "adamw: beta2", 0.999, 0, 0, 0.999999999,
+                     &c->adam_beta2));
+  PetscCall(opt_real(PetscOptionsObject, "-adam_eps", "adamw: epsilon", 1e-8, 0, 1, 1,
+                     &c->adam_eps));
+  PetscCall(opt_bool(PetscOptionsObject, "-adam_amsgrad", "adamw: AMSGrad variant", 0,
+                     &c->adam_amsgrad));
   PetscCall(opt_choice(PetscOptionsObject, "-lr_schedule", "Learning-rate schedule", schedules,
                        c->lr_schedule, sizeof(c->lr_schedule)));
   PetscCall(opt_int(PetscOptionsObject, "-warmup_steps", "Linear warm-up steps (any schedule)", 0,
                     0, INT_MAX, &c->warmup_steps));
   PetscCall(opt_int(PetscOptionsObject, "-lr_step_size", "step schedule: global steps per decay",
                     1000, 1, INT_MAX, &c->lr_step_size));
-  PetscCall(opt_real(PetscOptionsObject, "-lr_gamma", "step schedule: decay factor", 0.1, 0, 1, 1,
+  PetscCall(opt_real(PetscOptionsObject, "-lr_gamma",
+                     "step, multistep: decay factor; plateau: reduction factor", 0.1, 0, 1, 1,
                      &c->lr_gamma));
-  PetscCall(opt_real(PetscOptionsObject, "-lr_min", "cosine schedule: final learning rate", 0, 0,
-                     0, 1e6, &c->lr_min));
+  PetscCall(opt_real(PetscOptionsObject, "-lr_min",
+                     "cosine: final learning rate; plateau: lowest learning rate", 0, 0, 0, 1e6,
+                     &c->lr_min));
+  PetscCall(opt_str(PetscOptionsObject, "-lr_milestones",
+                    "multistep: global steps (after warm-up) where lr *= lr_gamma, comma-separated",
+                    "", s, sizeof(s), &set));
+  if (s[0]) parse_int_list("-lr_milestones", s, c->lr_milestones, 32, &c->lr_nmilestones);
+  PetscCall(opt_real(PetscOptionsObject, "-lr_end_factor",
+                     "linear: final lr as a fraction of -lr", 0, 0, 0, 1, &c->lr_end_factor));
+  PetscCall(opt_real(PetscOptionsObject, "-onecycle_pct_start",
+                     "onecycle: share of the run spent increasing lr", 0.3, 0, 1, 1,
+                     &c->onecycle_pct_start));
+  PetscCall(opt_real(PetscOptionsObject, "-onecycle_div_factor",
+                     "onecycle: initial lr = lr / div_factor", 25, 1, 0, 1e9, &c->onecycle_div_factor));
+  PetscCall(opt_real(PetscOptionsObject, "-onecycle_final_div_factor",
+                     "onecycle: final lr = initial lr / final_div_factor", 1e4, 1, 0, 1e12,
+                     &c->onecycle_final_div_factor));
+  PetscCall(opt_int(PetscOptionsObject, "-plateau_patience",
+                    "plateau: epochs without improvement before lr is reduced", 10, 0, INT_MAX,
+                    &c->plateau_patience));
+  PetscCall(opt_int(PetscOptionsObject, "-plateau_cooldown",
+                    "plateau: epochs to wait after a reduction", 0, 0, INT_MAX, &c->plateau_cooldown));
+  PetscCall(opt_real(PetscOptionsObject, "-plateau_threshold",
+                     "plateau: relative improvement that counts", 1e-4, 0, 0, 1, &c->plateau_threshold));
   PetscCall(opt_real(PetscOptionsObject, "-clip_grad_norm",
                      "Clip gradients to this global L2 norm (0: off)", 0, 0, 0, 1e30,
                      &c->clip_grad_norm));
+  PetscCall(opt_real(PetscOptionsObject, "-clip_grad_value",
+                     "Clip every gradient element to [-v, v] (0: off)", 0, 0, 0, 1e30,
+                     &c->clip_grad_value));
   PetscCall(opt_int(PetscOptionsObject, "-seed", "Seed of initialisation and data order", 42, 0,
                     INT_MAX, &seed));
   c->seed = (uint64_t)seed;
@@ -288,6 +326,10 @@ static void derive(mt_config *c) {
     else
       c->micro_batch_size = c->batch_size / W;
   }
+  if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+    bad("option -nesterov: needs -momentum > 0 and -dampening 0");
+  if (!strcmp(c->lr_schedule, "plateau") && c->nval == 0)
+    bad("option -lr_schedule plateau: needs a validation set (-data_val) to watch");
   if (c->micro_batch_size == 0) return; /* reported above */
   if ((long)W * c->micro_batch_size > c->batch_size ||
       c->batch_size % (W * c->micro_batch_size))

@@ -32,11 +32,21 @@ typedef struct {
   char optimizer[16];
   double lr, momentum, dampening, weight_decay;
   int nesterov;
+  double adam_beta1, adam_beta2, adam_eps;
+  int adam_amsgrad;
+  int weight_decay_skip_1d;
   char lr_schedule[16];
   int warmup_steps;
   int lr_step_size;
   double lr_gamma, lr_min;
-  double clip_grad_norm; /* 0 = off                                         */
+  int lr_milestones[32];
+  int lr_nmilestones;
+  double lr_end_factor;
+  double onecycle_pct_start, onecycle_div_factor, onecycle_final_div_factor;
+  int plateau_patience, plateau_cooldown;
+  double plateau_threshold;
+  double clip_grad_norm;  /* 0 = off                                        */
+  double clip_grad_value; /* 0 = off                                        */
   uint64_t seed;
   int threads;
   char thread_split[8]; /* batch | gemm                                   */

@@ -38,6 +38,7 @@ typedef struct {
   dnnl_memory_t mem;        /* what the primitive sees: user or internal     */
   dnnl_primitive_t reorder; /* user <-> internal, NULL when mem is user      */
   int skip;                 /* this call: leave the user's buffer alone      */
+  int borrowed;             /* mem belongs to another operation's argument   */
 } cv_arg;
 
 typedef struct {
@@ -51,6 +52,9 @@ struct mt_conv2d_impl {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
   cv_op fwd, bwd_data, bwd_w;
+  /* both backward operations read diff_dst in the same internal format:
+   * backward-weights borrows backward-data's copy (one reorder, not two) */
+  int ddst_shared;
   dnnl_memory_desc_t src_md, w_md, b_md, dst_md; /* plain user layouts */
 };
 
@@ -156,7 +160,7 @@ static void op_free(cv_op *op) {
   for (int i = 0; i < op->nargs; i++) {
     cv_arg *a = &op->a[i];
     if (a->reorder) dnnl_primitive_destroy(a->reorder);
-    if (a->mem && a->mem != a->user) dnnl_memory_destroy(a->mem);
+    if (a->mem && a->mem != a->user && !a->borrowed) dnnl_memory_destroy(a->mem);
     if (a->user) dnnl_memory_destroy(a->user);
   }
   if (op->prim) dnnl_primitive_destroy(op->prim);
@@ -174,16 +178,20 @@ static int op_bind(cv_op *op, int arg, const void *p) {
   return MT_ERR(MT_ERR_STATE, "conv2d: argument %d not bound", arg);
 }
 
+/* Copies the user's buffer of an input argument into its internal one. */
+static int arg_reorder_in(cv_arg *a, dnnl_stream_t stream) {
+  dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->mem}};
+  DNNL_CALL(dnnl_primitive_execute(a->reorder, stream, 2, r));
+  return 0;
+}
+
 /* Reorders inputs in, runs the primitive, reorders outputs out. */
 static int op_run(cv_op *op, dnnl_stream_t stream) {
   dnnl_exec_arg_t args[CV_MAX_ARGS + 1];
   int n = 0;
   for (int i = 0; i < op->nargs; i++) {
     cv_arg *a = &op->a[i];
-    if (a->reorder && !a->skip && a->dir == ARG_IN) {
-      dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->mem}};
-      DNNL_CALL(dnnl_primitive_execute(a->reorder, stream, 2, r));
-    }
+    if (a->reorder && !a->skip && a->dir == ARG_IN) MT_CALL(arg_reorder_in(a, stream));
     args[n].arg = a->arg;
     args[n++].memory = a->mem;
   }
@@ -204,24 +212,28 @@ static int op_run(cv_op *op, dnnl_stream_t stream) {
 }
 
 /* Memory descriptor of a tensor in a fixed plain layout or "any". */
-static int md_init(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+static int md_init(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
                    dnnl_format_tag_t tag) {
   DNNL_CALL(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tag));
   return 0;
 }
 
-/* Whether the forward keeps the activations in plain NCHW: with very few
- * input channels per group the blocked kernel saves less than the two
- * reorders of the activations cost (1->32 3x3 on 28x28: plain ~1.4 ms,
- * blocked ~2.0 ms per 128 images). Backward passes are always blocked. */
-static int fwd_plain(const mt_conv2d_shape *s) { return s->IC / s->groups <= 4; }
+/* Whether forward and backward-data keep the activations in plain NCHW
+ * (oneDNN then runs its im2col + GEMM kernel): with very few input
+ * channels the blocked kernels save less than the reorders of the
+ * activations cost (1->32 3x3 on 28x28, 128 images, one core: forward
+ * ~1.5 ms plain against ~2.1 ms blocked, backward-data ~1.4 against ~6.5).
+ * Backward-weights is always blocked (~1.4 ms against ~3.5 plain). */
+static int act_plain(const mt_conv2d_shape *s) { return s->IC <= 4; }
 
 static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias) {
   const int G = s->groups;
-  dnnl_dim_t sd[4] = {s->B, s->IC, s->H, s->W}, dd[4] = {s->B, s->OC, s->OH, s->OW};
-  dnnl_dim_t wd[5] = {G, s->OC / G, s->IC / G, s->KH, s->KW}, bd[1] = {s->OC};
+  /* oneDNN reads dims as dnnl_dims_t (DNNL_MAX_NDIMS entries) */
+  dnnl_dims_t sd = {s->B, s->IC, s->H, s->W}, dd = {s->B, s->OC, s->OH, s->OW};
+  dnnl_dims_t wg = {G, s->OC / G, s->IC / G, s->KH, s->KW}, w1 = {s->OC, s->IC, s->KH, s->KW};
+  dnnl_dims_t bd = {s->OC};
   const int wn = G > 1 ? 5 : 4;
-  const dnnl_dim_t *wdims = G > 1 ? wd : wd + 1;
+  const dnnl_dim_t *wdims = G > 1 ? wg : w1;
   dnnl_dims_t strides = {s->stride_h, s->stride_w}, dil = {s->dil_h - 1, s->dil_w - 1};
   dnnl_dims_t pl = {s->pad_h, s->pad_w};
   /* right padding that gives exactly OH, OW (PyTorch's floor mode) */
@@ -237,8 +249,8 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
   MT_CALL(md_init(&src_any, 4, sd, dnnl_format_tag_any));
   MT_CALL(md_init(&dst_any, 4, dd, dnnl_format_tag_any));
   MT_CALL(md_init(&w_any, wn, wdims, dnnl_format_tag_any));
-  src_f = fwd_plain(s) ? m->src_md : src_any;
-  dst_f = fwd_plain(s) ? m->dst_md : dst_any;
+  src_f = act_plain(s) ? m->src_md : src_any;
+  dst_f = act_plain(s) ? m->dst_md : dst_any;
   const dnnl_memory_desc_t *bias = has_bias ? &m->b_md : NULL;
 
   /* forward */
@@ -270,8 +282,8 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
   }
 
   /* backward data: diff_src = conv^T(diff_dst, w) */
-  st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &src_any,
-                                                        &w_any, &dst_any, strides, dil, pl, pr);
+  st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &src_f,
+                                                        &w_any, &dst_f, strides, dil, pl, pr);
   if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, m->eng, fpd);
   if (st != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-data implementation (status %d)", (int)st);
@@ -314,9 +326,24 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
     else dnnl_primitive_desc_destroy(pd);
   }
   dnnl_primitive_attr_destroy(attr);
-  if (!rc) return make_prim(&f->prim, &f->scratchpad, fpd, m->eng);
-  dnnl_primitive_desc_destroy(fpd);
-  return rc;
+  if (rc) {
+    dnnl_primitive_desc_destroy(fpd);
+    return rc;
+  }
+  cv_arg *dd_d = &bdo->a[0], *dd_w = &bwo->a[1]; /* DIFF_DST of each */
+  const dnnl_memory_desc_t *md_d = NULL, *md_w = NULL;
+  if (dd_d->reorder && dd_w->reorder &&
+      dnnl_memory_get_memory_desc(dd_d->mem, &md_d) == dnnl_success &&
+      dnnl_memory_get_memory_desc(dd_w->mem, &md_w) == dnnl_success &&
+      dnnl_memory_desc_equal(md_d, md_w)) {
+    dnnl_primitive_destroy(dd_w->reorder);
+    dnnl_memory_destroy(dd_w->mem);
+    dd_w->reorder = NULL;
+    dd_w->mem = dd_d->mem;
+    dd_w->borrowed = 1;
+    m->ddst_shared = 1;
+  }
+  return make_prim(&f->prim, &f->scratchpad, fpd, m->eng);
 }
 
 int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
@@ -383,6 +410,10 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
     MT_CALL(op_run(&m->bwd_data, m->stream));
   }
   if (dw) {
+    if (m->ddst_shared && !dinp) { /* fill the borrowed diff_dst copy */
+      MT_CALL(op_bind(&m->bwd_data, DNNL_ARG_DIFF_DST, dout));
+      MT_CALL(arg_reorder_in(&m->bwd_data.a[0], m->stream));
+    }
     /* the bias gradient comes with the weights' (into db, or nowhere) */
     MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_SRC, inp));
     MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_DIFF_DST, dout));

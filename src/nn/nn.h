@@ -183,14 +183,16 @@ void mt_residual_backward(float *da, float *db, const float *dout, int64_t n);
 
 /* Dropout keyed by the counter-based generator of src/core/core.h:
  * key = mt_dropout_key(seed, step, rank, layer), element i is kept when
- * mt_randu(key, i) >= p, so a resumed run draws the same masks.
+ * mt_randu(key, offset + i) >= p, so a resumed run draws the same masks.
+ * offset is 0 for a mask per rank; a backend that must match `sp` exactly
+ * can key with rank 0 and pass the global position of its first element.
  * training: out = inp * mask / (1 - p) (all zero when p >= 1), mask (n)
  *   records kept elements as 1, dropped as 0;
  * eval (or p <= 0): out = inp, mask (may be NULL) all 1.
  * out may equal inp. */
 uint64_t mt_dropout_key(uint64_t seed, uint64_t step, int rank, int layer);
 void mt_dropout_forward(float *out, uint8_t *mask, const float *inp, float p, uint64_t key,
-                        int training, int64_t n);
+                        uint64_t offset, int training, int64_t n);
 /* dinp += dout * mask / (1 - p); mask NULL means eval (dinp += dout). */
 void mt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, float p, int64_t n);
 

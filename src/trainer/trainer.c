@@ -34,6 +34,45 @@ static int open_data(mt_trainer *t) {
   return 0;
 }
 
+/* Optimizer, its state and the lr schedule; errors name the option. */
+static int setup_optimizer(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  size_t n = t->model->params.total;
+  t->adamw = !strcmp(c->optimizer, "adamw");
+  if (t->adamw) {
+    t->adam = mt_adamw_defaults();
+    t->adam.beta1 = c->adam_beta1;
+    t->adam.beta2 = c->adam_beta2;
+    t->adam.eps = c->adam_eps;
+    t->adam.weight_decay = c->weight_decay;
+    t->adam.amsgrad = c->adam_amsgrad;
+    MT_CALL(mt_adamw_check(&t->adam));
+    MT_CALL(mt_adamw_state_init(&t->adam_state, n, t->adam.amsgrad));
+  } else {
+    t->sgd = (mt_sgd_hparams){c->momentum, c->dampening, c->weight_decay, c->nesterov};
+    if (c->momentum > 0) MT_CALL(mt_calloc(&t->mom, n, sizeof(float), "momentum buffers"));
+  }
+  mt_lr_kind kind;
+  MT_CALL(mt_lr_kind_parse(c->lr_schedule, &kind));
+  mt_lr_schedule_defaults(&t->sched, kind, c->lr);
+  t->sched.gamma = c->lr_gamma;
+  t->sched.min = c->lr_min;
+  t->sched.step_size = c->lr_step_size;
+  t->sched.warmup = c->warmup_steps;
+  t->sched.total = (long)t->steps_per_epoch * c->epochs;
+  t->sched.nmilestones = c->lr_nmilestones;
+  for (int i = 0; i < c->lr_nmilestones; i++) t->sched.milestones[i] = c->lr_milestones[i];
+  t->sched.end_factor = c->lr_end_factor;
+  t->sched.pct_start = c->onecycle_pct_start;
+  t->sched.div_factor = c->onecycle_div_factor;
+  t->sched.final_div_factor = c->onecycle_final_div_factor;
+  t->sched.patience = c->plateau_patience;
+  t->sched.cooldown = c->plateau_cooldown;
+  t->sched.threshold = c->plateau_threshold;
+  MT_CALL(mt_lr_schedule_setup(&t->sched));
+  return 0;
+}
+
 int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm) {
   mt_trainer *t;
   *out = NULL;
@@ -50,7 +89,6 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   size_t n = t->model->params.total;
   MT_CALL(mt_calloc(&t->params, n, sizeof(float), "parameters"));
   MT_CALL(mt_calloc(&t->grads, n, sizeof(float), "gradients"));
-  if (c->momentum > 0) MT_CALL(mt_calloc(&t->mom, n, sizeof(float), "momentum buffers"));
   MT_CALL(t->model->ops->init(t->model, t->params, c->seed));
   MT_CALL(mt_compute_setup(t, max_batch));
 
@@ -59,16 +97,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_agree(comm->world, err));
   if (t->backend->ops->sync_params) MT_CALL(t->backend->ops->sync_params(t->backend, t->params, n));
 
-  t->sgd = (mt_sgd_hparams){c->momentum, c->dampening, c->weight_decay, c->nesterov};
-  t->sched.kind = !strcmp(c->lr_schedule, "step")     ? MT_LR_STEP
-                  : !strcmp(c->lr_schedule, "cosine") ? MT_LR_COSINE
-                                                      : MT_LR_CONSTANT;
-  t->sched.base = c->lr;
-  t->sched.gamma = c->lr_gamma;
-  t->sched.min = c->lr_min;
-  t->sched.step_size = c->lr_step_size;
-  t->sched.warmup = c->warmup_steps;
-  t->sched.total = (long)t->steps_per_epoch * c->epochs;
+  MT_CALL(mt_agree(comm->world, setup_optimizer(t)));
 
   MT_CALL(mt_calloc(&t->perm, (size_t)t->train.n, sizeof(int64_t), "permutation"));
   size_t per_rank = (size_t)t->steps_per_epoch * c->accum_steps;
@@ -93,6 +122,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_free(&t->params);
   mt_free(&t->grads);
   mt_free(&t->mom);
+  mt_adamw_state_free(&t->adam_state);
   mt_free(&t->perm);
   mt_free(&t->plan);
   mt_free(&t->plan_counts);
@@ -141,9 +171,15 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   }
   mt_compute_sum_grads(t);
   MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
+  if (c->clip_grad_value > 0) MT_CALL(mt_clip_grad_value(t->grads, n, c->clip_grad_value));
   if (c->clip_grad_norm > 0) mt_clip_grad_norm(t->grads, n, c->clip_grad_norm);
   double lr = mt_lr_at(&t->sched, t->global_step);
-  MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, t->global_step == 0, &t->sgd, 1, lr));
+  int all_decay = !c->weight_decay_skip_1d;
+  if (t->adamw)
+    MT_CALL(mt_adamw_step(&m->params, t->params, t->grads, &t->adam_state, &t->adam, all_decay, lr));
+  else
+    MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, t->global_step == 0, &t->sgd,
+                        all_decay, lr));
   t->global_step++;
   return 0;
 }
@@ -230,6 +266,13 @@ int mt_trainer_run(mt_trainer *t) {
       r.val_loss = loss;
       r.val_acc = acc;
       t->curve[t->ncurve++] = r;
+    }
+    if (t->sched.kind == MT_LR_PLATEAU) {
+      int reduced = 0;
+      MT_CALL(mt_lr_plateau_step(&t->sched, t->last_val_loss[0], &reduced));
+      if (reduced)
+        mt_print0("epoch %d/%d: validation loss plateaued, lr now %.4g\n", epoch + 1, c->epochs,
+                  t->sched.plateau.lr);
     }
     err = rank == 0 ? mt_curve_write(c->output_dir, t->curve, t->ncurve,
                                      (char(*)[MT_PATH_MAX])c->data_val, c->nval)

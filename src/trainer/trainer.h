@@ -32,6 +32,9 @@ typedef struct {
   int *plan_counts;
   mt_lr_schedule sched;
   mt_sgd_hparams sgd;
+  int adamw;
+  mt_adamw_hparams adam;
+  mt_adamw_state adam_state;
   mt_curve_row *curve;
   int ncurve, capcurve;
   long global_step;

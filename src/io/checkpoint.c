@@ -1,0 +1,1047 @@
+/* Checkpoint files, the writing half: trainer state entries, the division of
+ * the flat layout among ranks, hyperslab selection of flat ranges, the
+ * checksum, the collective write, and the crash-safe save into a directory.
+ * Reading and verifying are in ckpt_read.c. Layout and contracts:
+ * checkpoint.h. */
+#include "io/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ===================================================== trainer state */
+
+int mt_ckpt_name_ok(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0 || n >= MT_NAME_MAX || !strcmp(name, ".")) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (name[i] == '/' || (unsigned char)name[i] < 32 || name[i] == 127) return 0;
+  return 1;
+}
+
+const mt_ckpt_entry *mt_ckpt_state_find(const mt_ckpt_state *s, const char *key) {
+  for (int i = 0; s && key && i < s->n; i++)
+    if (!strcmp(s->e[i].key, key)) return &s->e[i];
+  return NULL;
+}
+
+/* The entry for key, emptied (new or with its old value freed). */
+static int state_slot(mt_ckpt_state *s, const char *key, mt_ckpt_entry **out) {
+  MT_CHECK(s, MT_ERR_ARG, "checkpoint state: NULL state");
+  MT_CHECK(mt_ckpt_name_ok(key), MT_ERR_ARG,
+           "checkpoint state: invalid key '%s' (1 to %d printable characters, no '/')",
+           key ? key : "(null)", MT_NAME_MAX - 1);
+  mt_ckpt_entry *e = (mt_ckpt_entry *)mt_ckpt_state_find(s, key);
+  if (!e) {
+    if (s->n == s->cap) {
+      int cap = s->cap ? 2 * s->cap : 16;
+      mt_ckpt_entry *ne = realloc(s->e, (size_t)cap * sizeof(*ne));
+      MT_CHECK(ne, MT_ERR_MEM, "checkpoint state: cannot grow to %d entries", cap);
+      s->e = ne;
+      s->cap = cap;
+    }
+    e = &s->e[s->n++];
+  } else {
+    free(e->p);
+  }
+  memset(e, 0, sizeof(*e));
+  snprintf(e->key, sizeof(e->key), "%s", key);
+  *out = e;
+  return 0;
+}
+
+/* Drops the entry just made by state_slot (when its value cannot be set). */
+static void state_drop(mt_ckpt_state *s, mt_ckpt_entry *e) {
+  free(e->p);
+  int i = (int)(e - s->e);
+  memmove(&s->e[i], &s->e[i + 1], (size_t)(s->n - i - 1) * sizeof(*e));
+  s->n--;
+}
+
+int mt_ckpt_state_set_i64(mt_ckpt_state *s, const char *key, int64_t v) {
+  mt_ckpt_entry *e;
+  MT_CALL(state_slot(s, key, &e));
+  e->type = MT_CKPT_I64;
+  e->n = 1;
+  e->i = v;
+  return 0;
+}
+
+int mt_ckpt_state_set_f64(mt_ckpt_state *s, const char *key, double v) {
+  mt_ckpt_entry *e;
+  MT_CALL(state_slot(s, key, &e));
+  e->type = MT_CKPT_F64;
+  e->n = 1;
+  e->f = v;
+  return 0;
+}
+
+static int set_bytes(mt_ckpt_state *s, const char *key, mt_ckpt_type type, const void *v,
+                     size_t n, size_t elem, size_t extra) {
+  MT_CHECK(v || n == 0, MT_ERR_ARG, "checkpoint state: NULL value for %s", key ? key : "");
+  mt_ckpt_entry *e;
+  MT_CALL(state_slot(s, key, &e));
+  e->type = type;
+  e->n = n;
+  e->p = malloc(n * elem + extra + 1);
+  if (!e->p) {
+    state_drop(s, e);
+    return MT_ERR(MT_ERR_MEM, "checkpoint state: no memory for %s (%zu values)", key, n);
+  }
+  if (n) memcpy(e->p, v, n * elem);
+  memset((char *)e->p + n * elem, 0, extra + 1);
+  return 0;
+}
+
+int mt_ckpt_state_set_str(mt_ckpt_state *s, const char *key, const char *v) {
+  MT_CHECK(v, MT_ERR_ARG, "checkpoint state: NULL string for %s", key ? key : "");
+  return set_bytes(s, key, MT_CKPT_STR, v, strlen(v), 1, 0);
+}
+
+int mt_ckpt_state_set_i64s(mt_ckpt_state *s, const char *key, const int64_t *v, size_t n) {
+  return set_bytes(s, key, MT_CKPT_I64S, v, n, sizeof(int64_t), 0);
+}
+
+int mt_ckpt_state_set_f64s(mt_ckpt_state *s, const char *key, const double *v, size_t n) {
+  return set_bytes(s, key, MT_CKPT_F64S, v, n, sizeof(double), 0);
+}
+
+static const char *type_name(mt_ckpt_type t) {
+  switch (t) {
+  case MT_CKPT_I64: return "an int64";
+  case MT_CKPT_F64: return "a double";
+  case MT_CKPT_STR: return "a string";
+  case MT_CKPT_I64S: return "an int64 array";
+  case MT_CKPT_F64S: return "a double array";
+  }
+  return "an unknown type";
+}
+
+static int state_get(const mt_ckpt_state *s, const char *key, mt_ckpt_type type,
+                     const mt_ckpt_entry **e) {
+  *e = mt_ckpt_state_find(s, key);
+  MT_CHECK(*e, MT_ERR_DATA, "checkpoint state has no entry %s", key ? key : "(null)");
+  MT_CHECK((*e)->type == type, MT_ERR_DATA, "checkpoint state entry %s is %s, not %s", key,
+           type_name((*e)->type), type_name(type));
+  return 0;
+}
+
+int mt_ckpt_state_get_i64(const mt_ckpt_state *s, const char *key, int64_t *v) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_I64, &e));
+  *v = e->i;
+  return 0;
+}
+
+int mt_ckpt_state_get_f64(const mt_ckpt_state *s, const char *key, double *v) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_F64, &e));
+  *v = e->f;
+  return 0;
+}
+
+int mt_ckpt_state_get_str(const mt_ckpt_state *s, const char *key, const char **v) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_STR, &e));
+  *v = e->p;
+  return 0;
+}
+
+int mt_ckpt_state_get_i64s(const mt_ckpt_state *s, const char *key, const int64_t **v,
+                           size_t *n) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_I64S, &e));
+  *v = e->p;
+  *n = e->n;
+  return 0;
+}
+
+int mt_ckpt_state_get_f64s(const mt_ckpt_state *s, const char *key, const double **v,
+                           size_t *n) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_F64S, &e));
+  *v = e->p;
+  *n = e->n;
+  return 0;
+}
+
+void mt_ckpt_state_free(mt_ckpt_state *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n; i++) free(s->e[i].p);
+  free(s->e);
+  memset(s, 0, sizeof(*s));
+}
+
+void mt_ckpt_info_free(mt_ckpt_info *info) {
+  if (!info) return;
+  free(info->options);
+  memset(info, 0, sizeof(*info));
+}
+
+static uint64_t state_hash(const mt_ckpt_state *s, const mt_ckpt_meta *meta) {
+  uint64_t h = mt_hash_bytes("state", 5, 0);
+  for (int i = 0; s && i < s->n; i++) {
+    const mt_ckpt_entry *e = &s->e[i];
+    uint64_t n = e->n, ty = (uint64_t)e->type;
+    h = mt_hash_bytes(e->key, strlen(e->key) + 1, h);
+    h = mt_hash_bytes(&ty, sizeof(ty), h);
+    h = mt_hash_bytes(&n, sizeof(n), h);
+    h = mt_hash_bytes(&e->i, sizeof(e->i), h);
+    h = mt_hash_bytes(&e->f, sizeof(e->f), h);
+    size_t bytes = e->type == MT_CKPT_STR ? e->n : e->n * 8;
+    if (e->type == MT_CKPT_STR || e->type == MT_CKPT_I64S || e->type == MT_CKPT_F64S)
+      h = mt_hash_bytes(e->p, bytes, h);
+  }
+  const char *b = meta && meta->backend ? meta->backend : "";
+  const char *o = meta && meta->options ? meta->options : "";
+  h = mt_hash_bytes(b, strlen(b) + 1, h);
+  return mt_hash_bytes(o, strlen(o) + 1, h);
+}
+
+/* ====================================================== small helpers */
+
+static herr_t reason_walk(unsigned n, const H5E_error2_t *e, void *data) {
+  char *buf = ((char **)data)[0];
+  size_t cap = (size_t)((char **)data)[1];
+  (void)n;
+  if (buf[0] == '\0' && e->desc && e->desc[0]) snprintf(buf, cap, "%s", e->desc);
+  return 0;
+}
+
+void mt_ckpt_h5_reason(char *buf, size_t cap) {
+  if (!cap) return;
+  buf[0] = '\0';
+  void *data[2] = {buf, (void *)cap};
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, reason_walk, data);
+  if (!buf[0]) snprintf(buf, cap, "no detail from HDF5");
+}
+
+void mt_ckpt_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
+  size_t k = 0;
+  if (!cap) return;
+  buf[0] = '\0';
+  k += (size_t)snprintf(buf, cap, "(");
+  for (int i = 0; i < ndim && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (k < cap) snprintf(buf + k, cap - k, ")");
+}
+
+hid_t mt_ckpt_fapl(MPI_Comm comm) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return H5I_INVALID_HID;
+  /* collective metadata: rank 0 reads and broadcasts, writes are
+   * collective; objects of 1 MiB or more start on a 1 MiB boundary; the
+   * 1.8 object format (readable by HDF5 >= 1.8) checksums its metadata and
+   * keeps large attributes in dense storage. */
+  if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 ||
+      H5Pset_all_coll_metadata_ops(fapl, 1) < 0 || H5Pset_coll_metadata_write(fapl, 1) < 0 ||
+      H5Pset_alignment(fapl, (hsize_t)1 << 20, (hsize_t)1 << 20) < 0 ||
+      H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) < 0) {
+    H5Pclose(fapl);
+    return H5I_INVALID_HID;
+  }
+  return fapl;
+}
+
+hid_t mt_ckpt_dxpl(void) {
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  if (dxpl < 0) return H5I_INVALID_HID;
+  if (H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) {
+    H5Pclose(dxpl);
+    return H5I_INVALID_HID;
+  }
+  return dxpl;
+}
+
+void mt_ckpt_sum(const float *x, size_t n, uint64_t i0, uint64_t s[2]) {
+  /* s[0] += sum u_j; s[1] += sum (i0 + j + 1) u_j, in blocks short enough
+   * that the in-block index fits 32 bits (one 32x32->64 multiply). */
+  const size_t blk = (size_t)1 << 30;
+  for (size_t k = 0; k < n; k += blk) {
+    const uint32_t m = (uint32_t)(n - k < blk ? n - k : blk);
+    const float *xk = x + k;
+    uint64_t a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+    for (uint32_t j = 0; j < m; j++) {
+      uint32_t u;
+      memcpy(&u, &xk[j], sizeof(u));
+      a += u;
+      b += (uint64_t)j * u;
+    }
+    s[0] += a;
+    s[1] += b + (i0 + k + 1) * a;
+  }
+}
+
+/* --------------------------------------------------- attribute writing */
+
+static int attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, hid_t space,
+                      const void *v) {
+  hid_t a = H5Acreate2(loc, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = a < 0 ? -1 : H5Awrite(a, mtype, v);
+  if (a >= 0 && H5Aclose(a) < 0) st = -1;
+  if (st < 0) {
+    char why[256];
+    mt_ckpt_h5_reason(why, sizeof(why));
+    return MT_ERR(MT_ERR_HDF5, "writing attribute %s failed: %s", name, why);
+  }
+  return 0;
+}
+
+int mt_ckpt_attr_int(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  if (sp < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate for attribute %s failed", name);
+  int err = attr_write(loc, name, ftype, mtype, sp, v);
+  H5Sclose(sp);
+  return err;
+}
+
+int mt_ckpt_attr_str(hid_t loc, const char *name, const char *v) {
+  hid_t ty = H5Tcopy(H5T_C_S1);
+  hid_t sp = H5Screate(H5S_SCALAR);
+  int err = 0;
+  if (ty < 0 || sp < 0 || H5Tset_size(ty, strlen(v) + 1) < 0 ||
+      H5Tset_strpad(ty, H5T_STR_NULLTERM) < 0)
+    err = MT_ERR(MT_ERR_HDF5, "making the type of attribute %s failed", name);
+  else
+    err = attr_write(loc, name, ty, ty, sp, v);
+  if (sp >= 0) H5Sclose(sp);
+  if (ty >= 0) H5Tclose(ty);
+  return err;
+}
+
+int mt_ckpt_attr_array(hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
+                       const void *v) {
+  hsize_t dim = (hsize_t)n;
+  hid_t sp = n ? H5Screate_simple(1, &dim, NULL) : H5Screate(H5S_NULL);
+  if (sp < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate for attribute %s failed", name);
+  static const char none = 0;
+  int err = attr_write(loc, name, ftype, mtype, sp, n ? v : &none);
+  H5Sclose(sp);
+  return err;
+}
+
+/* ============================================ division of the flat layout */
+
+void mt_ckpt_split(size_t total, int size, int r, size_t unit, mt_ckpt_range *out) {
+  /* even split of [0, total) in whole units; the last rank takes the tail */
+  size_t nu = total / unit;
+  out->a = nu * (size_t)r / (size_t)size * unit;
+  out->b = r + 1 == size ? total : nu * (size_t)(r + 1) / (size_t)size * unit;
+}
+
+static int range_cmp(const void *x, const void *y) {
+  const mt_ckpt_range *a = x, *b = y;
+  return a->a < b->a ? -1 : a->a > b->a ? 1 : 0;
+}
+
+/* Sorts and merges r[0..n) in place (empty ranges dropped); returns the
+ * new count. */
+static int merge_ranges(mt_ckpt_range *r, int n) {
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (r[i].a < r[i].b) r[m++] = r[i];
+  qsort(r, (size_t)m, sizeof(*r), range_cmp);
+  int k = 0;
+  for (int i = 0; i < m; i++) {
+    if (k && r[i].a <= r[k - 1].b) {
+      if (r[i].b > r[k - 1].b) r[k - 1].b = r[i].b;
+    } else {
+      r[k++] = r[i];
+    }
+  }
+  return k;
+}
+
+static uint64_t table_hash(const mt_ckpt_tensors *ts) {
+  const mt_param_table *t = ts->table;
+  uint64_t h = mt_hash_bytes("table", 5, 0);
+  for (int i = 0; i < t->n; i++) {
+    const mt_param *q = &t->p[i];
+    uint64_t v[3] = {(uint64_t)q->ndim, q->offset, q->numel};
+    h = mt_hash_bytes(q->name, strlen(q->name) + 1, h);
+    h = mt_hash_bytes(v, sizeof(v), h);
+    h = mt_hash_bytes(q->shape, (size_t)q->ndim * sizeof(int64_t), h);
+  }
+  uint64_t v[3] = {(uint64_t)t->total, (uint64_t)ts->nbufs, (uint64_t)ts->part.sharded};
+  h = mt_hash_bytes(v, sizeof(v), h);
+  for (int b = 0; b < ts->nbufs; b++)
+    h = mt_hash_bytes(ts->bufs[b].name, strlen(ts->bufs[b].name) + 1, h);
+  return h;
+}
+
+static int check_tensors(const mt_ckpt_tensors *ts) {
+  MT_CHECK(ts && ts->table && ts->bufs, MT_ERR_ARG, "checkpoint: no table or no buffers");
+  const mt_param_table *t = ts->table;
+  MT_CHECK(t->n >= 1, MT_ERR_ARG, "checkpoint: the parameter table is empty");
+  MT_CHECK(ts->nbufs >= 1 && ts->nbufs <= MT_CKPT_MAX_BUFS, MT_ERR_ARG,
+           "checkpoint: %d buffers (1 to %d)", ts->nbufs, MT_CKPT_MAX_BUFS);
+  for (int i = 0; i < t->n; i++) {
+    const mt_param *q = &t->p[i];
+    MT_CHECK(mt_ckpt_name_ok(q->name), MT_ERR_ARG,
+             "checkpoint: tensor name '%s' cannot be a dataset name", q->name);
+    MT_CHECK(q->ndim >= 1 && q->ndim <= MT_MAX_DIMS && q->numel >= 1 &&
+                 q->offset + q->numel <= t->total &&
+                 (i == 0 || q->offset >= t->p[i - 1].offset + t->p[i - 1].numel),
+             MT_ERR_ARG, "checkpoint: tensor %s is out of the table's layout", q->name);
+  }
+  const mt_ckpt_part *pt = &ts->part;
+  MT_CHECK(!pt->sharded || pt->lo <= pt->hi, MT_ERR_ARG,
+           "checkpoint: sharded part [%zu, %zu) is reversed", pt->lo, pt->hi);
+  int holds = pt->sharded ? pt->lo < pt->hi && pt->lo < t->total : 1;
+  for (int b = 0; b < ts->nbufs; b++) {
+    const char *nm = ts->bufs[b].name;
+    MT_CHECK(mt_ckpt_name_ok(nm) && strcmp(nm, MT_CKPT_STATE_GROUP), MT_ERR_ARG,
+             "checkpoint: invalid buffer name '%s'", nm ? nm : "(null)");
+    for (int c = 0; c < b; c++)
+      MT_CHECK(strcmp(nm, ts->bufs[c].name), MT_ERR_ARG, "checkpoint: buffer %s given twice", nm);
+    MT_CHECK(!holds || ts->bufs[b].data, MT_ERR_ARG, "checkpoint: buffer %s has no data", nm);
+  }
+  return 0;
+}
+
+int mt_ckpt_plan_make(MPI_Comm comm, const mt_ckpt_tensors *ts, mt_ckpt_plan *p) {
+  memset(p, 0, sizeof(*p));
+  MT_MPI(MPI_Comm_rank(comm, &p->rank));
+  MT_MPI(MPI_Comm_size(comm, &p->size));
+  int err = check_tensors(ts);
+  uint64_t *all = NULL;
+  mt_ckpt_range *r = NULL;
+  if (!err) err = mt_calloc(&all, 4 * (size_t)p->size, sizeof(uint64_t), "checkpoint parts");
+  if (!err) err = mt_calloc(&r, (size_t)p->size + 1, sizeof(*r), "checkpoint ranges");
+  if (!err) err = mt_calloc(&p->own, (size_t)p->size + 1, sizeof(*p->own), "checkpoint ranges");
+  err = mt_agree(comm, err);
+  if (err) goto fail;
+
+  const size_t total = ts->table->total;
+  uint64_t mine[4] = {table_hash(ts), (uint64_t)ts->part.sharded, ts->part.lo, ts->part.hi};
+  if ((err = MPI_Allgather(mine, 4, MPI_UINT64_T, all, 4, MPI_UINT64_T, comm)) != MPI_SUCCESS) {
+    err = mt_mpi_error(__FILE__, __LINE__, __func__, err, "MPI_Allgather");
+    goto fail;
+  }
+  for (int q = 0; q < p->size && !err; q++)
+    if (all[4 * q] != all[0])
+      err = MT_ERR(MT_ERR_ARG, "checkpoint: rank %d has another parameter table, buffer list "
+                   "or kind of part than rank 0", q);
+  if (err) goto fail;
+
+  if (!ts->part.sharded) {
+    p->base = 0;
+    p->held.a = 0;
+    p->held.b = total;
+    mt_ckpt_split(total, p->size, p->rank, total % 16 ? 1 : 16, &p->own[0]);
+    p->nown = p->own[0].a < p->own[0].b;
+  } else {
+    p->base = ts->part.lo;
+    p->held.a = ts->part.lo < total ? ts->part.lo : total;
+    p->held.b = ts->part.hi < total ? ts->part.hi : total;
+    /* every tensor must lie inside the union of all parts */
+    for (int q = 0; q < p->size; q++) {
+      r[q].a = all[4 * q + 2] < total ? all[4 * q + 2] : total;
+      r[q].b = all[4 * q + 3] < total ? all[4 * q + 3] : total;
+    }
+    int nm = merge_ranges(r, p->size);
+    for (int i = 0; i < ts->table->n && !err; i++) {
+      const mt_param *t = &ts->table->p[i];
+      int ok = 0;
+      for (int k = 0; k < nm && !ok; k++) ok = r[k].a <= t->offset && t->offset + t->numel <= r[k].b;
+      if (!ok)
+        err = MT_ERR(MT_ERR_ARG, "checkpoint: the sharded parts of the %d ranks leave part of "
+                     "tensor %s (flat elements %zu to %zu) on no rank", p->size, t->name,
+                     t->offset, t->offset + t->numel);
+    }
+    if (err) goto fail;
+    /* own = held minus what lower ranks hold */
+    for (int q = 0; q < p->rank; q++) {
+      r[q].a = all[4 * q + 2] < total ? all[4 * q + 2] : total;
+      r[q].b = all[4 * q + 3] < total ? all[4 * q + 3] : total;
+    }
+    nm = merge_ranges(r, p->rank);
+    size_t cur = p->held.a;
+    for (int k = 0; k < nm && cur < p->held.b; k++) {
+      if (r[k].b <= cur) continue;
+      if (r[k].a >= p->held.b) break;
+      if (r[k].a > cur) p->own[p->nown++] = (mt_ckpt_range){cur, r[k].a};
+      cur = r[k].b;
+    }
+    if (cur < p->held.b) p->own[p->nown++] = (mt_ckpt_range){cur, p->held.b};
+  }
+  mt_free(&all);
+  mt_free(&r);
+  return 0;
+fail:
+  mt_free(&all);
+  mt_free(&r);
+  mt_ckpt_plan_free(p);
+  return err;
+}
+
+void mt_ckpt_plan_free(mt_ckpt_plan *p) {
+  mt_free(&p->own);
+  p->nown = 0;
+}
+
+/* ====================================================== hyperslabs */
+
+typedef struct {
+  hid_t fs;
+  int nd, first;
+  hsize_t dims[MT_MAX_DIMS], stride[MT_MAX_DIMS], prefix[MT_MAX_DIMS];
+} linsel;
+
+/* Selects indices [i0, i0 + n) of dimension k under the fixed leading
+ * indices prefix[0..k), and everything of the dimensions after k. */
+static herr_t sel_block(linsel *s, int k, hsize_t i0, hsize_t n) {
+  hsize_t start[MT_MAX_DIMS], count[MT_MAX_DIMS];
+  for (int j = 0; j < s->nd; j++) {
+    start[j] = j < k ? s->prefix[j] : j == k ? i0 : 0;
+    count[j] = j < k ? 1 : j == k ? n : s->dims[j];
+  }
+  H5S_seloper_t op = s->first ? H5S_SELECT_SET : H5S_SELECT_OR;
+  s->first = 0;
+  return H5Sselect_hyperslab(s->fs, op, start, NULL, count, NULL);
+}
+
+/* Selects the row-major linear range [a, b) of the sub-array at depth k
+ * (leading indices prefix[0..k)) as at most 2 (nd - k) - 1 blocks. */
+static herr_t sel_linear(linsel *s, int k, hsize_t a, hsize_t b) {
+  if (a >= b) return 0;
+  const hsize_t st = s->stride[k];
+  hsize_t ia = a / st, ra = a % st, ib = b / st, rb = b % st;
+  if (ia == ib) {
+    s->prefix[k] = ia;
+    return sel_linear(s, k + 1, ra, rb);
+  }
+  if (ra) {
+    s->prefix[k] = ia;
+    if (sel_linear(s, k + 1, ra, st) < 0) return -1;
+    ia++;
+  }
+  if (ib > ia && sel_block(s, k, ia, ib - ia) < 0) return -1;
+  if (rb) {
+    s->prefix[k] = ib;
+    if (sel_linear(s, k + 1, 0, rb) < 0) return -1;
+  }
+  return 0;
+}
+
+int mt_ckpt_select(hid_t fs, const mt_param *q, const mt_ckpt_range *r, int nr, hid_t *ms,
+                   size_t *first, size_t *count) {
+  linsel s;
+  memset(&s, 0, sizeof(s));
+  s.fs = fs;
+  s.nd = q->ndim;
+  s.first = 1;
+  for (int k = q->ndim - 1; k >= 0; k--) {
+    s.dims[k] = (hsize_t)q->shape[k];
+    s.stride[k] = k == q->ndim - 1 ? 1 : s.stride[k + 1] * s.dims[k + 1];
+  }
+  const size_t off = q->offset, end = q->offset + q->numel;
+  size_t lo = 0, hi = 0;
+  int npieces = 0;
+  herr_t st = 0;
+  *ms = H5I_INVALID_HID;
+  *first = *count = 0;
+  for (int i = 0; i < nr && st >= 0; i++) {
+    size_t a = r[i].a > off ? r[i].a : off, b = r[i].b < end ? r[i].b : end;
+    if (a >= b) continue;
+    if (!npieces) lo = a;
+    hi = b;
+    npieces++;
+    *count += b - a;
+    st = sel_linear(&s, 0, (hsize_t)(a - off), (hsize_t)(b - off));
+  }
+  if (st < 0) return MT_ERR(MT_ERR_HDF5, "selecting a part of tensor %s failed", q->name);
+  if (!npieces) {
+    hsize_t one = 1;
+    *ms = H5Screate_simple(1, &one, NULL);
+    if (*ms < 0 || H5Sselect_none(*ms) < 0 || H5Sselect_none(fs) < 0)
+      return MT_ERR(MT_ERR_HDF5, "making an empty selection for tensor %s failed", q->name);
+    return 0;
+  }
+  hsize_t mlen = (hsize_t)(hi - lo);
+  *ms = H5Screate_simple(1, &mlen, NULL);
+  if (*ms < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for tensor %s failed", q->name);
+  *first = lo;
+  if (npieces > 1) {
+    int f1 = 1;
+    for (int i = 0; i < nr && st >= 0; i++) {
+      size_t a = r[i].a > off ? r[i].a : off, b = r[i].b < end ? r[i].b : end;
+      if (a >= b) continue;
+      hsize_t start = (hsize_t)(a - lo), cnt = (hsize_t)(b - a);
+      st = H5Sselect_hyperslab(*ms, f1 ? H5S_SELECT_SET : H5S_SELECT_OR, &start, NULL, &cnt, NULL);
+      f1 = 0;
+    }
+    if (st < 0) return MT_ERR(MT_ERR_HDF5, "selecting memory for tensor %s failed", q->name);
+  }
+  return 0;
+}
+
+/* ============================================================= write */
+
+typedef struct {
+  MPI_Comm comm;
+  const char *path;
+  const mt_ckpt_tensors *ts;
+  const mt_ckpt_plan *pl;
+  const mt_ckpt_meta *meta;
+  const mt_ckpt_state *st;
+  char created[32];
+  hid_t fapl, dxpl, dcpl, gcpl, file;
+  hid_t *grp, *ds; /* nbufs, nbufs * ntensors                              */
+  uint64_t *sums;  /* 2 per dataset                                        */
+  int created_file;
+} writer;
+
+static int write_header(writer *w) {
+  const int fmt = MT_CKPT_FORMAT, ws = w->pl->size;
+  const char *b = w->meta && w->meta->backend ? w->meta->backend : "";
+  const char *o = w->meta && w->meta->options ? w->meta->options : "";
+  MT_CALL(mt_ckpt_attr_int(w->file, "format", H5T_STD_I32LE, H5T_NATIVE_INT, &fmt));
+  MT_CALL(mt_ckpt_attr_str(w->file, "mpitrain_version", MPITRAIN_VERSION));
+  MT_CALL(mt_ckpt_attr_int(w->file, "world_size", H5T_STD_I32LE, H5T_NATIVE_INT, &ws));
+  MT_CALL(mt_ckpt_attr_str(w->file, "backend", b));
+  MT_CALL(mt_ckpt_attr_str(w->file, "options", o));
+  MT_CALL(mt_ckpt_attr_str(w->file, "created", w->created));
+  MT_CALL(mt_ckpt_attr_str(w->file, "checksum_algorithm", MT_CKPT_CHECKSUM_NAME));
+  return 0;
+}
+
+static int write_state(writer *w) {
+  hid_t g = H5Gcreate2(w->file, MT_CKPT_STATE_GROUP, H5P_DEFAULT, w->gcpl, H5P_DEFAULT);
+  if (g < 0) return MT_ERR(MT_ERR_HDF5, "checkpoint %s: cannot create /%s", w->path,
+                           MT_CKPT_STATE_GROUP);
+  int err = 0;
+  for (int i = 0; w->st && i < w->st->n && !err; i++) {
+    const mt_ckpt_entry *e = &w->st->e[i];
+    switch (e->type) {
+    case MT_CKPT_I64:
+      err = mt_ckpt_attr_int(g, e->key, H5T_STD_I64LE, H5T_NATIVE_INT64, &e->i);
+      break;
+    case MT_CKPT_F64:
+      err = mt_ckpt_attr_int(g, e->key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &e->f);
+      break;
+    case MT_CKPT_STR:
+      err = mt_ckpt_attr_str(g, e->key, e->p);
+      break;
+    case MT_CKPT_I64S:
+      err = mt_ckpt_attr_array(g, e->key, H5T_STD_I64LE, H5T_NATIVE_INT64, e->n, e->p);
+      break;
+    case MT_CKPT_F64S:
+      err = mt_ckpt_attr_array(g, e->key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, e->n, e->p);
+      break;
+    default:
+      err = MT_ERR(MT_ERR_ARG, "checkpoint state entry %s has an invalid type", e->key);
+    }
+  }
+  if (H5Gclose(g) < 0 && !err) err = MT_ERR(MT_ERR_HDF5, "closing /%s failed", MT_CKPT_STATE_GROUP);
+  return err;
+}
+
+static int create_datasets(writer *w) {
+  const mt_param_table *t = w->ts->table;
+  for (int b = 0; b < w->ts->nbufs; b++) {
+    const char *bn = w->ts->bufs[b].name;
+    w->grp[b] = H5Gcreate2(w->file, bn, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (w->grp[b] < 0) return MT_ERR(MT_ERR_HDF5, "checkpoint %s: cannot create /%s", w->path, bn);
+    for (int i = 0; i < t->n; i++) {
+      const mt_param *q = &t->p[i];
+      hsize_t dims[MT_MAX_DIMS];
+      for (int k = 0; k < q->ndim; k++) dims[k] = (hsize_t)q->shape[k];
+      hid_t sp = H5Screate_simple(q->ndim, dims, NULL);
+      hid_t d = sp < 0 ? H5I_INVALID_HID
+                       : H5Dcreate2(w->grp[b], q->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT,
+                                    w->dcpl, H5P_DEFAULT);
+      if (sp >= 0) H5Sclose(sp);
+      w->ds[b * t->n + i] = d;
+      if (d < 0) {
+        char why[256];
+        mt_ckpt_h5_reason(why, sizeof(why));
+        return MT_ERR(MT_ERR_HDF5, "checkpoint %s: cannot create tensor /%s/%s: %s", w->path, bn,
+                      q->name, why);
+      }
+    }
+  }
+  return 0;
+}
+
+/* Writes this rank's owned part of one tensor (nothing when skip), and adds
+ * its checksum part. Collective. */
+static int write_tensor(writer *w, int b, int i, int skip) {
+  const mt_param *q = &w->ts->table->p[i];
+  const float *data = w->ts->bufs[b].data;
+  hid_t d = w->ds[b * w->ts->table->n + i];
+  hsize_t dims[MT_MAX_DIMS];
+  for (int k = 0; k < q->ndim; k++) dims[k] = (hsize_t)q->shape[k];
+  hid_t fs = H5Screate_simple(q->ndim, dims, NULL), ms = H5I_INVALID_HID;
+  if (fs < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for tensor %s failed", q->name);
+  size_t first = 0, count = 0;
+  int err = mt_ckpt_select(fs, q, w->pl->own, skip ? 0 : w->pl->nown, &ms, &first, &count);
+  if (err) { /* still join the collective write, with nothing selected */
+    if (ms >= 0) H5Sclose(ms);
+    hsize_t one = 1;
+    ms = H5Screate_simple(1, &one, NULL);
+    if (ms >= 0) H5Sselect_none(ms);
+    H5Sselect_none(fs);
+    count = 0;
+  }
+  static const float dummy = 0;
+  const float *ptr = count ? data + (first - w->pl->base) : &dummy;
+  if (H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, w->dxpl, ptr) < 0 && !err) {
+    char why[256];
+    mt_ckpt_h5_reason(why, sizeof(why));
+    err = MT_ERR(MT_ERR_FILE, "checkpoint %s: writing tensor /%s/%s failed: %s", w->path,
+                 w->ts->bufs[b].name, q->name, why);
+  }
+  if (ms >= 0) H5Sclose(ms);
+  H5Sclose(fs);
+  if (err || skip) return err;
+  uint64_t *s = w->sums + 2 * ((size_t)b * (size_t)w->ts->table->n + (size_t)i);
+  for (int k = 0; k < w->pl->nown; k++) {
+    size_t a = w->pl->own[k].a > q->offset ? w->pl->own[k].a : q->offset;
+    size_t e = w->pl->own[k].b < q->offset + q->numel ? w->pl->own[k].b : q->offset + q->numel;
+    if (a < e) mt_ckpt_sum(data + (a - w->pl->base), e - a, a - q->offset, s);
+  }
+  return 0;
+}
+
+static int write_locked(writer *w) {
+  const int nt = w->ts->table->n, nb = w->ts->nbufs, nds = nt * nb;
+  int err = mt_calloc(&w->grp, (size_t)nb, sizeof(hid_t), "checkpoint groups");
+  if (!err) err = mt_calloc(&w->ds, (size_t)nds, sizeof(hid_t), "checkpoint datasets");
+  if (!err) err = mt_calloc(&w->sums, 2 * (size_t)nds, sizeof(uint64_t), "checkpoint sums");
+  for (int i = 0; !err && i < nb; i++) w->grp[i] = H5I_INVALID_HID;
+  for (int i = 0; !err && i < nds; i++) w->ds[i] = H5I_INVALID_HID;
+  if (!err) {
+    w->fapl = mt_ckpt_fapl(w->comm);
+    w->dxpl = mt_ckpt_dxpl();
+    w->dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    w->gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    if (w->fapl < 0 || w->dxpl < 0 || w->dcpl < 0 || w->gcpl < 0 ||
+        H5Pset_fill_time(w->dcpl, H5D_FILL_TIME_NEVER) < 0 ||
+        H5Pset_alloc_time(w->dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
+        H5Pset_attr_creation_order(w->gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0)
+      err = MT_ERR(MT_ERR_HDF5, "checkpoint %s: making HDF5 property lists failed", w->path);
+  }
+  err = mt_agree(w->comm, err);
+  if (err) return err;
+
+  w->file = H5Fcreate(w->path, H5F_ACC_TRUNC, H5P_DEFAULT, w->fapl);
+  if (w->file < 0) {
+    char why[256];
+    mt_ckpt_h5_reason(why, sizeof(why));
+    err = MT_ERR(MT_ERR_FILE, "checkpoint %s: cannot create the file: %s", w->path, why);
+  }
+  err = mt_agree(w->comm, err);
+  if (err) return err;
+  w->created_file = 1;
+
+  /* metadata: the same calls with the same values on every rank */
+  err = write_header(w);
+  if (!err) err = write_state(w);
+  if (!err) err = create_datasets(w);
+  err = mt_agree(w->comm, err);
+  if (err) return err;
+
+  /* data: after a local failure keep joining the collective writes */
+  for (int b = 0; b < nb; b++)
+    for (int i = 0; i < nt; i++) {
+      int e = write_tensor(w, b, i, err != 0);
+      if (!err) err = e;
+    }
+  err = mt_agree(w->comm, err);
+  if (err) return err;
+
+  int rc = MPI_Allreduce(MPI_IN_PLACE, w->sums, 2 * nds, MPI_UINT64_T, MPI_SUM, w->comm);
+  if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
+  for (int k = 0; k < nds && !err; k++)
+    err = mt_ckpt_attr_array(w->ds[k], "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, 2,
+                             w->sums + 2 * k);
+  return mt_agree(w->comm, err);
+}
+
+/* Closes everything writer holds; returns a close failure (collective). */
+static int writer_close(writer *w) {
+  int err = 0;
+  const int nds = w->ts->table->n * w->ts->nbufs;
+  for (int k = 0; w->ds && k < nds; k++)
+    if (w->ds[k] >= 0 && H5Dclose(w->ds[k]) < 0) err = 1;
+  for (int b = 0; w->grp && b < w->ts->nbufs; b++)
+    if (w->grp[b] >= 0 && H5Gclose(w->grp[b]) < 0) err = 1;
+  if (w->file >= 0 && H5Fclose(w->file) < 0) err = 1;
+  if (w->fapl >= 0) H5Pclose(w->fapl);
+  if (w->dxpl >= 0) H5Pclose(w->dxpl);
+  if (w->dcpl >= 0) H5Pclose(w->dcpl);
+  if (w->gcpl >= 0) H5Pclose(w->gcpl);
+  w->file = w->fapl = w->dxpl = w->dcpl = w->gcpl = H5I_INVALID_HID;
+  mt_free(&w->grp);
+  mt_free(&w->ds);
+  mt_free(&w->sums);
+  if (err) {
+    char why[256];
+    mt_ckpt_h5_reason(why, sizeof(why));
+    return MT_ERR(MT_ERR_FILE, "checkpoint %s: closing the file failed: %s", w->path, why);
+  }
+  return 0;
+}
+
+int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
+                  const mt_ckpt_meta *meta, const mt_ckpt_state *st) {
+  MT_CHECK(path && path[0], MT_ERR_ARG, "checkpoint: no file name");
+  mt_ckpt_plan pl;
+  MT_CALL(mt_ckpt_plan_make(comm, ts, &pl));
+  writer w;
+  memset(&w, 0, sizeof(w));
+  w.comm = comm;
+  w.path = path;
+  w.ts = ts;
+  w.pl = &pl;
+  w.meta = meta;
+  w.st = st;
+  w.fapl = w.dxpl = w.dcpl = w.gcpl = w.file = H5I_INVALID_HID;
+
+  /* every rank writes the same header: check state and meta agree, and
+   * take rank 0's clock */
+  uint64_t h = state_hash(st, meta), hv[2] = {h, ~h};
+  int err = 0, rc = MPI_Allreduce(MPI_IN_PLACE, hv, 2, MPI_UINT64_T, MPI_MAX, comm);
+  if (rc == MPI_SUCCESS && pl.rank == 0) {
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(w.created, sizeof(w.created), "%Y-%m-%dT%H:%M:%SZ", &tmv);
+  }
+  if (rc == MPI_SUCCESS) rc = MPI_Bcast(w.created, sizeof(w.created), MPI_CHAR, 0, comm);
+  if (rc != MPI_SUCCESS)
+    err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "agreeing on the checkpoint header");
+  else if (hv[0] != h || ~hv[1] != h)
+    err = MT_ERR(MT_ERR_ARG, "checkpoint %s: the ranks pass different trainer state or meta "
+                 "(backend, options)", path);
+  if (err) {
+    mt_ckpt_plan_free(&pl);
+    return mt_agree(comm, err);
+  }
+
+  mt_h5_lock();
+  err = write_locked(&w);
+  int cerr = writer_close(&w);
+  mt_h5_unlock();
+  mt_ckpt_plan_free(&pl);
+  if (!err) err = mt_agree(comm, cerr);
+  if (err && w.created_file && pl.rank == 0) unlink(path);
+  return err;
+}
+
+/* ============================================================ save */
+
+int mt_ckpt_path(const char *dir, int64_t step, char *buf, size_t cap) {
+  int k = snprintf(buf, cap, "%s/ckpt-%lld.h5", dir, (long long)step);
+  MT_CHECK(k > 0 && (size_t)k < cap, MT_ERR_ARG, "checkpoint path too long: %s/ckpt-%lld.h5",
+           dir, (long long)step);
+  return 0;
+}
+
+/* Whether name is ckpt-<step>.h5 (kind 1) or ckpt-<step>.h5.tmp (kind 2). */
+static int parse_name(const char *name, int64_t *step) {
+  if (strncmp(name, "ckpt-", 5) || !(name[5] >= '0' && name[5] <= '9')) return 0;
+  char *end;
+  errno = 0;
+  long long v = strtoll(name + 5, &end, 10);
+  if (errno) return 0;
+  *step = v;
+  if (!strcmp(end, ".h5")) return 1;
+  if (!strcmp(end, ".h5.tmp")) return 2;
+  return 0;
+}
+
+static int step_desc(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return a > b ? -1 : a < b ? 1 : 0;
+}
+
+/* Rank 0: the steps of DIR's complete (kind 1) or temporary (kind 2) files,
+ * newest first. A missing DIR holds none. */
+static int scan_dir(const char *dir, int kind, int64_t **steps, int *n) {
+  *steps = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) {
+    if (errno == ENOENT) return 0;
+    return MT_ERR(MT_ERR_FILE, "checkpoint directory %s: cannot be listed: %s", dir,
+                  strerror(errno));
+  }
+  int cap = 0, err = 0;
+  struct dirent *de;
+  while (!err && (de = readdir(d))) {
+    int64_t s;
+    if (parse_name(de->d_name, &s) != kind) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 32;
+      int64_t *ns = realloc(*steps, (size_t)cap * sizeof(int64_t));
+      if (!ns) {
+        err = MT_ERR(MT_ERR_MEM, "listing checkpoint directory %s", dir);
+        break;
+      }
+      *steps = ns;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(d);
+  if (err) {
+    free(*steps);
+    *steps = NULL;
+    *n = 0;
+    return err;
+  }
+  qsort(*steps, (size_t)*n, sizeof(int64_t), step_desc);
+  return 0;
+}
+
+int mt_ckpt_list(MPI_Comm comm, const char *dir, int64_t **steps, int *n) {
+  int rank;
+  MT_MPI(MPI_Comm_rank(comm, &rank));
+  *steps = NULL;
+  *n = 0;
+  int64_t *loc = NULL;
+  int nl = 0, err = 0;
+  if (rank == 0) err = scan_dir(dir, 1, &loc, &nl);
+  err = mt_agree(comm, err);
+  if (!err) err = MPI_Bcast(&nl, 1, MPI_INT, 0, comm) == MPI_SUCCESS ? 0 : MT_ERR(MT_ERR_MPI, "MPI_Bcast failed");
+  if (!err && nl > 0) err = mt_calloc(steps, (size_t)nl, sizeof(int64_t), "checkpoint list");
+  if (!err && rank == 0 && nl > 0) memcpy(*steps, loc, (size_t)nl * sizeof(int64_t));
+  free(loc);
+  err = mt_agree(comm, err);
+  if (!err && nl > 0 && MPI_Bcast(*steps, nl, MPI_INT64_T, 0, comm) != MPI_SUCCESS)
+    err = MT_ERR(MT_ERR_MPI, "MPI_Bcast of the checkpoint list failed");
+  err = mt_agree(comm, err);
+  if (err) {
+    mt_free(steps);
+    return err;
+  }
+  *n = nl;
+  return 0;
+}
+
+static int mkdir_p(const char *dir) {
+  char buf[MT_PATH_MAX];
+  int k = snprintf(buf, sizeof(buf), "%s", dir);
+  MT_CHECK(k > 0 && (size_t)k < sizeof(buf), MT_ERR_ARG, "checkpoint directory name too long");
+  for (char *p = buf + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+      return MT_ERR(MT_ERR_FILE, "checkpoint directory %s: cannot create %s: %s", dir, buf,
+                    strerror(errno));
+    *p = c;
+    if (!c) break;
+  }
+  struct stat sb;
+  MT_CHECK(stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode), MT_ERR_FILE,
+           "checkpoint directory %s is not a directory", dir);
+  return 0;
+}
+
+/* fsync of a file (or, dir != 0, a directory; a file system that cannot
+ * sync directories is not an error). */
+static int sync_path(const char *path, int dir) {
+  int fd = open(path, O_RDONLY | (dir ? O_DIRECTORY : 0));
+  if (fd < 0) return MT_ERR(MT_ERR_FILE, "cannot open %s to sync it: %s", path, strerror(errno));
+  int rc = fsync(fd), e = errno;
+  close(fd);
+  if (rc != 0 && !(dir && (e == EINVAL || e == ENOTSUP)))
+    return MT_ERR(MT_ERR_FILE, "fsync of %s failed: %s", path, strerror(e));
+  return 0;
+}
+
+/* Rank 0: DIR/latest names file (via latest.tmp and a rename). */
+static int write_latest(const char *dir, const char *file) {
+  char tmp[MT_PATH_MAX + 16], fin[MT_PATH_MAX + 16];
+  snprintf(tmp, sizeof(tmp), "%s/latest.tmp", dir);
+  snprintf(fin, sizeof(fin), "%s/latest", dir);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  if (fd < 0) return MT_ERR(MT_ERR_FILE, "cannot create %s: %s", tmp, strerror(errno));
+  char line[MT_PATH_MAX];
+  int len = snprintf(line, sizeof(line), "%s\n", file);
+  int ok = len > 0 && write(fd, line, (size_t)len) == (ssize_t)len && fsync(fd) == 0;
+  int e = errno;
+  if (close(fd) != 0) ok = 0;
+  if (!ok) {
+    unlink(tmp);
+    return MT_ERR(MT_ERR_FILE, "writing %s failed: %s", tmp, strerror(e));
+  }
+  if (rename(tmp, fin) != 0) {
+    e = errno;
+    unlink(tmp);
+    return MT_ERR(MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, fin, strerror(e));
+  }
+  return sync_path(dir, 1);
+}
+
+/* Rank 0: removes all but the newest keep checkpoints, and stale .tmp
+ * files. Failures are warnings: the new checkpoint is complete. */
+static void prune(const char *dir, int keep) {
+  for (int kind = 1; kind <= 2; kind++) {
+    int64_t *steps = NULL;
+    int n = 0;
+    if (scan_dir(dir, kind, &steps, &n)) {
+      fprintf(stderr, "mpitrain: warning: %s\n", mt_error_message());
+      mt_error_clear();
+      continue;
+    }
+    for (int i = kind == 1 ? (keep > 0 ? keep : n) : 0; i < n; i++) {
+      char p[MT_PATH_MAX + 16];
+      snprintf(p, sizeof(p), "%s/ckpt-%lld.h5%s", dir, (long long)steps[i], kind == 2 ? ".tmp" : "");
+      if (unlink(p) != 0 && errno != ENOENT)
+        fprintf(stderr, "mpitrain: warning: cannot remove old checkpoint %s: %s\n", p,
+                strerror(errno));
+    }
+    free(steps);
+  }
+}
+
+int mt_ckpt_save(MPI_Comm comm, const char *dir, int64_t step, int keep,
+                 const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
+                 const mt_ckpt_state *st, char *path, size_t cap) {
+  int rank;
+  MT_MPI(MPI_Comm_rank(comm, &rank));
+  char fin[MT_PATH_MAX], tmp[MT_PATH_MAX + 8];
+  int err = step >= 0 ? 0 : MT_ERR(MT_ERR_ARG, "checkpoint step %lld < 0", (long long)step);
+  if (!err) err = mt_ckpt_path(dir, step, fin, sizeof(fin));
+  snprintf(tmp, sizeof(tmp), "%s.tmp", fin);
+  if (!err && rank == 0) {
+    err = mkdir_p(dir);
+    if (!err && unlink(tmp) != 0 && errno != ENOENT)
+      err = MT_ERR(MT_ERR_FILE, "cannot remove the stale %s: %s", tmp, strerror(errno));
+  }
+  MT_CALL(mt_agree(comm, err));
+
+  MT_CALL(mt_ckpt_write(comm, tmp, ts, meta, st));
+
+  /* each rank flushes what its node wrote; then rank 0 publishes */
+  err = sync_path(tmp, 0);
+  err = mt_agree(comm, err);
+  if (!err && rank == 0) {
+    const char *base = strrchr(fin, '/') ? strrchr(fin, '/') + 1 : fin;
+    if (rename(tmp, fin) != 0)
+      err = MT_ERR(MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+    if (!err) err = sync_path(dir, 1);
+    if (!err) err = write_latest(dir, base);
+    if (!err) prune(dir, keep);
+  }
+  err = mt_agree(comm, err);
+  if (err) {
+    if (rank == 0) unlink(tmp);
+    return err;
+  }
+  if (path) {
+    MT_CHECK(strlen(fin) < cap, MT_ERR_ARG, "checkpoint path %s does not fit", fin);
+    snprintf(path, cap, "%s", fin);
+  }
+  return 0;
+}

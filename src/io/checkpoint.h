@@ -1,0 +1,292 @@
+/* Checkpoint files: one HDF5 file per checkpoint, written and read
+ * collectively by every rank of a communicator (MPI-IO driver, collective
+ * transfers), holding GLOBAL LOGICAL tensors so that any later run, on any
+ * number of ranks, reads just the slices it needs.
+ *
+ * File layout (format version MT_CKPT_FORMAT):
+ *
+ *   /                       attributes: format (int), mpitrain_version,
+ *                           world_size (int), backend, options (strings),
+ *                           created (UTC time), checksum_algorithm
+ *   /<buffer>/<tensor>      float32 dataset with the tensor's shape, e.g.
+ *                           /params/layers.0.weight, /exp_avg/layers.0.weight;
+ *                           attribute checksum: uint64[2] (below)
+ *   /trainer_state          a group whose attributes are the trainer's typed
+ *                           key/value entries (mt_ckpt_state): int64 and
+ *                           double scalars, strings, int64 and double arrays
+ *
+ * Checksum ("mt-possum-1"). For a tensor with elements x_0 .. x_{N-1} in
+ * row-major order, let u_i be the 32-bit pattern of x_i. The stored value is
+ *
+ *     { sum_i u_i ,  sum_i (i + 1) * u_i }   both modulo 2^64.
+ *
+ * Both sums are linear, so the part of any slice [a, b) adds up to the whole
+ * whatever the split: each rank sums the elements it writes (or reads), one
+ * MPI_Allreduce adds the parts, and the value is the same bit for bit at any
+ * rank count. Any change of a single element (a flipped byte) changes the
+ * first sum; moved or swapped elements change the second. The checksum is
+ * verified on every read and by mt_ckpt_verify. (HDF5's Fletcher32 filter
+ * was not used: it needs chunked storage, and parallel filtered writes in
+ * HDF5 1.10 redistribute whole chunks between ranks; see bench/ckpt_bench.c.)
+ *
+ * Crash safety (mt_ckpt_save): DIR/ckpt-<step>.h5.tmp is written and closed
+ * by all ranks and fsync'ed by every rank (each flushes what its node wrote),
+ * then rank 0 renames it to DIR/ckpt-<step>.h5, syncs DIR, rewrites DIR/latest
+ * (one line, the file name, via latest.tmp and a rename) and removes all but
+ * the newest K checkpoints and any stale *.tmp. A crash at any point leaves
+ * the previous checkpoints intact; a .tmp is never read.
+ *
+ * Errors: every function returns 0 or an MT_ERR_* code, and every function
+ * that takes a communicator is collective and agrees (mt_agree): a failure
+ * on one rank is a failure on all, never a hang. Messages name the file and,
+ * where one is at fault, the tensor ("/params/layers.0.weight").
+ *
+ * HDF5 calls are made under mt_h5_lock(). Call mt_h5_quiet() once (main
+ * does) so HDF5 does not print its own error stacks. */
+#ifndef MT_CHECKPOINT_H
+#define MT_CHECKPOINT_H
+
+#include "io/io.h"
+
+#define MT_CKPT_FORMAT 1
+#define MT_CKPT_MAX_BUFS 16
+#define MT_CKPT_STATE_GROUP "trainer_state"
+#define MT_CKPT_CHECKSUM_NAME "mt-possum-1"
+
+/* ------------------------------------------------------- trainer state */
+
+typedef enum {
+  MT_CKPT_I64 = 1, /* int64 scalar                                          */
+  MT_CKPT_F64,     /* double scalar                                         */
+  MT_CKPT_STR,     /* string                                                */
+  MT_CKPT_I64S,    /* int64 array                                           */
+  MT_CKPT_F64S     /* double array                                          */
+} mt_ckpt_type;
+
+typedef struct {
+  char key[MT_NAME_MAX];
+  mt_ckpt_type type;
+  size_t n;     /* array length; string length (without the NUL); 1 scalar  */
+  int64_t i;    /* MT_CKPT_I64                                              */
+  double f;     /* MT_CKPT_F64                                              */
+  void *p;      /* arrays and strings, owned by the state                   */
+} mt_ckpt_entry;
+
+/* Typed key/value entries saved as attributes of /trainer_state: epoch,
+ * step in epoch, global step, rng keys, sampler position, schedule state,
+ * the learning curve as arrays, loss-scaler and accountant slots, ...
+ * A zero-filled struct is an empty state; mt_ckpt_state_free empties it.
+ * Keys are 1 to MT_NAME_MAX-1 printable characters without '/'. Setting an
+ * existing key replaces its value (and type). Unsigned 64-bit values (rng
+ * keys) are stored as int64 with the same bits: cast both ways. */
+typedef struct {
+  mt_ckpt_entry *e;
+  int n, cap;
+} mt_ckpt_state;
+
+int mt_ckpt_state_set_i64(mt_ckpt_state *s, const char *key, int64_t v);
+int mt_ckpt_state_set_f64(mt_ckpt_state *s, const char *key, double v);
+int mt_ckpt_state_set_str(mt_ckpt_state *s, const char *key, const char *v);
+int mt_ckpt_state_set_i64s(mt_ckpt_state *s, const char *key, const int64_t *v, size_t n);
+int mt_ckpt_state_set_f64s(mt_ckpt_state *s, const char *key, const double *v, size_t n);
+/* The entry called key, or NULL. */
+const mt_ckpt_entry *mt_ckpt_state_find(const mt_ckpt_state *s, const char *key);
+/* Getters fail with MT_ERR_DATA naming the key when it is missing or holds
+ * another type. Array and string pointers point into s (valid until s
+ * changes); *n receives the array length. */
+int mt_ckpt_state_get_i64(const mt_ckpt_state *s, const char *key, int64_t *v);
+int mt_ckpt_state_get_f64(const mt_ckpt_state *s, const char *key, double *v);
+int mt_ckpt_state_get_str(const mt_ckpt_state *s, const char *key, const char **v);
+int mt_ckpt_state_get_i64s(const mt_ckpt_state *s, const char *key, const int64_t **v,
+                           size_t *n);
+int mt_ckpt_state_get_f64s(const mt_ckpt_state *s, const char *key, const double **v,
+                           size_t *n);
+void mt_ckpt_state_free(mt_ckpt_state *s);
+
+/* ------------------------------------------------------------- tensors */
+
+/* One flat buffer laid out by the table: params, momentum_buffer, exp_avg,
+ * exp_avg_sq, master weights. name is its group in the file (1 to
+ * MT_NAME_MAX-1 characters, no '/', not "trainer_state"). */
+typedef struct {
+  const char *name;
+  float *data; /* replicated: element 0 of the flat buffer; sharded: element
+                  lo (may be NULL when this rank holds nothing). Read only
+                  when writing. */
+} mt_ckpt_buf;
+
+/* Which elements of every flat buffer this rank holds. */
+typedef struct {
+  int sharded;   /* 0: replicated, every rank holds all of [0, total)      */
+  size_t lo, hi; /* sharded: this rank holds [lo, hi) of the flat layout   */
+} mt_ckpt_part;
+
+static inline mt_ckpt_part mt_ckpt_replicated(void) {
+  mt_ckpt_part p = {0, 0, 0};
+  return p;
+}
+static inline mt_ckpt_part mt_ckpt_shard(size_t lo, size_t hi) {
+  mt_ckpt_part p = {1, lo, hi};
+  return p;
+}
+
+/* What to write or read: the buffers (same table, same part) of one model.
+ *  - replicated (as under ddp): when writing, the flat range is split evenly
+ *    among ranks and each rank writes its disjoint part; when reading, each
+ *    rank reads its part collectively, checks it, and the parts are
+ *    all-gathered so every rank ends with every tensor.
+ *  - sharded (fsdp): rank r holds [lo_r, hi_r). Together the parts must
+ *    cover every tensor element; they may overlap (replicated shards, as
+ *    hybrid_shard): an element held by several ranks is written once, by the
+ *    lowest of them. Elements at or past table->total are ignored.
+ * Every rank passes the same table, buffer names and kind of part. Padding
+ * elements between tensors are not stored; a read sets them to zero. */
+typedef struct {
+  const mt_param_table *table;
+  const mt_ckpt_buf *bufs;
+  int nbufs;
+  mt_ckpt_part part;
+} mt_ckpt_tensors;
+
+/* Who wrote the checkpoint. NULL strings are stored as "". */
+typedef struct {
+  const char *backend; /* "ddp-amp", ...                                    */
+  const char *options; /* the resolved options, one string                  */
+} mt_ckpt_meta;
+
+/* What a checkpoint says about itself (mt_ckpt_read). Free with
+ * mt_ckpt_info_free. */
+typedef struct {
+  int format, world_size;
+  char version[32];
+  char backend[64];
+  char created[32];
+  char *options;                          /* owned                          */
+  int nbufs;                              /* buffer groups in the file      */
+  char bufs[MT_CKPT_MAX_BUFS][MT_NAME_MAX];
+} mt_ckpt_info;
+
+void mt_ckpt_info_free(mt_ckpt_info *info);
+
+/* ------------------------------------------------------------ file level */
+
+/* Writes one checkpoint file at path (created or truncated), collectively
+ * over comm: the tensors of ts as /<buffer>/<tensor> with their checksums,
+ * the header attributes from meta (may be NULL) and the world size of comm,
+ * and the entries of st (may be NULL) under /trainer_state. st and meta must
+ * be the same on every rank (checked). On failure the partial file is
+ * removed. Not crash-safe by itself: use mt_ckpt_save. */
+int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
+                  const mt_ckpt_meta *meta, const mt_ckpt_state *st);
+
+/* Reads a checkpoint collectively, on any number of ranks. First checks the
+ * format version and that every tensor of every buffer of ts exists in the
+ * file, is float32 and has the table's shape (and that the file's buffer
+ * groups hold no tensor the table lacks); any mismatch fails, naming the
+ * tensor and both shapes, before a buffer is touched. Then each rank reads
+ * the slices it needs into ts's buffers and every tensor's checksum is
+ * verified. ts may be NULL (header and state only); info and st may be NULL.
+ * On success *info and *st are replaced (their old contents freed). On a
+ * failure info and st are untouched; buffers are untouched unless the
+ * failure is a checksum or I/O error found while reading data, after which
+ * their contents are unspecified (verify first with mt_ckpt_verify, or fall
+ * back to an older checkpoint). */
+int mt_ckpt_read(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
+                 mt_ckpt_info *info, mt_ckpt_state *st);
+
+typedef enum {
+  MT_CKPT_CHECK_OPEN = 0, /* opens; format version; every dataset float32
+                             with a checksum attribute; state readable     */
+  MT_CKPT_CHECK_DATA = 1  /* and every dataset's checksum, reading each
+                             tensor once, split among ranks                */
+} mt_ckpt_check;
+
+/* Checks a checkpoint file without a table and without touching any
+ * buffer. Fails with a message naming the file (and the tensor). */
+int mt_ckpt_verify(MPI_Comm comm, const char *path, mt_ckpt_check level);
+
+/* ------------------------------------------------------ directory level */
+
+/* DIR/ckpt-<step>.h5 into buf; fails (MT_ERR_ARG) when it does not fit. */
+int mt_ckpt_path(const char *dir, int64_t step, char *buf, size_t cap);
+
+/* Writes DIR/ckpt-<step>.h5 crash-safely (see the top of this file), makes
+ * DIR when needed, points DIR/latest at it and keeps the newest keep
+ * checkpoints (keep <= 0: all). path (may be NULL) receives the file's name.
+ * If writing fails, the .tmp is removed and DIR is as it was; failing to
+ * remove an old checkpoint is only a warning. */
+int mt_ckpt_save(MPI_Comm comm, const char *dir, int64_t step, int keep,
+                 const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
+                 const mt_ckpt_state *st, char *path, size_t cap);
+
+/* The steps of the complete checkpoints in DIR (files ckpt-<step>.h5),
+ * newest first, as listed by rank 0 and broadcast. *steps is allocated
+ * (mt_free it), NULL when *n is 0; a missing DIR holds none. */
+int mt_ckpt_list(MPI_Comm comm, const char *dir, int64_t **steps, int *n);
+
+/* The newest checkpoint of DIR that passes mt_ckpt_verify at level: its
+ * file name into path and its step into *step (may be NULL). Each damaged
+ * one is skipped with a warning on stderr (rank 0) naming it and why.
+ * Fails with MT_ERR_FILE when DIR holds no checkpoint or none passes. */
+int mt_ckpt_find_latest(MPI_Comm comm, const char *dir, mt_ckpt_check level, char *path,
+                        size_t cap, int64_t *step);
+
+/* -------------------------------- internal to checkpoint.c, ckpt_read.c */
+
+typedef struct {
+  size_t a, b; /* [a, b) */
+} mt_ckpt_range;
+
+/* How the flat layout is divided: what this rank holds (reads or has) and
+ * what it owns (writes, and sums for the checksum). Owned ranges of all
+ * ranks are disjoint and cover every tensor. */
+typedef struct {
+  int rank, size;
+  size_t base;          /* flat index of bufs[i].data[0]                    */
+  mt_ckpt_range held;   /* clipped to [0, total)                            */
+  mt_ckpt_range *own;   /* sorted, disjoint                                 */
+  int nown;
+} mt_ckpt_plan;
+
+/* Checks ts on every rank (names, ranks agreeing on the table, parts
+ * covering every tensor) and makes the plan. Collective. */
+int mt_ckpt_plan_make(MPI_Comm comm, const mt_ckpt_tensors *ts, mt_ckpt_plan *p);
+void mt_ckpt_plan_free(mt_ckpt_plan *p);
+/* Rank r's part of [0, total) split evenly among size ranks in whole units
+ * (the last rank takes the remainder). */
+void mt_ckpt_split(size_t total, int size, int r, size_t unit, mt_ckpt_range *out);
+
+/* Adds to s the checksum part of n elements that start at row-major index
+ * i0 of their tensor. */
+void mt_ckpt_sum(const float *x, size_t n, uint64_t i0, uint64_t s[2]);
+
+/* File access list for the MPI-IO driver over comm (collective metadata),
+ * a collective transfer list; H5I_INVALID_HID on failure. */
+hid_t mt_ckpt_fapl(MPI_Comm comm);
+hid_t mt_ckpt_dxpl(void);
+
+/* Selects in the file dataspace fs of tensor q the elements of the flat
+ * ranges r[0..nr) (sorted, disjoint) and makes *ms, the matching memory
+ * dataspace; *first receives the flat index of the first element in memory
+ * and *count the number selected (0: both selections empty, *ms valid). */
+int mt_ckpt_select(hid_t fs, const mt_param *q, const mt_ckpt_range *r, int nr, hid_t *ms,
+                   size_t *first, size_t *count);
+
+/* The most specific message of HDF5's error stack (after a failed call). */
+void mt_ckpt_h5_reason(char *buf, size_t cap);
+/* "(10, 784)" */
+void mt_ckpt_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
+/* Whether name is a valid key / buffer name. */
+int mt_ckpt_name_ok(const char *name);
+
+/* Attributes: scalar int, string, and a 1-d array (n >= 0). */
+int mt_ckpt_attr_int(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v);
+int mt_ckpt_attr_str(hid_t loc, const char *name, const char *v);
+int mt_ckpt_attr_array(hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
+                       const void *v);
+/* Reads a string attribute (fixed or variable length) into a new string. */
+int mt_ckpt_attr_read_str(hid_t loc, const char *name, char **out);
+/* Reads the entries of /trainer_state into st (empty on entry). */
+int mt_ckpt_state_read(hid_t file, const char *path, mt_ckpt_state *st);
+
+#endif

@@ -1,0 +1,744 @@
+/* Checkpoint files, the reading half: header and trainer state, the
+ * structural checks against the caller's table, the collective read of the
+ * slices each rank needs with checksum verification, mt_ckpt_verify and the
+ * choice of the newest checkpoint that verifies. Layout: checkpoint.h. */
+#include "io/checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ================================================== attribute reading */
+
+/* A scalar string attribute (fixed or variable length) into a new string;
+ * -1 when it is not one or cannot be read. */
+static int read_str_id(hid_t a, char **out) {
+  *out = NULL;
+  hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
+  int rc = -1;
+  if (ty >= 0 && sp >= 0 && H5Tget_class(ty) == H5T_STRING &&
+      H5Sget_simple_extent_npoints(sp) == 1) {
+    htri_t vl = H5Tis_variable_str(ty);
+    if (vl > 0) {
+      hid_t mt = H5Tcopy(H5T_C_S1);
+      char *s = NULL;
+      if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &s) >= 0) {
+        *out = strdup(s ? s : "");
+        rc = *out ? 0 : -1;
+      }
+      if (s) H5free_memory(s);
+      if (mt >= 0) H5Tclose(mt);
+    } else if (vl == 0) {
+      size_t n = H5Tget_size(ty);
+      char *s = malloc(n + 1);
+      if (s && H5Aread(a, ty, s) >= 0) {
+        s[n] = '\0';
+        *out = s;
+        rc = 0;
+      } else {
+        free(s);
+      }
+    }
+  }
+  if (sp >= 0) H5Sclose(sp);
+  if (ty >= 0) H5Tclose(ty);
+  return rc;
+}
+
+int mt_ckpt_attr_read_str(hid_t loc, const char *name, char **out) {
+  *out = NULL;
+  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+  int rc = a < 0 ? -1 : read_str_id(a, out);
+  if (a >= 0) H5Aclose(a);
+  if (rc) return MT_ERR(MT_ERR_DATA, "attribute %s is not a readable string", name);
+  return 0;
+}
+
+/* A scalar numeric attribute converted to mtype; *found = 0 when absent. */
+static int read_num_attr(hid_t loc, const char *name, hid_t mtype, void *v, int *found) {
+  htri_t ex = H5Aexists(loc, name);
+  *found = ex > 0;
+  if (ex <= 0) return ex < 0 ? MT_ERR(MT_ERR_DATA, "cannot look up attribute %s", name) : 0;
+  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+  hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
+  int ok = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1 && H5Aread(a, mtype, v) >= 0;
+  if (sp >= 0) H5Sclose(sp);
+  if (a >= 0) H5Aclose(a);
+  MT_CHECK(ok, MT_ERR_DATA, "attribute %s is not a readable number", name);
+  return 0;
+}
+
+/* An optional string attribute copied into buf (truncated). */
+static int read_str_fixed(hid_t loc, const char *name, char *buf, size_t cap) {
+  buf[0] = '\0';
+  htri_t ex = H5Aexists(loc, name);
+  if (ex == 0) return 0;
+  char *s = NULL;
+  if (ex < 0) return MT_ERR(MT_ERR_DATA, "cannot look up attribute %s", name);
+  MT_CALL(mt_ckpt_attr_read_str(loc, name, &s));
+  snprintf(buf, cap, "%s", s);
+  free(s);
+  return 0;
+}
+
+static int read_entry(hid_t a, const char *path, mt_ckpt_state *st) {
+  char key[MT_NAME_MAX];
+  ssize_t kl = H5Aget_name(a, sizeof(key), key);
+  if (kl < 0 || kl >= MT_NAME_MAX)
+    return MT_ERR(MT_ERR_DATA, "checkpoint %s: an entry of /%s has an unreadable or too long name",
+                  path, MT_CKPT_STATE_GROUP);
+  hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
+  H5T_class_t cls = ty >= 0 ? H5Tget_class(ty) : H5T_NO_CLASS;
+  H5S_class_t sc = sp >= 0 ? H5Sget_simple_extent_type(sp) : H5S_NO_CLASS;
+  hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+  int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+  if (sp >= 0) H5Sclose(sp);
+  if (ty >= 0) H5Tclose(ty);
+  int num = cls == H5T_INTEGER || cls == H5T_FLOAT, err = 0;
+  hid_t mt = cls == H5T_INTEGER ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
+  if (cls == H5T_STRING && sc == H5S_SCALAR) {
+    char *s;
+    if (read_str_id(a, &s)) goto bad;
+    err = mt_ckpt_state_set_str(st, key, s);
+    free(s);
+  } else if (num && sc == H5S_SCALAR) {
+    int64_t i;
+    double f;
+    if (H5Aread(a, mt, cls == H5T_INTEGER ? (void *)&i : (void *)&f) < 0) goto bad;
+    err = cls == H5T_INTEGER ? mt_ckpt_state_set_i64(st, key, i) : mt_ckpt_state_set_f64(st, key, f);
+  } else if (num && (sc == H5S_NULL || (sc == H5S_SIMPLE && nd == 1))) {
+    size_t n = sc == H5S_NULL ? 0 : (size_t)np;
+    void *v = malloc(n * 8 + 8);
+    if (!v) return MT_ERR(MT_ERR_MEM, "checkpoint %s: state entry %s (%zu values)", path, key, n);
+    if (n && H5Aread(a, mt, v) < 0) {
+      free(v);
+      goto bad;
+    }
+    err = cls == H5T_INTEGER ? mt_ckpt_state_set_i64s(st, key, v, n)
+                             : mt_ckpt_state_set_f64s(st, key, v, n);
+    free(v);
+  } else {
+    goto bad;
+  }
+  return err;
+bad:
+  return MT_ERR(MT_ERR_DATA, "checkpoint %s: state entry %s is unreadable or of an unsupported "
+                "type (int64, double, string, 1-d int64 or double array)", path, key);
+}
+
+int mt_ckpt_state_read(hid_t file, const char *path, mt_ckpt_state *st) {
+  htri_t ex = H5Lexists(file, MT_CKPT_STATE_GROUP, H5P_DEFAULT);
+  MT_CHECK(ex > 0, MT_ERR_DATA, "checkpoint %s: has no group /%s", path, MT_CKPT_STATE_GROUP);
+  hid_t g = H5Gopen2(file, MT_CKPT_STATE_GROUP, H5P_DEFAULT);
+  if (g < 0) return MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot open /%s", path, MT_CKPT_STATE_GROUP);
+  /* in the order written when the file tracks it, else by name */
+  H5_index_t idx = H5_INDEX_NAME;
+  unsigned flags = 0;
+  hid_t gcpl = H5Gget_create_plist(g);
+  if (gcpl >= 0 && H5Pget_attr_creation_order(gcpl, &flags) >= 0 && (flags & H5P_CRT_ORDER_INDEXED))
+    idx = H5_INDEX_CRT_ORDER;
+  if (gcpl >= 0) H5Pclose(gcpl);
+  H5O_info_t oi;
+  int err = 0;
+  if (H5Oget_info2(g, &oi, H5O_INFO_NUM_ATTRS) < 0)
+    err = MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot count the entries of /%s", path,
+                 MT_CKPT_STATE_GROUP);
+  for (hsize_t i = 0; !err && i < oi.num_attrs; i++) {
+    hid_t a = H5Aopen_by_idx(g, ".", idx, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0) {
+      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot open entry %llu of /%s", path,
+                   (unsigned long long)i, MT_CKPT_STATE_GROUP);
+      break;
+    }
+    err = read_entry(a, path, st);
+    H5Aclose(a);
+  }
+  H5Gclose(g);
+  return err;
+}
+
+/* ================================================== opening, header */
+
+static int open_file(MPI_Comm comm, const char *path, hid_t *fapl, hid_t *file) {
+  *fapl = *file = H5I_INVALID_HID;
+  int err = 0;
+  if (!path || !path[0])
+    err = MT_ERR(MT_ERR_ARG, "checkpoint: no file name");
+  else if (access(path, R_OK) != 0)
+    err = MT_ERR(MT_ERR_FILE, "checkpoint %s: no such file, or it cannot be read", path);
+  else if ((*fapl = mt_ckpt_fapl(comm)) < 0)
+    err = MT_ERR(MT_ERR_HDF5, "checkpoint %s: making the file access list failed", path);
+  MT_CALL(mt_agree(comm, err));
+  *file = H5Fopen(path, H5F_ACC_RDONLY, *fapl);
+  if (*file < 0) {
+    char why[256];
+    mt_ckpt_h5_reason(why, sizeof(why));
+    err = MT_ERR(MT_ERR_FILE, "checkpoint %s: cannot be opened as HDF5 (truncated, damaged or "
+                 "not an HDF5 file): %s", path, why);
+  }
+  return mt_agree(comm, err);
+}
+
+static int read_header(hid_t f, const char *path, mt_ckpt_info *info) {
+  int found = 0, fmt = 0, ws = 0;
+  MT_CALL(read_num_attr(f, "format", H5T_NATIVE_INT, &fmt, &found));
+  MT_CHECK(found, MT_ERR_DATA, "checkpoint %s: not an mpitrain checkpoint (no attribute format)",
+           path);
+  MT_CHECK(fmt == MT_CKPT_FORMAT, MT_ERR_DATA,
+           "checkpoint %s: format version %d; this mpitrain reads format version %d", path, fmt,
+           MT_CKPT_FORMAT);
+  info->format = fmt;
+  MT_CALL(read_num_attr(f, "world_size", H5T_NATIVE_INT, &ws, &found));
+  info->world_size = ws;
+  char algo[64];
+  MT_CALL(read_str_fixed(f, "checksum_algorithm", algo, sizeof(algo)));
+  MT_CHECK(!strcmp(algo, MT_CKPT_CHECKSUM_NAME), MT_ERR_DATA,
+           "checkpoint %s: unknown checksum algorithm '%s' (this mpitrain knows %s)", path, algo,
+           MT_CKPT_CHECKSUM_NAME);
+  MT_CALL(read_str_fixed(f, "mpitrain_version", info->version, sizeof(info->version)));
+  MT_CALL(read_str_fixed(f, "backend", info->backend, sizeof(info->backend)));
+  MT_CALL(read_str_fixed(f, "created", info->created, sizeof(info->created)));
+  if (H5Aexists(f, "options") > 0) {
+    MT_CALL(mt_ckpt_attr_read_str(f, "options", &info->options));
+  } else {
+    info->options = strdup("");
+    MT_CHECK(info->options, MT_ERR_MEM, "checkpoint %s: no memory", path);
+  }
+  /* buffer groups: every group at the root but the state */
+  H5G_info_t gi;
+  MT_CHECK(H5Gget_info(f, &gi) >= 0, MT_ERR_DATA, "checkpoint %s: cannot list the root group",
+           path);
+  for (hsize_t i = 0; i < gi.nlinks && info->nbufs < MT_CKPT_MAX_BUFS; i++) {
+    char nm[MT_NAME_MAX];
+    ssize_t k = H5Lget_name_by_idx(f, ".", H5_INDEX_NAME, H5_ITER_INC, i, nm, sizeof(nm),
+                                   H5P_DEFAULT);
+    if (k < 0 || k >= MT_NAME_MAX || !strcmp(nm, MT_CKPT_STATE_GROUP)) continue;
+    H5O_info_t oi;
+    if (H5Oget_info_by_name2(f, nm, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+        oi.type != H5O_TYPE_GROUP)
+      continue;
+    snprintf(info->bufs[info->nbufs++], MT_NAME_MAX, "%s", nm);
+  }
+  return 0;
+}
+
+/* The tensor's checksum attribute into s[2]. */
+static int read_checksum(hid_t d, uint64_t s[2]) {
+  if (H5Aexists(d, "checksum") <= 0) return -1;
+  hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
+  hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
+  hid_t ty = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
+  int ok = sp >= 0 && ty >= 0 && H5Tget_class(ty) == H5T_INTEGER &&
+           H5Sget_simple_extent_npoints(sp) == 2 && H5Aread(a, H5T_NATIVE_UINT64, s) >= 0;
+  if (ty >= 0) H5Tclose(ty);
+  if (sp >= 0) H5Sclose(sp);
+  if (a >= 0) H5Aclose(a);
+  return ok ? 0 : -1;
+}
+
+/* The file's shape of dataset d and whether it is float32. */
+static int dataset_shape(hid_t d, int *nd, int64_t *shape, int *f32) {
+  hid_t ty = H5Dget_type(d), sp = H5Dget_space(d);
+  *f32 = ty >= 0 && H5Tget_class(ty) == H5T_FLOAT && H5Tget_size(ty) == 4;
+  *nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+  hsize_t dims[H5S_MAX_RANK];
+  int ok = *nd >= 0 && *nd <= H5S_MAX_RANK && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0;
+  for (int k = 0; ok && k < *nd && k < MT_MAX_DIMS; k++) shape[k] = (int64_t)dims[k];
+  if (sp >= 0) H5Sclose(sp);
+  if (ty >= 0) H5Tclose(ty);
+  return ok ? 0 : -1;
+}
+
+/* ===================================================== read */
+
+typedef struct {
+  MPI_Comm comm;
+  const char *path;
+  const mt_ckpt_tensors *ts;
+  const mt_ckpt_plan *pl;
+  const mt_ckpt_info *info;
+  hid_t dxpl, file;
+  hid_t *grp, *ds;
+  uint64_t *stored, *sums;
+} reader;
+
+static void buf_list(const mt_ckpt_info *info, char *buf, size_t cap) {
+  size_t k = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < info->nbufs && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? ", " : "", info->bufs[i]);
+  if (!info->nbufs) snprintf(buf, cap, "none");
+}
+
+/* Opens every tensor of every buffer and checks it against the table. */
+static int check_structure(reader *r) {
+  const mt_param_table *t = r->ts->table;
+  for (int b = 0; b < r->ts->nbufs; b++) {
+    const char *bn = r->ts->bufs[b].name;
+    if (H5Lexists(r->file, bn, H5P_DEFAULT) <= 0) {
+      char have[512];
+      buf_list(r->info, have, sizeof(have));
+      return MT_ERR(MT_ERR_DATA, "checkpoint %s: has no buffer /%s (it holds: %s)", r->path, bn,
+                    have);
+    }
+    r->grp[b] = H5Gopen2(r->file, bn, H5P_DEFAULT);
+    MT_CHECK(r->grp[b] >= 0, MT_ERR_DATA, "checkpoint %s: /%s is not a group", r->path, bn);
+    for (int i = 0; i < t->n; i++) {
+      const mt_param *q = &t->p[i];
+      char ms[128], fs[128];
+      mt_ckpt_shape_str(q->ndim, q->shape, ms, sizeof(ms));
+      MT_CHECK(H5Lexists(r->grp[b], q->name, H5P_DEFAULT) > 0, MT_ERR_DATA,
+               "checkpoint %s: has no tensor /%s/%s (shape %s in the model)", r->path, bn,
+               q->name, ms);
+      hid_t d = r->ds[b * t->n + i] = H5Dopen2(r->grp[b], q->name, H5P_DEFAULT);
+      MT_CHECK(d >= 0, MT_ERR_DATA, "checkpoint %s: /%s/%s is not a dataset", r->path, bn, q->name);
+      int nd, f32;
+      int64_t shape[MT_MAX_DIMS] = {0};
+      MT_CHECK(dataset_shape(d, &nd, shape, &f32) == 0, MT_ERR_DATA,
+               "checkpoint %s: cannot read the shape of tensor /%s/%s", r->path, bn, q->name);
+      MT_CHECK(f32, MT_ERR_DATA, "checkpoint %s: tensor /%s/%s is not float32", r->path, bn,
+               q->name);
+      int same = nd == q->ndim;
+      for (int k = 0; same && k < nd; k++) same = shape[k] == q->shape[k];
+      if (!same) {
+        if (nd > MT_MAX_DIMS) snprintf(fs, sizeof(fs), "(%d dimensions)", nd);
+        else mt_ckpt_shape_str(nd, shape, fs, sizeof(fs));
+        return MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor /%s/%s has shape %s in the file but %s "
+                      "in the model", r->path, bn, q->name, fs, ms);
+      }
+      MT_CHECK(read_checksum(d, r->stored + 2 * ((size_t)b * t->n + i)) == 0, MT_ERR_DATA,
+               "checkpoint %s: tensor /%s/%s has no valid checksum attribute", r->path, bn,
+               q->name);
+    }
+    H5G_info_t gi;
+    MT_CHECK(H5Gget_info(r->grp[b], &gi) >= 0, MT_ERR_DATA, "checkpoint %s: cannot list /%s",
+             r->path, bn);
+    for (hsize_t i = 0; gi.nlinks > (hsize_t)t->n && i < gi.nlinks; i++) {
+      char nm[256];
+      ssize_t k = H5Lget_name_by_idx(r->grp[b], ".", H5_INDEX_NAME, H5_ITER_INC, i, nm,
+                                     sizeof(nm), H5P_DEFAULT);
+      MT_CHECK(k >= 0, MT_ERR_DATA, "checkpoint %s: cannot list /%s", r->path, bn);
+      MT_CHECK(mt_param_table_find(t, nm), MT_ERR_DATA,
+               "checkpoint %s: tensor /%s/%s is in the file but not in the model", r->path, bn,
+               nm);
+    }
+  }
+  return 0;
+}
+
+/* Reads this rank's slices of one tensor (nothing when skip) and adds the
+ * checksum part of what it owns. Collective. */
+static int read_tensor(reader *r, int b, int i, int skip) {
+  const mt_param *q = &r->ts->table->p[i];
+  const mt_ckpt_plan *pl = r->pl;
+  float *data = r->ts->bufs[b].data;
+  const mt_ckpt_range *rg = r->ts->part.sharded ? &pl->held : pl->own;
+  int nr = skip ? 0 : r->ts->part.sharded ? 1 : pl->nown;
+  hsize_t dims[MT_MAX_DIMS];
+  for (int k = 0; k < q->ndim; k++) dims[k] = (hsize_t)q->shape[k];
+  hid_t fs = H5Screate_simple(q->ndim, dims, NULL), ms = H5I_INVALID_HID;
+  if (fs < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for tensor %s failed", q->name);
+  size_t first = 0, count = 0;
+  int err = mt_ckpt_select(fs, q, rg, nr, &ms, &first, &count);
+  if (err) { /* still join the collective read, with nothing selected */
+    if (ms >= 0) H5Sclose(ms);
+    hsize_t one = 1;
+    ms = H5Screate_simple(1, &one, NULL);
+    if (ms >= 0) H5Sselect_none(ms);
+    H5Sselect_none(fs);
+    count = 0;
+  }
+  float dummy = 0;
+  float *ptr = count ? data + (first - pl->base) : &dummy;
+  if (H5Dread(r->ds[b * r->ts->table->n + i], H5T_NATIVE_FLOAT, ms, fs, r->dxpl, ptr) < 0 &&
+      !err) {
+    char why[256];
+    mt_ckpt_h5_reason(why, sizeof(why));
+    err = MT_ERR(MT_ERR_FILE, "checkpoint %s: reading tensor /%s/%s failed: %s", r->path,
+                 r->ts->bufs[b].name, q->name, why);
+  }
+  if (ms >= 0) H5Sclose(ms);
+  H5Sclose(fs);
+  if (err || skip) return err;
+  uint64_t *s = r->sums + 2 * ((size_t)b * r->ts->table->n + i);
+  for (int k = 0; k < pl->nown; k++) {
+    size_t a = pl->own[k].a > q->offset ? pl->own[k].a : q->offset;
+    size_t e = pl->own[k].b < q->offset + q->numel ? pl->own[k].b : q->offset + q->numel;
+    if (a < e) mt_ckpt_sum(data + (a - pl->base), e - a, a - q->offset, s);
+  }
+  return 0;
+}
+
+/* Zeroes the padding after each tensor inside z, in every buffer. */
+static void zero_padding(const mt_ckpt_tensors *ts, const mt_ckpt_plan *pl, mt_ckpt_range z) {
+  const mt_param_table *t = ts->table;
+  for (int i = 0; i < t->n; i++) {
+    size_t a = t->p[i].offset + t->p[i].numel, e = i + 1 < t->n ? t->p[i + 1].offset : t->total;
+    if (a < z.a) a = z.a;
+    if (e > z.b) e = z.b;
+    for (int b = 0; a < e && b < ts->nbufs; b++)
+      memset(ts->bufs[b].data + (a - pl->base), 0, (e - a) * sizeof(float));
+  }
+}
+
+/* Replicated: every rank's owned range to every rank, in place. */
+static int allgather(reader *r) {
+  const mt_ckpt_plan *pl = r->pl;
+  const size_t total = r->ts->table->total, unit = total % 16 ? 1 : 16;
+  if (pl->size == 1) return 0;
+  MT_CHECK(total / unit <= (size_t)0x7fffffff, MT_ERR_ARG,
+           "checkpoint: buffers of %zu elements are too large to all-gather", total);
+  int *cnt = NULL, *dsp = NULL, err = 0;
+  MPI_Datatype ty = MPI_DATATYPE_NULL;
+  err = mt_calloc(&cnt, (size_t)pl->size, sizeof(int), "checkpoint gather counts");
+  if (!err) err = mt_calloc(&dsp, (size_t)pl->size, sizeof(int), "checkpoint gather counts");
+  for (int q = 0; !err && q < pl->size; q++) {
+    mt_ckpt_range g;
+    mt_ckpt_split(total, pl->size, q, unit, &g);
+    cnt[q] = (int)((g.b - g.a) / unit);
+    dsp[q] = (int)(g.a / unit);
+  }
+  err = mt_agree(r->comm, err);
+  int rc = MPI_SUCCESS;
+  if (!err) rc = MPI_Type_contiguous((int)unit, MPI_FLOAT, &ty);
+  if (!err && rc == MPI_SUCCESS) rc = MPI_Type_commit(&ty);
+  for (int b = 0; !err && rc == MPI_SUCCESS && b < r->ts->nbufs; b++)
+    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->ts->bufs[b].data, cnt, dsp, ty,
+                        r->comm);
+  if (!err && rc != MPI_SUCCESS)
+    err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "all-gathering checkpoint tensors");
+  if (ty != MPI_DATATYPE_NULL) MPI_Type_free(&ty);
+  mt_free(&cnt);
+  mt_free(&dsp);
+  return err;
+}
+
+/* Compares the summed checksums with the stored ones (same on all ranks). */
+static int compare_sums(const char *path, const uint64_t *sums, const uint64_t *stored, int n,
+                        const char *(*name)(void *, int, char *, size_t), void *ctx) {
+  for (int k = 0; k < n; k++) {
+    if (sums[2 * k] == stored[2 * k] && sums[2 * k + 1] == stored[2 * k + 1]) continue;
+    char nm[2 * MT_NAME_MAX + 2];
+    return MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s fails its checksum: the file is damaged "
+                  "(stored %016llx:%016llx, data gives %016llx:%016llx)", path,
+                  name(ctx, k, nm, sizeof(nm)), (unsigned long long)stored[2 * k],
+                  (unsigned long long)stored[2 * k + 1], (unsigned long long)sums[2 * k],
+                  (unsigned long long)sums[2 * k + 1]);
+  }
+  return 0;
+}
+
+static const char *reader_name(void *ctx, int k, char *buf, size_t cap) {
+  const reader *r = ctx;
+  int n = r->ts->table->n;
+  snprintf(buf, cap, "/%s/%s", r->ts->bufs[k / n].name, r->ts->table->p[k % n].name);
+  return buf;
+}
+
+static int read_data(reader *r) {
+  const int nt = r->ts->table->n, nb = r->ts->nbufs, nds = nt * nb;
+  int err = 0;
+  for (int b = 0; b < nb; b++)
+    for (int i = 0; i < nt; i++) {
+      int e = read_tensor(r, b, i, err != 0);
+      if (!err) err = e;
+    }
+  MT_CALL(mt_agree(r->comm, err));
+  int rc = MPI_Allreduce(MPI_IN_PLACE, r->sums, 2 * nds, MPI_UINT64_T, MPI_SUM, r->comm);
+  if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
+  if (!err) err = compare_sums(r->path, r->sums, r->stored, nds, reader_name, r);
+  MT_CALL(mt_agree(r->comm, err));
+  zero_padding(r->ts, r->pl, r->ts->part.sharded ? r->pl->held : r->pl->own[0]);
+  if (!r->ts->part.sharded) MT_CALL(allgather(r));
+  return 0;
+}
+
+static int read_locked(reader *r, mt_ckpt_info *info, mt_ckpt_state *st) {
+  hid_t fapl;
+  int err = open_file(r->comm, r->path, &fapl, &r->file);
+  if (fapl >= 0) H5Pclose(fapl);
+  if (err) return err;
+  err = read_header(r->file, r->path, info);
+  if (!err) err = mt_ckpt_state_read(r->file, r->path, st);
+  MT_CALL(mt_agree(r->comm, err));
+  if (!r->ts) return 0;
+
+  const int nds = r->ts->table->n * r->ts->nbufs;
+  r->dxpl = mt_ckpt_dxpl();
+  err = r->dxpl < 0 ? MT_ERR(MT_ERR_HDF5, "making the transfer list failed") : 0;
+  if (!err) err = mt_calloc(&r->grp, (size_t)r->ts->nbufs, sizeof(hid_t), "checkpoint groups");
+  if (!err) err = mt_calloc(&r->ds, (size_t)nds, sizeof(hid_t), "checkpoint datasets");
+  if (!err) err = mt_calloc(&r->stored, 2 * (size_t)nds, sizeof(uint64_t), "checkpoint sums");
+  if (!err) err = mt_calloc(&r->sums, 2 * (size_t)nds, sizeof(uint64_t), "checkpoint sums");
+  for (int b = 0; !err && b < r->ts->nbufs; b++) r->grp[b] = H5I_INVALID_HID;
+  for (int k = 0; !err && k < nds; k++) r->ds[k] = H5I_INVALID_HID;
+  MT_CALL(mt_agree(r->comm, err));
+  MT_CALL(mt_agree(r->comm, check_structure(r)));
+  return read_data(r);
+}
+
+static int reader_close(reader *r) {
+  int bad = 0;
+  const int nds = r->ts ? r->ts->table->n * r->ts->nbufs : 0;
+  for (int k = 0; r->ds && k < nds; k++)
+    if (r->ds[k] >= 0) H5Dclose(r->ds[k]);
+  for (int b = 0; r->grp && r->ts && b < r->ts->nbufs; b++)
+    if (r->grp[b] >= 0) H5Gclose(r->grp[b]);
+  if (r->dxpl >= 0) H5Pclose(r->dxpl);
+  if (r->file >= 0 && H5Fclose(r->file) < 0) bad = 1;
+  r->dxpl = r->file = H5I_INVALID_HID;
+  mt_free(&r->grp);
+  mt_free(&r->ds);
+  mt_free(&r->stored);
+  mt_free(&r->sums);
+  MT_CHECK(!bad, MT_ERR_FILE, "checkpoint %s: closing the file failed", r->path);
+  return 0;
+}
+
+int mt_ckpt_read(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
+                 mt_ckpt_info *info, mt_ckpt_state *st) {
+  mt_ckpt_plan pl;
+  memset(&pl, 0, sizeof(pl));
+  if (ts) MT_CALL(mt_ckpt_plan_make(comm, ts, &pl));
+  mt_ckpt_info tinfo;
+  mt_ckpt_state tst;
+  memset(&tinfo, 0, sizeof(tinfo));
+  memset(&tst, 0, sizeof(tst));
+  reader r;
+  memset(&r, 0, sizeof(r));
+  r.comm = comm;
+  r.path = path;
+  r.ts = ts;
+  r.pl = &pl;
+  r.info = &tinfo;
+  r.dxpl = r.file = H5I_INVALID_HID;
+
+  mt_h5_lock();
+  int err = read_locked(&r, &tinfo, &tst);
+  int cerr = reader_close(&r);
+  mt_h5_unlock();
+  mt_ckpt_plan_free(&pl);
+  if (!err) err = mt_agree(comm, cerr);
+  if (err) {
+    mt_ckpt_info_free(&tinfo);
+    mt_ckpt_state_free(&tst);
+    return err;
+  }
+  if (info) {
+    mt_ckpt_info_free(info);
+    *info = tinfo;
+  } else {
+    mt_ckpt_info_free(&tinfo);
+  }
+  if (st) {
+    mt_ckpt_state_free(st);
+    *st = tst;
+  } else {
+    mt_ckpt_state_free(&tst);
+  }
+  return 0;
+}
+
+/* ===================================================== verify */
+
+typedef struct {
+  char (*names)[2 * MT_NAME_MAX + 2];
+  uint64_t *stored, *sums;
+  int n, cap;
+} vlist;
+
+static const char *vlist_name(void *ctx, int k, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s", ((vlist *)ctx)->names[k]);
+  return buf;
+}
+
+static int vlist_add(vlist *v, const char *g, const char *d) {
+  if (v->n == v->cap) {
+    int cap = v->cap ? 2 * v->cap : 64;
+    void *a = realloc(v->names, (size_t)cap * sizeof(*v->names));
+    if (a) v->names = a;
+    void *b = a ? realloc(v->stored, 2 * (size_t)cap * sizeof(uint64_t)) : NULL;
+    if (b) v->stored = b;
+    void *c = b ? realloc(v->sums, 2 * (size_t)cap * sizeof(uint64_t)) : NULL;
+    if (c) v->sums = c;
+    MT_CHECK(c, MT_ERR_MEM, "checkpoint verification: no memory for %d tensors", cap);
+    v->cap = cap;
+  }
+  snprintf(v->names[v->n], sizeof(v->names[0]), "/%s/%s", g, d);
+  v->sums[2 * v->n] = v->sums[2 * v->n + 1] = 0;
+  v->n++;
+  return 0;
+}
+
+#define VERIFY_CHUNK ((size_t)4 << 20) /* elements read per call            */
+
+/* Reads this rank's even share of dataset d in chunks and sums it. Every
+ * rank makes the same number of collective reads; skip: join them empty. */
+static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, const mt_ckpt_plan *pl,
+                       float *scratch, const char *path, const char *name, uint64_t s[2]) {
+  mt_param q;
+  memset(&q, 0, sizeof(q));
+  snprintf(q.name, sizeof(q.name), "%s", name);
+  q.ndim = nd;
+  q.numel = 1;
+  for (int k = 0; k < nd; k++) {
+    q.shape[k] = shape[k];
+    q.numel *= (size_t)shape[k];
+  }
+  mt_ckpt_range mine;
+  mt_ckpt_split(q.numel, pl->size, pl->rank, 1, &mine);
+  const size_t most = (q.numel + (size_t)pl->size - 1) / (size_t)pl->size;
+  const size_t nchunks = (most + VERIFY_CHUNK - 1) / VERIFY_CHUNK;
+  hsize_t dims[MT_MAX_DIMS];
+  for (int k = 0; k < nd; k++) dims[k] = (hsize_t)shape[k];
+  int err = 0;
+  for (size_t c = 0; c < nchunks; c++) {
+    mt_ckpt_range g = {mine.a + c * VERIFY_CHUNK, mine.a + (c + 1) * VERIFY_CHUNK};
+    if (g.b > mine.b) g.b = mine.b;
+    int have = !err && g.a < g.b;
+    hid_t fs = H5Screate_simple(nd, dims, NULL), ms = H5I_INVALID_HID;
+    size_t first = 0, count = 0;
+    if (fs < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for %s failed", name);
+    int e = mt_ckpt_select(fs, &q, &g, have, &ms, &first, &count);
+    if (!e && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, scratch) < 0)
+      e = MT_ERR(MT_ERR_FILE, "checkpoint %s: reading tensor %s failed", path, name);
+    if (!e && count) mt_ckpt_sum(scratch, count, first, s);
+    if (ms >= 0) H5Sclose(ms);
+    H5Sclose(fs);
+    if (!err) err = e;
+  }
+  return err;
+}
+
+/* Checks every dataset of one buffer group; data errors (local) go to
+ * *derr and the collective reads go on. */
+static int verify_group(hid_t f, const char *path, const char *gname, mt_ckpt_check level,
+                        const mt_ckpt_plan *pl, hid_t dxpl, float *scratch, vlist *v,
+                        int *derr) {
+  hid_t g = H5Gopen2(f, gname, H5P_DEFAULT);
+  MT_CHECK(g >= 0, MT_ERR_DATA, "checkpoint %s: cannot open /%s", path, gname);
+  H5G_info_t gi;
+  int err = H5Gget_info(g, &gi) < 0 ? MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot list /%s",
+                                             path, gname) : 0;
+  for (hsize_t i = 0; !err && i < gi.nlinks; i++) {
+    char nm[MT_NAME_MAX];
+    ssize_t k = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nm, sizeof(nm),
+                                   H5P_DEFAULT);
+    if (k < 0 || k >= MT_NAME_MAX) {
+      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot list /%s", path, gname);
+      break;
+    }
+    if ((err = vlist_add(v, gname, nm))) break;
+    const char *full = v->names[v->n - 1];
+    hid_t d = H5Dopen2(g, nm, H5P_DEFAULT);
+    if (d < 0) {
+      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: %s is not a dataset", path, full);
+      break;
+    }
+    int nd = 0, f32 = 0;
+    int64_t shape[MT_MAX_DIMS] = {0};
+    if (dataset_shape(d, &nd, shape, &f32) || !f32 || nd < 1 || nd > MT_MAX_DIMS)
+      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s is not a float32 array of 1 to %d "
+                   "dimensions", path, full, MT_MAX_DIMS);
+    else if (read_checksum(d, v->stored + 2 * (v->n - 1)))
+      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s has no valid checksum attribute", path,
+                   full);
+    else if (level == MT_CKPT_CHECK_DATA) {
+      int e = verify_data(d, dxpl, nd, shape, pl, scratch, path, full, v->sums + 2 * (v->n - 1));
+      if (!*derr) *derr = e;
+    }
+    H5Dclose(d);
+  }
+  H5Gclose(g);
+  return err;
+}
+
+static int verify_locked(MPI_Comm comm, const char *path, mt_ckpt_check level,
+                         const mt_ckpt_plan *pl, float *scratch) {
+  hid_t fapl, f, dxpl = H5I_INVALID_HID;
+  int err = open_file(comm, path, &fapl, &f);
+  if (fapl >= 0) H5Pclose(fapl);
+  if (err) return err;
+  mt_ckpt_info info;
+  mt_ckpt_state st;
+  memset(&info, 0, sizeof(info));
+  memset(&st, 0, sizeof(st));
+  vlist v;
+  memset(&v, 0, sizeof(v));
+  err = read_header(f, path, &info);
+  if (!err) err = mt_ckpt_state_read(f, path, &st);
+  if (!err && (dxpl = mt_ckpt_dxpl()) < 0) err = MT_ERR(MT_ERR_HDF5, "making the transfer list failed");
+  err = mt_agree(comm, err);
+  int derr = 0;
+  for (int b = 0; !err && b < info.nbufs; b++)
+    err = verify_group(f, path, info.bufs[b], level, pl, dxpl, scratch, &v, &derr);
+  if (!err) err = derr;
+  err = mt_agree(comm, err);
+  if (!err && level == MT_CKPT_CHECK_DATA && v.n) {
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v.sums, 2 * v.n, MPI_UINT64_T, MPI_SUM, comm);
+    if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
+    if (!err) err = compare_sums(path, v.sums, v.stored, v.n, vlist_name, &v);
+    err = mt_agree(comm, err);
+  }
+  if (dxpl >= 0) H5Pclose(dxpl);
+  if (H5Fclose(f) < 0 && !err) err = MT_ERR(MT_ERR_FILE, "checkpoint %s: closing failed", path);
+  free(v.names);
+  free(v.stored);
+  free(v.sums);
+  mt_ckpt_info_free(&info);
+  mt_ckpt_state_free(&st);
+  return err;
+}
+
+int mt_ckpt_verify(MPI_Comm comm, const char *path, mt_ckpt_check level) {
+  mt_ckpt_plan pl;
+  memset(&pl, 0, sizeof(pl));
+  MT_MPI(MPI_Comm_rank(comm, &pl.rank));
+  MT_MPI(MPI_Comm_size(comm, &pl.size));
+  float *scratch = NULL;
+  int err = 0;
+  if (level == MT_CKPT_CHECK_DATA)
+    err = mt_calloc(&scratch, VERIFY_CHUNK, sizeof(float), "checkpoint verification buffer");
+  MT_CALL(mt_agree(comm, err));
+  mt_h5_lock();
+  err = verify_locked(comm, path, level, &pl, scratch);
+  mt_h5_unlock();
+  mt_free(&scratch);
+  return err;
+}
+
+/* ================================================ the newest good one */
+
+int mt_ckpt_find_latest(MPI_Comm comm, const char *dir, mt_ckpt_check level, char *path,
+                        size_t cap, int64_t *step) {
+  int rank, n = 0, bad = 0;
+  int64_t *steps = NULL;
+  MT_MPI(MPI_Comm_rank(comm, &rank));
+  MT_CALL(mt_ckpt_list(comm, dir, &steps, &n));
+  char p[MT_PATH_MAX], first_bad[MT_PATH_MAX] = "";
+  for (int i = 0; i < n; i++) {
+    int err = mt_ckpt_path(dir, steps[i], p, sizeof(p));
+    if (!err) err = mt_ckpt_verify(comm, p, level);
+    if (!err) {
+      int64_t s = steps[i];
+      mt_free(&steps);
+      MT_CHECK(strlen(p) < cap, MT_ERR_ARG, "checkpoint path %s does not fit", p);
+      snprintf(path, cap, "%s", p);
+      if (step) *step = s;
+      if (bad && rank == 0)
+        fprintf(stderr, "mpitrain: warning: restarting from the older checkpoint %s\n", p);
+      return 0;
+    }
+    if (rank == 0)
+      fprintf(stderr, "mpitrain: warning: skipping damaged checkpoint %s: %s\n", p,
+              mt_error_message());
+    if (!bad) snprintf(first_bad, sizeof(first_bad), "%s", p);
+    bad++;
+    mt_error_clear();
+  }
+  mt_free(&steps);
+  if (!n) return MT_ERR(MT_ERR_FILE, "no checkpoint (ckpt-<step>.h5) in %s", dir);
+  return MT_ERR(MT_ERR_FILE, "none of the %d checkpoints in %s verifies (the newest, %s, is "
+                "damaged)", n, dir, first_bad);
+}
