@@ -111,6 +111,23 @@ int mt_param_table_add(mt_param_table *t, const char *name, int ndim,
 const mt_param *mt_param_table_find(const mt_param_table *t, const char *name);
 void mt_param_table_free(mt_param_table *t);
 
+/* -------------------------------------------------------------- options */
+
+/* Options of a user's model or backend, read from the same options database
+ * as mpitrain's own (command line, -options_file, PETSC_OPTIONS). Each read
+ * marks the option used, so it is not reported as unknown, and prints a help
+ * line under -help. A malformed or out-of-range value is MT_ERR_OPTION with
+ * a message naming the option. Call them from a model's options op. */
+int mt_option_string(const char *name, const char *help, const char *def, char *out, size_t len);
+int mt_option_int(const char *name, const char *help, long def, long lo, long hi, long *out);
+int mt_option_real(const char *name, const char *help, double def, double lo, double hi,
+                   double *out);
+
+/* mpitrain's whole program: MPI and PETSc start-up, options, training,
+ * clean shut-down; returns the process exit status. A program that links
+ * libmpitrain registers its models and backends, then returns mt_main(). */
+int mt_main(int argc, char **argv);
+
 /* --------------------------------------------------------------- models */
 
 /* What a data set tells a model: sample shape and target kind. */
@@ -136,7 +153,11 @@ typedef struct mt_model mt_model;
  * at setup. */
 typedef struct {
   const char *name;
-  /* Reads the model's own options, fills m->params and sizes buffers. */
+  /* Optional: reads the model's own options with mt_option_*; called once,
+   * on every rank, before any setup (and under -help). */
+  int (*options)(void);
+  /* Fills m->params and sizes buffers for batches of up to max_batch. May be
+   * called several times (one model per thread of a rank). */
   int (*setup)(mt_model *m, const mt_data_spec *spec, int max_batch);
   int (*init)(mt_model *m, float *params, uint64_t seed);
   int (*forward)(mt_model *m, const float *params, const float *x,
@@ -155,8 +176,12 @@ struct mt_model {
   void *data; /* implementation state                                      */
 };
 
-/* Registers a model under ops->name for -model. The ops must outlive use. */
+/* Registers a model under ops->name for -model (replacing one of the same
+ * name). The ops must outlive use. */
 int mt_model_register(const mt_model_ops *ops);
+/* The ops registered under name, or NULL; names of all, comma-separated. */
+const mt_model_ops *mt_model_find(const char *name);
+void mt_model_names(char *buf, size_t len);
 int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, mt_model **m);
 void mt_model_destroy(mt_model **m);
 
@@ -189,6 +214,8 @@ struct mt_backend {
 };
 
 int mt_backend_register(const mt_backend_ops *ops);
+const mt_backend_ops *mt_backend_find(const char *name);
+void mt_backend_names(char *buf, size_t len);
 /* Creates the backend named by name ("sp", "ddp", ...) over comm. */
 int mt_backend_create(const char *name, MPI_Comm comm, double bucket_mb, mt_backend **b);
 void mt_backend_destroy(mt_backend **b);

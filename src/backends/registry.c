@@ -1,6 +1,7 @@
 /* Backends by name: the built-ins plus any a user registers. */
 #include "backends/backends.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define MAX_BACKENDS 32
@@ -11,6 +12,24 @@ static void builtins(void) {
   if (nbackends_) return;
   backends_[nbackends_++] = &mt_sp_ops;
   backends_[nbackends_++] = &mt_ddp_ops;
+}
+
+const mt_backend_ops *mt_backend_find(const char *name) {
+  builtins();
+  for (int i = 0; i < nbackends_; i++)
+    if (!strcmp(backends_[i]->name, name)) return backends_[i];
+  return NULL;
+}
+
+void mt_backend_names(char *buf, size_t len) {
+  builtins();
+  size_t k = 0;
+  if (len) buf[0] = '\0';
+  for (int i = 0; i < nbackends_ && k < len; i++) {
+    int w = snprintf(buf + k, len - k, "%s%s", i ? ", " : "", backends_[i]->name);
+    if (w < 0) break;
+    k += (size_t)w;
+  }
 }
 
 int mt_backend_register(const mt_backend_ops *ops) {

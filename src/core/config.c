@@ -6,6 +6,7 @@
  * line naming the option and the allowed range (PETSc's own messages are
  * multi-line tracebacks). Options nobody read are errors, not warnings. */
 #include "core/core.h"
+#include "mpitrain/mpitrain.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -158,8 +159,6 @@ static void parse_int_list(const char *name, const char *s, int *v, int max, int
 }
 
 static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
-  static const char *const backends[] = {"sp", "ddp", NULL};
-  static const char *const models[] = {"mlp", NULL};
   static const char *const optimizers[] = {"sgd", "adamw", NULL};
   static const char *const splits[] = {"batch", "gemm", NULL};
   static const char *const schedules[] = {"constant", "step",   "multistep", "cosine",
@@ -169,10 +168,16 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   int seed = 0, micro = 0;
 
   PetscOptionsBegin(comm, NULL, "mpitrain options", "mpitrain");
-  PetscCall(opt_choice(PetscOptionsObject, "-backend",
-                       "Training backend: sp (one process) or ddp (data parallel)", backends,
-                       c->backend, sizeof(c->backend)));
-  PetscCall(opt_choice(PetscOptionsObject, "-model", "Model", models, c->model, sizeof(c->model)));
+  char names[512], help[600];
+  mt_backend_names(names, sizeof(names));
+  snprintf(help, sizeof(help), "Training backend: %s", names);
+  PetscCall(opt_str(PetscOptionsObject, "-backend", help, "sp", c->backend, sizeof(c->backend), NULL));
+  if (!mt_backend_find(c->backend))
+    bad("option -backend: '%s' is not one of: %s", c->backend, names);
+  mt_model_names(names, sizeof(names));
+  snprintf(help, sizeof(help), "Model: %s", names);
+  PetscCall(opt_str(PetscOptionsObject, "-model", help, "mlp", c->model, sizeof(c->model), NULL));
+  if (!mt_model_find(c->model)) bad("option -model: '%s' is not one of: %s", c->model, names);
   PetscCall(opt_str(PetscOptionsObject, "-mlp_hidden", "MLP hidden layer sizes, comma-separated",
                     "1024,1024", s, sizeof(s), NULL));
   parse_int_list("-mlp_hidden", s, c->mlp_hidden, MT_MAX_HIDDEN, &c->mlp_nhidden);
@@ -349,16 +354,33 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   if (PetscOptionsHasHelp(NULL, &h)) return MT_ERR(MT_ERR_LIB, "PETSc options database failed");
   if (read_all(comm, cfg)) return MT_ERR(MT_ERR_LIB, "PETSc options database failed");
   *help = h ? 1 : 0;
-  if (*help) return 0;
-  check_unused();
+  if (*help) { /* the options of every registered model that has some */
+    char names[512], *save = NULL;
+    mt_model_names(names, sizeof(names));
+    for (char *tok = strtok_r(names, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+      const mt_model_ops *mo = mt_model_find(tok);
+      if (!mo || !mo->options) continue;
+      mt_print0("Options of model %s:\n", tok);
+      mo->options();
+      mt_error_clear();
+    }
+    return 0;
+  }
   derive(cfg);
   int err = bad_[0] ? mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_) : 0;
+  /* the model reads its own options before unknown ones are looked for */
+  const mt_model_ops *mo = mt_model_find(cfg->model);
+  if (!err && mo && mo->options) err = mo->options();
+  if (!err) {
+    check_unused();
+    if (bad_[0]) err = mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_);
+  }
   MT_CALL(mt_agree(comm, err));
   return 0;
 }
 
 int mt_config_check_same(MPI_Comm comm, const mt_config *cfg) {
-  uint64_t h = mt_hash_bytes(cfg, sizeof(*cfg), 0), lo = h, hi = h;
+  uint64_t h = mt_hash_bytes(cfg, sizeof(*cfg), mt_option_hash()), lo = h, hi = h;
   MT_MPI(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm));
   MT_MPI(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm));
   int rank;

@@ -68,6 +68,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help);
 void mt_config_print(const mt_config *cfg, FILE *f);
 /* 64-bit FNV-1a hash of bytes. */
 uint64_t mt_hash_bytes(const void *p, size_t n, uint64_t h);
+/* Hash of the names and values read through mt_option_* so far. */
+uint64_t mt_option_hash(void);
 /* Fails on every rank unless every rank has the same hash. */
 int mt_config_check_same(MPI_Comm comm, const mt_config *cfg);
 

@@ -731,7 +731,7 @@ int mt_ckpt_find_latest(MPI_Comm comm, const char *dir, mt_ckpt_check level, cha
       return 0;
     }
     if (rank == 0)
-      fprintf(stderr, "mpitrain: warning: skipping damaged checkpoint %s: %s\n", p,
+      fprintf(stderr, "mpitrain: warning: skipping a damaged checkpoint: %s\n",
               mt_error_message());
     if (!bad) snprintf(first_bad, sizeof(first_bad), "%s", p);
     bad++;

@@ -2,6 +2,7 @@
 #include "models/models.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define MAX_MODELS 32
@@ -11,6 +12,24 @@ static int nmodels_;
 static void builtins(void) {
   if (nmodels_) return;
   models_[nmodels_++] = &mt_mlp_ops;
+}
+
+const mt_model_ops *mt_model_find(const char *name) {
+  builtins();
+  for (int i = 0; i < nmodels_; i++)
+    if (!strcmp(models_[i]->name, name)) return models_[i];
+  return NULL;
+}
+
+void mt_model_names(char *buf, size_t len) {
+  builtins();
+  size_t k = 0;
+  if (len) buf[0] = '\0';
+  for (int i = 0; i < nmodels_ && k < len; i++) {
+    int w = snprintf(buf + k, len - k, "%s%s", i ? ", " : "", models_[i]->name);
+    if (w < 0) break;
+    k += (size_t)w;
+  }
 }
 
 int mt_model_register(const mt_model_ops *ops) {

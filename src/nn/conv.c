@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DNNL_CALL(expr)                                                       \
-  do {                                                                        \
-    dnnl_status_t dnnl_s_ = (expr);                                           \
+#define DNNL_CALL(expr)                                                                     \
+  do {                                                                                      \
+    dnnl_status_t dnnl_s_ = (expr);                                                         \
     MT_CHECK(dnnl_s_ == dnnl_success, MT_ERR_LIB, "%s failed with oneDNN status %d", #expr, \
-             (int)dnnl_s_);                                                   \
+             (int)dnnl_s_);                                                                 \
   } while (0)
 
 enum { ARG_IN, ARG_OUT, ARG_OUT_ADD }; /* data direction of an argument */
@@ -59,10 +59,10 @@ struct mt_conv2d_impl {
 };
 
 int mt_conv2d_shape_init(mt_conv2d_shape *s) {
-  MT_CHECK(s->B >= 1 && s->IC >= 1 && s->H >= 1 && s->W >= 1 && s->OC >= 1 && s->KH >= 1 &&
-               s->KW >= 1,
-           MT_ERR_ARG, "conv2d: sizes must be >= 1 (B=%d IC=%d H=%d W=%d OC=%d K=%dx%d)", s->B,
-           s->IC, s->H, s->W, s->OC, s->KH, s->KW);
+  MT_CHECK(
+      s->B >= 1 && s->IC >= 1 && s->H >= 1 && s->W >= 1 && s->OC >= 1 && s->KH >= 1 && s->KW >= 1,
+      MT_ERR_ARG, "conv2d: sizes must be >= 1 (B=%d IC=%d H=%d W=%d OC=%d K=%dx%d)", s->B, s->IC,
+      s->H, s->W, s->OC, s->KH, s->KW);
   MT_CHECK(s->stride_h >= 1 && s->stride_w >= 1 && s->dil_h >= 1 && s->dil_w >= 1 &&
                s->pad_h >= 0 && s->pad_w >= 0,
            MT_ERR_ARG, "conv2d: stride and dilation must be >= 1, padding >= 0");
@@ -141,9 +141,9 @@ static int add_arg(cv_op *op, int arg, int dir, const dnnl_memory_desc_t *user_m
   dnnl_primitive_attr_t attr;
   MT_CALL(make_attr(&attr, dir == ARG_OUT_ADD));
   dnnl_primitive_desc_t pd;
-  dnnl_status_t st = dir == ARG_IN
-                         ? dnnl_reorder_primitive_desc_create(&pd, user_md, eng, want_md, eng, attr)
-                         : dnnl_reorder_primitive_desc_create(&pd, want_md, eng, user_md, eng, attr);
+  dnnl_status_t st =
+      dir == ARG_IN ? dnnl_reorder_primitive_desc_create(&pd, user_md, eng, want_md, eng, attr)
+                    : dnnl_reorder_primitive_desc_create(&pd, want_md, eng, user_md, eng, attr);
   dnnl_primitive_attr_destroy(attr);
   MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: no reorder for argument %d (status %d)", arg,
            (int)st);
@@ -237,10 +237,10 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
   dnnl_dims_t strides = {s->stride_h, s->stride_w}, dil = {s->dil_h - 1, s->dil_w - 1};
   dnnl_dims_t pl = {s->pad_h, s->pad_w};
   /* right padding that gives exactly OH, OW (PyTorch's floor mode) */
-  dnnl_dims_t pr = {(dnnl_dim_t)(s->OH - 1) * s->stride_h + (dnnl_dim_t)s->dil_h * (s->KH - 1) +
-                        1 - s->H - s->pad_h,
-                    (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) +
-                        1 - s->W - s->pad_w};
+  dnnl_dims_t pr = {(dnnl_dim_t)(s->OH - 1) * s->stride_h + (dnnl_dim_t)s->dil_h * (s->KH - 1) + 1 -
+                        s->H - s->pad_h,
+                    (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 -
+                        s->W - s->pad_w};
   MT_CALL(md_init(&m->src_md, 4, sd, dnnl_nchw));
   MT_CALL(md_init(&m->dst_md, 4, dd, dnnl_nchw));
   MT_CALL(md_init(&m->w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw));
@@ -262,7 +262,8 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
   MT_CALL(make_attr(&attr, 0));
   dnnl_primitive_desc_t fpd, pd;
   dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &d, attr, m->eng, NULL);
-  MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: no forward implementation (status %d)", (int)st);
+  MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: no forward implementation (status %d)",
+           (int)st);
   int rc = 0;
   cv_op *f = &m->fwd;
   rc = add_arg(f, DNNL_ARG_SRC, ARG_IN, &m->src_md,
@@ -282,8 +283,8 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
   }
 
   /* backward data: diff_src = conv^T(diff_dst, w) */
-  st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &src_f,
-                                                        &w_any, &dst_f, strides, dil, pl, pr);
+  st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &src_f, &w_any,
+                                                        &dst_f, strides, dil, pl, pr);
   if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, m->eng, fpd);
   if (st != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-data implementation (status %d)", (int)st);
@@ -297,8 +298,10 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
     if (!rc)
       rc = add_arg(bdo, DNNL_ARG_DIFF_SRC, ARG_OUT_ADD, &m->src_md,
                    dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0), m->eng);
-    if (!rc) rc = make_prim(&bdo->prim, &bdo->scratchpad, pd, m->eng);
-    else dnnl_primitive_desc_destroy(pd);
+    if (!rc)
+      rc = make_prim(&bdo->prim, &bdo->scratchpad, pd, m->eng);
+    else
+      dnnl_primitive_desc_destroy(pd);
   }
 
   /* backward weights: diff_w = corr(src, diff_dst), diff_b = sum diff_dst */
@@ -322,8 +325,10 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
     if (!rc && has_bias)
       rc = add_arg(bwo, DNNL_ARG_DIFF_BIAS, ARG_OUT_ADD, &m->b_md,
                    dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 1), m->eng);
-    if (!rc) rc = make_prim(&bwo->prim, &bwo->scratchpad, pd, m->eng);
-    else dnnl_primitive_desc_destroy(pd);
+    if (!rc)
+      rc = make_prim(&bwo->prim, &bwo->scratchpad, pd, m->eng);
+    else
+      dnnl_primitive_desc_destroy(pd);
   }
   dnnl_primitive_attr_destroy(attr);
   if (rc) {
@@ -381,8 +386,7 @@ void mt_conv2d_free(mt_conv2d *c) {
 
 /* ------------------------------------------------------------------ calls */
 
-int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
-                      mt_conv2d *c) {
+int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b, mt_conv2d *c) {
   // inp is (B,IC,H,W), w is (OC,IC/groups,KH,KW), b is (OC), out is (B,OC,OH,OW)
   MT_CHECK(c && c->impl, MT_ERR_ARG, "conv2d: not initialised");
   MT_CHECK(!b == !c->has_bias, MT_ERR_ARG, "conv2d: bias given %s, made %s", b ? "yes" : "no",
@@ -420,8 +424,10 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
     MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_DIFF_WEIGHTS, dw));
     if (c->has_bias) {
       cv_arg *a = &m->bwd_w.a[m->bwd_w.nargs - 1];
-      if (db) MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_DIFF_BIAS, db));
-      else a->skip = 1; /* computed into the internal buffer, not copied out */
+      if (db)
+        MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_DIFF_BIAS, db));
+      else
+        a->skip = 1; /* computed into the internal buffer, not copied out */
       int rc = op_run(&m->bwd_w, m->stream);
       a->skip = 0;
       MT_CALL(rc);

@@ -103,8 +103,7 @@ void mt_dropout_forward(float *out, uint8_t *mask, const float *inp, float p, ui
   }
 }
 
-void mt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, float p,
-                         int64_t n) {
+void mt_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, float p, int64_t n) {
   if (!mask || p <= 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n > EW_PAR)
     for (int64_t i = 0; i < n; i++) dinp[i] += dout[i];
@@ -160,8 +159,8 @@ int mt_xent_ignore_forward(float *probs, float *losses, double *loss_sum, int64_
   return 0;
 }
 
-void mt_xent_ignore_backward(float *dlogits, const float *probs, const int32_t *y,
-                             int ignore_index, float scale, int N, int C) {
+void mt_xent_ignore_backward(float *dlogits, const float *probs, const int32_t *y, int ignore_index,
+                             float scale, int N, int C) {
   // probs and dlogits are (N,C); y is (N)
 #pragma omp parallel for schedule(static) if ((int64_t)N * C > 65536)
   for (int i = 0; i < N; i++) {

@@ -113,8 +113,7 @@ int mt_batchnorm2d_forward(float *out, float *mean, float *rstd, float *running_
       s = (float)(1.0 / sqrt(v / (double)n + eps));
       mf = (float)m;
       running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mf;
-      running_var[c] =
-          (1.0f - momentum) * running_var[c] + momentum * (float)(v / (double)(n - 1));
+      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(v / (double)(n - 1));
     } else {
       mf = running_mean[c];
       s = 1.0f / sqrtf(running_var[c] + eps);

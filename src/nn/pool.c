@@ -7,9 +7,9 @@
 #include <math.h>
 
 int mt_pool2d_shape_init(mt_pool2d_shape *s) {
-  MT_CHECK(s->B >= 1 && s->C >= 1 && s->H >= 1 && s->W >= 1 && s->KH >= 1 && s->KW >= 1,
-           MT_ERR_ARG, "pool2d: sizes must be >= 1 (B=%d C=%d H=%d W=%d K=%dx%d)", s->B, s->C,
-           s->H, s->W, s->KH, s->KW);
+  MT_CHECK(s->B >= 1 && s->C >= 1 && s->H >= 1 && s->W >= 1 && s->KH >= 1 && s->KW >= 1, MT_ERR_ARG,
+           "pool2d: sizes must be >= 1 (B=%d C=%d H=%d W=%d K=%dx%d)", s->B, s->C, s->H, s->W,
+           s->KH, s->KW);
   MT_CHECK(s->stride_h >= 1 && s->stride_w >= 1, MT_ERR_ARG, "pool2d: stride must be >= 1");
   MT_CHECK(s->pad_h >= 0 && s->pad_w >= 0 && 2 * s->pad_h <= s->KH && 2 * s->pad_w <= s->KW,
            MT_ERR_ARG, "pool2d: padding %dx%d must be in [0, kernel/2] (kernel %dx%d)", s->pad_h,
@@ -24,8 +24,7 @@ int mt_pool2d_shape_init(mt_pool2d_shape *s) {
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
-void mt_maxpool2d_forward(float *out, int32_t *argmax, const float *inp,
-                          const mt_pool2d_shape *s) {
+void mt_maxpool2d_forward(float *out, int32_t *argmax, const float *inp, const mt_pool2d_shape *s) {
   // inp is (B,C,H,W); out and argmax are (B,C,OH,OW)
   const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
   const int64_t ohw = (int64_t)s->OH * s->OW;

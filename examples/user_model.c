@@ -1,0 +1,188 @@
+/* A user's own model and backend, plugged into mpitrain through the public
+ * header only: no mpitrain source is changed. Build against libmpitrain and
+ * run like mpitrain itself:
+ *
+ *   mpirun -np 2 ./user_model -model softmax_tanh -softmax_tanh_hidden 32 \
+ *       -backend ddp-reduce-bcast -data_train train.h5 -data_val val.h5
+ *
+ * The model: one tanh hidden layer and a softmax output,
+ *   h = tanh(x W1^T + b1),  logits = h W2^T + b2,  loss = cross-entropy,
+ * with parameters named like torch.nn.Sequential(Linear, Tanh, Linear).
+ * The backend: data parallel like ddp, but summing gradients with
+ * MPI_Reduce to rank 0 and MPI_Bcast back (a deliberately different
+ * algorithm that must give the same model). */
+#include <mpitrain/mpitrain.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- the model */
+
+static long hidden_ = 16;
+
+typedef struct {
+  int D, H, C;
+  float *h, *p;       /* (B,H) tanh outputs, (B,C) softmax                  */
+  float *dh;          /* (B,H)                                              */
+  const float *x;
+  const int32_t *y;
+  int B;
+} net;
+
+static int net_options(void) {
+  return mt_option_int("-softmax_tanh_hidden", "softmax_tanh: hidden units", 16, 1, 1 << 16,
+                       &hidden_);
+}
+
+static int net_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
+  net *s;
+  MT_CALL(mt_calloc(&s, 1, sizeof(*s), "softmax_tanh"));
+  m->data = s;
+  s->D = (int)spec->sample_numel;
+  s->H = (int)hidden_;
+  s->C = spec->nclasses;
+  int64_t w1[2] = {s->H, s->D}, b1[1] = {s->H}, w2[2] = {s->C, s->H}, b2[1] = {s->C};
+  MT_CALL(mt_param_table_add(&m->params, "layers.0.weight", 2, w1, 0));
+  MT_CALL(mt_param_table_add(&m->params, "layers.0.bias", 1, b1, 0));
+  MT_CALL(mt_param_table_add(&m->params, "layers.2.weight", 2, w2, 1));
+  MT_CALL(mt_param_table_add(&m->params, "layers.2.bias", 1, b2, 1));
+  MT_CALL(mt_calloc(&s->h, (size_t)max_batch * s->H, sizeof(float), "hidden"));
+  MT_CALL(mt_calloc(&s->dh, (size_t)max_batch * s->H, sizeof(float), "hidden gradient"));
+  MT_CALL(mt_calloc(&s->p, (size_t)max_batch * s->C, sizeof(float), "softmax"));
+  return 0;
+}
+
+/* uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) from a small counter-based hash */
+static float draw(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ULL + i * 0xbf58476d1ce4e5b9ULL + 1;
+  z = (z ^ (z >> 31)) * 0x94d049bb133111ebULL;
+  z ^= z >> 29;
+  return (float)(z >> 40) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static int net_init(mt_model *m, float *params, uint64_t seed) {
+  for (int k = 0; k < m->params.n; k++) {
+    const mt_param *q = &m->params.p[k];
+    int64_t fan_in = q->ndim == 2 ? q->shape[1] : m->params.p[k - 1].shape[1];
+    float bound = 1.0f / sqrtf((float)fan_in);
+    for (size_t i = 0; i < q->numel; i++) params[q->offset + i] = bound * draw(seed + 7 * k, i);
+  }
+  return 0;
+}
+
+static const float *P(const mt_model *m, const float *params, int k) {
+  return params + m->params.p[k].offset;
+}
+
+static int net_forward(mt_model *m, const float *params, const float *x, const int32_t *y, int B,
+                       float *losses, mt_batch_stats *st) {
+  net *s = m->data;
+  const float *w1 = P(m, params, 0), *b1 = P(m, params, 1), *w2 = P(m, params, 2),
+              *b2 = P(m, params, 3);
+  s->x = x, s->y = y, s->B = B;
+  for (int b = 0; b < B; b++) {
+    for (int j = 0; j < s->H; j++) {
+      float a = b1[j];
+      for (int i = 0; i < s->D; i++) a += x[(size_t)b * s->D + i] * w1[(size_t)j * s->D + i];
+      s->h[(size_t)b * s->H + j] = tanhf(a);
+    }
+    float *p = s->p + (size_t)b * s->C, mx = -INFINITY;
+    for (int c = 0; c < s->C; c++) {
+      float a = b2[c];
+      for (int j = 0; j < s->H; j++) a += s->h[(size_t)b * s->H + j] * w2[(size_t)c * s->H + j];
+      p[c] = a;
+      mx = a > mx ? a : mx;
+    }
+    double z = 0;
+    int arg = 0;
+    for (int c = 0; c < s->C; c++) {
+      if (p[c] > p[arg]) arg = c;
+      p[c] = expf(p[c] - mx);
+      z += p[c];
+    }
+    for (int c = 0; c < s->C; c++) p[c] = (float)(p[c] / z);
+    double loss = -log((double)p[y[b]] > 1e-30 ? (double)p[y[b]] : 1e-30);
+    if (losses) losses[b] = (float)loss;
+    st->loss_sum += loss;
+    st->correct += arg == y[b];
+  }
+  return 0;
+}
+
+static int net_backward(mt_model *m, const float *params, float *grads, float scale, int B) {
+  net *s = m->data;
+  MT_CHECK(B == s->B, MT_ERR_STATE, "softmax_tanh: backward of %d rows after forward of %d", B, s->B);
+  const float *w2 = P(m, params, 2);
+  float *dw1 = grads + m->params.p[0].offset, *db1 = grads + m->params.p[1].offset,
+        *dw2 = grads + m->params.p[2].offset, *db2 = grads + m->params.p[3].offset;
+  memset(s->dh, 0, (size_t)B * s->H * sizeof(float));
+  for (int b = 0; b < B; b++) {
+    const float *h = s->h + (size_t)b * s->H;
+    float *dh = s->dh + (size_t)b * s->H;
+    for (int c = 0; c < s->C; c++) {
+      float d = scale * (s->p[(size_t)b * s->C + c] - (c == s->y[b] ? 1.0f : 0.0f));
+      db2[c] += d;
+      for (int j = 0; j < s->H; j++) {
+        dw2[(size_t)c * s->H + j] += d * h[j];
+        dh[j] += d * w2[(size_t)c * s->H + j];
+      }
+    }
+    for (int j = 0; j < s->H; j++) {
+      float d = dh[j] * (1.0f - h[j] * h[j]);
+      db1[j] += d;
+      for (int i = 0; i < s->D; i++) dw1[(size_t)j * s->D + i] += d * s->x[(size_t)b * s->D + i];
+    }
+  }
+  return 0;
+}
+
+static void net_destroy(mt_model *m) {
+  net *s = m->data;
+  if (!s) return;
+  mt_free(&s->h);
+  mt_free(&s->dh);
+  mt_free(&s->p);
+  mt_free(&m->data);
+}
+
+static const mt_model_ops softmax_tanh = {
+    .name = "softmax_tanh",
+    .options = net_options,
+    .setup = net_setup,
+    .init = net_init,
+    .forward = net_forward,
+    .backward = net_backward,
+    .destroy = net_destroy,
+};
+
+/* ----------------------------------------------------------- the backend */
+
+static int rb_sync(mt_backend *b, float *params, size_t n) {
+  MT_MPI(MPI_Bcast(params, (int)n, MPI_FLOAT, 0, b->comm));
+  return 0;
+}
+
+static int rb_reduce(mt_backend *b, float *grads, size_t n) {
+  double t0 = MPI_Wtime();
+  if (b->rank == 0)
+    MT_MPI(MPI_Reduce(MPI_IN_PLACE, grads, (int)n, MPI_FLOAT, MPI_SUM, 0, b->comm));
+  else
+    MT_MPI(MPI_Reduce(grads, NULL, (int)n, MPI_FLOAT, MPI_SUM, 0, b->comm));
+  MT_MPI(MPI_Bcast(grads, (int)n, MPI_FLOAT, 0, b->comm));
+  b->comm_seconds += MPI_Wtime() - t0;
+  b->comm_bytes += 2.0 * (double)n * sizeof(float);
+  return 0;
+}
+
+static const mt_backend_ops reduce_bcast = {
+    .name = "ddp-reduce-bcast", .sync_params = rb_sync, .reduce_grads = rb_reduce};
+
+int main(int argc, char **argv) {
+  if (mt_model_register(&softmax_tanh) || mt_backend_register(&reduce_bcast)) {
+    fprintf(stderr, "user_model: %s\n", mt_error_message());
+    return 1;
+  }
+  return mt_main(argc, argv);
+}

@@ -1,0 +1,85 @@
+/* mpitrain's program, in the library so a user's own executable can
+ * register models and backends and then run it: initialize, read options,
+ * create, run, destroy, finalize. */
+#include "comm/comm.h"
+#include "core/core.h"
+#include "io/io.h"
+#include "trainer/trainer.h"
+
+#include <omp.h>
+#include <petscsys.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char help[] =
+    "mpitrain: data-parallel training of neural networks on HDF5 data.\n"
+    "  mpirun -np 2 mpitrain -backend ddp -data_train train.h5 -data_val test.h5 -epochs 5\n"
+    "Options come from the command line, -options_file FILE and PETSC_OPTIONS.\n\n";
+
+static int run(mt_comm *comm) {
+  mt_config cfg;
+  int help_only = 0;
+  MT_CALL(mt_config_from_options(comm->world, &cfg, &help_only));
+  if (help_only) return 0;
+  MT_CALL(mt_config_check_same(comm->world, &cfg));
+  cfg.threads = mt_comm_default_threads(comm, cfg.threads);
+  omp_set_num_threads(cfg.threads);
+  if (comm->rank == 0) mt_config_print(&cfg, stdout);
+  mt_trainer *t = NULL;
+  int err = mt_trainer_create(&t, &cfg, comm);
+  if (!err) err = mt_trainer_run(t);
+  mt_trainer_destroy(&t);
+  return err;
+}
+
+int mt_main(int argc, char **argv) {
+  int provided;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "mpitrain: error: MPI_Init_thread failed\n");
+    return 1;
+  }
+  /* PETSc reports an unreadable options file as a multi-line traceback
+   * from PetscInitialize; find it first and say it in one line. */
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "-options_file") && access(argv[i + 1], R_OK) != 0) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0)
+        fprintf(stderr, "mpitrain: error: option -options_file: cannot read %s\n", argv[i + 1]);
+      MPI_Finalize();
+      return 1;
+    }
+  PETSC_COMM_WORLD = MPI_COMM_WORLD;
+  if (PetscInitialize(&argc, &argv, NULL, help)) {
+    fprintf(stderr, "mpitrain: error: PETSc initialisation failed\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  mt_h5_quiet();
+  mt_comm comm;
+  int err = mt_comm_create(&comm);
+  if (!err) err = run(&comm);
+  int rc = 0;
+  if (err) {
+    PetscBool trace = PETSC_FALSE;
+    PetscOptionsHasName(NULL, NULL, "-mt_traceback", &trace);
+    if (mt_error_is_collective()) {
+      /* every rank failed the same way: one message, clean exit */
+      if (comm.rank == 0) {
+        fprintf(stderr, "mpitrain: error: %s\n", mt_error_message());
+        if (trace) fputs(mt_error_traceback(), stderr);
+      }
+      rc = 1;
+    } else {
+      /* one rank failed alone: the others would wait for it forever */
+      fprintf(stderr, "mpitrain: error (rank %d): %s\n", comm.rank, mt_error_message());
+      if (trace) fputs(mt_error_traceback(), stderr);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  mt_comm_destroy(&comm);
+  PetscFinalize();
+  MPI_Finalize();
+  return rc;
+}
