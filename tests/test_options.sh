@@ -94,4 +94,9 @@ expect_ok "np=2 good run (ddp, accumulation 2)" \
   -batch_size 16 -micro_batch_size 4 -output_dir "$d"
 expect_nonempty_dir "np=2 ddp run wrote output" "$d"
 
+# a diverging run stops on every rank with one message naming the step
+expect_error "np=2 non-finite training loss stops the run" "training loss is" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" -model mlp -mlp_hidden 8 -epochs 1 \
+  -batch_size 16 -lr 1e6 -log_every 2 -output_dir "$(out)"
+
 finish

@@ -206,9 +206,12 @@ static int run_epoch(mt_trainer *t, int epoch, double *train_loss, double *train
       MT_CALL(global_sum(t, &log_loss, 1));
       double now = mt_now(), rate = (double)log_steps * c->batch_size / (now - tlog);
       double mean = log_loss / ((double)log_steps * c->batch_size);
-      MT_CHECK(isfinite(mean), MT_ERR_NUMERIC,
-               "training loss is %g at epoch %d step %lld: lower -lr or set -clip_grad_norm", mean,
-               epoch + 1, (long long)s + 1);
+      /* every rank holds the same sum: a clean collective stop */
+      int err = isfinite(mean) ? 0
+                               : MT_ERR(MT_ERR_NUMERIC,
+                                        "training loss is %g at epoch %d step %lld: lower -lr or "
+                                        "set -clip_grad_norm", mean, epoch + 1, (long long)s + 1);
+      MT_CALL(mt_agree(t->comm->world, err));
       char eta[32];
       double left = (double)(t->steps_per_epoch - s - 1) +
                     (double)(c->epochs - epoch - 1) * (double)t->steps_per_epoch;
