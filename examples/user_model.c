@@ -76,9 +76,13 @@ static const float *P(const mt_model *m, const float *params, int k) {
   return params + m->params.p[k].offset;
 }
 
-static int net_forward(mt_model *m, const float *params, const float *x, const int32_t *y, int B,
-                       float *losses, mt_batch_stats *st) {
+static int net_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
+                       mt_batch_stats *st) {
   net *s = m->data;
+  const float *x = bt->x;
+  const int32_t *y = bt->labels;
+  const int B = bt->n;
+  MT_CHECK(x && y, MT_ERR_DATA, "softmax_tanh needs inputs and class labels");
   const float *w1 = P(m, params, 0), *b1 = P(m, params, 1), *w2 = P(m, params, 2),
               *b2 = P(m, params, 3);
   s->x = x, s->y = y, s->B = B;

@@ -131,13 +131,14 @@ static void test_loader(void) {
       CHECK_OK(mt_loader_start(L, perm, counts, 6), "plan started");
       int64_t off = 0;
       for (int b = 0; b < 6; b++) {
-        const float *x;
-        const int32_t *y;
-        int m;
-        if (mt_loader_next(L, &x, &y, &m)) {
+        mt_batch bt;
+        if (mt_loader_next(L, &bt)) {
           ok = 0;
           break;
         }
+        const float *x = bt.x;
+        const int32_t *y = bt.labels;
+        int m = bt.n;
         /* the batch holds exactly the planned rows (in ascending order) */
         char *want = calloc((size_t)n, 1);
         for (int i = 0; i < counts[b]; i++) want[perm[off + i]] = 1;
@@ -152,11 +153,9 @@ static void test_loader(void) {
       }
     }
     CHECK(ok, "loader hands out exactly the planned rows, two epochs (prefetch %d)", pf);
-    const float *x;
-    const int32_t *y;
-    int m;
+    mt_batch bt;
     mt_error_clear();
-    CHECK(mt_loader_next(L, &x, &y, &m) != 0, "asking past the plan is an error");
+    CHECK(mt_loader_next(L, &bt) != 0, "asking past the plan is an error");
     mt_error_clear();
     mt_loader_destroy(&L);
     CHECK(L == NULL, "loader destroyed");

@@ -138,6 +138,24 @@ typedef struct {
   int nclasses;           /* > 0 for class labels                           */
 } mt_data_spec;
 
+/* A batch of n samples handed to a model. Each present array is row-major
+ * with the given row length; absent ones are NULL. */
+typedef struct {
+  int n;
+  const float *x;        /* (n, x_len) inputs                                */
+  const int32_t *labels; /* (n) class labels                                 */
+  int64_t x_len;
+} mt_batch;
+
+/* Rows [r0, r1) of b (no copy). */
+static inline mt_batch mt_batch_rows(const mt_batch *b, int r0, int r1) {
+  mt_batch s = *b;
+  s.n = r1 - r0;
+  if (s.x) s.x += (int64_t)r0 * b->x_len;
+  if (s.labels) s.labels += r0;
+  return s;
+}
+
 /* Per-batch results of a forward pass over B samples. */
 typedef struct {
   double loss_sum;  /* sum of per-sample losses                             */
@@ -146,11 +164,12 @@ typedef struct {
 
 typedef struct mt_model mt_model;
 
-/* A model's operations. Forward consumes B samples x (B, sample_numel) and
- * labels y (B), stores what backward needs, and fills per-sample losses
- * (may be NULL) and stats. Backward ADDS into grads the gradient of
- * scale * sum_i loss_i. Neither allocates: buffers are sized for max_batch
- * at setup. */
+/* A model's operations. Forward consumes a batch of b->n <= max_batch
+ * samples, keeps what backward needs (it may keep pointers into the batch
+ * until backward returns), fills per-sample losses (may be NULL) and adds to
+ * stats. Backward ADDS into grads the gradient of scale * sum_i loss_i for
+ * the batch of the last forward (B is its size, a check). Neither allocates:
+ * buffers are sized for max_batch at setup. */
 typedef struct {
   const char *name;
   /* Optional: reads the model's own options with mt_option_*; called once,
@@ -160,8 +179,8 @@ typedef struct {
    * called several times (one model per thread of a rank). */
   int (*setup)(mt_model *m, const mt_data_spec *spec, int max_batch);
   int (*init)(mt_model *m, float *params, uint64_t seed);
-  int (*forward)(mt_model *m, const float *params, const float *x,
-                 const int32_t *y, int B, float *losses, mt_batch_stats *st);
+  int (*forward)(mt_model *m, const float *params, const mt_batch *b, float *losses,
+                 mt_batch_stats *st);
   int (*backward)(mt_model *m, const float *params, float *grads, float scale, int B);
   /* FLOPs of one forward+backward per sample (for metrics); may be NULL. */
   double (*flops_per_sample)(const mt_model *m);

@@ -53,7 +53,7 @@ int mt_loader_create(mt_loader **L, mt_dataset *d, int max_rows, int prefetch);
  * sorted here). Waits for any previous plan to finish. */
 int mt_loader_start(mt_loader *L, const int64_t *idx, const int *counts, int nb);
 /* The next batch of the plan; valid until the following call. */
-int mt_loader_next(mt_loader *L, const float **x, const int32_t **y, int *n);
+int mt_loader_next(mt_loader *L, mt_batch *b);
 void mt_loader_destroy(mt_loader **L);
 
 #endif

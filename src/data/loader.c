@@ -134,7 +134,7 @@ int mt_loader_start(mt_loader *L, const int64_t *idx, const int *counts, int nb)
   return err;
 }
 
-int mt_loader_next(mt_loader *L, const float **x, const int32_t **y, int *n) {
+int mt_loader_next(mt_loader *L, mt_batch *bt) {
   MT_CHECK(L->handed < L->nb, MT_ERR_STATE, "data loader: no batch left in the plan");
   int b = L->handed, slot = b % 2;
   if (!L->has_thread) {
@@ -149,9 +149,8 @@ int mt_loader_next(mt_loader *L, const float **x, const int32_t **y, int *n) {
     if (err) return MT_ERR(err, "%s", L->errmsg);
   }
   L->handed++;
-  *x = L->x[slot];
-  *y = L->y[slot];
-  *n = L->counts[b];
+  *bt = (mt_batch){.n = L->counts[b], .x = L->x[slot], .labels = L->y[slot],
+                   .x_len = L->d->spec.sample_numel};
   return 0;
 }
 

@@ -73,9 +73,13 @@ static const float *W(const mt_model *m, const float *params, int l) {
   return params + m->params.p[2 * l].offset;
 }
 
-static int mlp_forward(mt_model *m, const float *params, const float *x, const int32_t *y, int B,
-                       float *losses, mt_batch_stats *st) {
+static int mlp_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
+                       mt_batch_stats *st) {
   mlp *s = m->data;
+  const float *x = bt->x;
+  const int32_t *y = bt->labels;
+  const int B = bt->n;
+  MT_CHECK(x && y, MT_ERR_DATA, "model mlp needs inputs /x and class labels /y");
   MT_CHECK(B <= m->max_batch, MT_ERR_ARG, "batch %d exceeds %d", B, m->max_batch);
   s->x = x;
   s->y = y;

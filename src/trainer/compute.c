@@ -32,13 +32,11 @@ void mt_compute_destroy(mt_trainer *t) {
   }
 }
 
-int mt_compute(mt_trainer *t, const float *x, const int32_t *y, int rows, float scale,
-               int backward, mt_batch_stats *st) {
-  const int T = t->nthr;
-  const int64_t feat = t->train.spec.sample_numel;
+int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, mt_batch_stats *st) {
+  const int T = t->nthr, rows = b->n;
   if (T == 1) {
     mt_model *m = t->model;
-    MT_CALL(m->ops->forward(m, t->params, x, y, rows, NULL, st));
+    MT_CALL(m->ops->forward(m, t->params, b, NULL, st));
     if (backward) MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
     return 0;
   }
@@ -53,7 +51,8 @@ int mt_compute(mt_trainer *t, const float *x, const int32_t *y, int rows, float 
     part[i] = (mt_batch_stats){0, 0};
     err[i] = 0;
     if (r1 > r0) {
-      err[i] = m->ops->forward(m, t->params, x + r0 * feat, y + r0, r1 - r0, NULL, &part[i]);
+      mt_batch sub = mt_batch_rows(b, r0, r1);
+      err[i] = m->ops->forward(m, t->params, &sub, NULL, &part[i]);
       if (!err[i] && backward)
         err[i] = m->ops->backward(m, t->params, t->tgrads[i], scale, r1 - r0);
       if (err[i]) {

@@ -161,12 +161,10 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   memset(t->grads, 0, n * sizeof(float));
   const float scale = 1.0f / (float)c->batch_size;
   for (int k = 0; k < c->accum_steps; k++) {
-    const float *x;
-    const int32_t *y;
-    int rows;
+    mt_batch b;
     mt_batch_stats st = {0, 0};
-    MT_CALL(mt_loader_next(t->train_loader, &x, &y, &rows));
-    MT_CALL(mt_compute(t, x, y, rows, scale, 1, &st));
+    MT_CALL(mt_loader_next(t->train_loader, &b));
+    MT_CALL(mt_compute(t, &b, scale, 1, &st));
     *loss_sum += st.loss_sum;
   }
   mt_compute_sum_grads(t);

@@ -57,8 +57,7 @@ void mt_trainer_destroy(mt_trainer **t);
  * (leaving the others zero). */
 int mt_compute_setup(mt_trainer *t, int max_batch);
 void mt_compute_destroy(mt_trainer *t);
-int mt_compute(mt_trainer *t, const float *x, const int32_t *y, int rows, float scale,
-               int backward, mt_batch_stats *st);
+int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, mt_batch_stats *st);
 void mt_compute_sum_grads(mt_trainer *t);
 
 /* Loss and accuracy of validation set `set`, every sample counted once over

@@ -24,11 +24,9 @@ int mt_validate(mt_trainer *t, int set, double *loss, double *acc, int64_t *coun
   if (!err) err = mt_loader_start(t->val_loader[set], idx, counts, (int)nb);
   mt_batch_stats st = {0, 0};
   for (int64_t b = 0; !err && b < nb; b++) {
-    const float *x;
-    const int32_t *y;
-    int m;
-    err = mt_loader_next(t->val_loader[set], &x, &y, &m);
-    if (!err) err = mt_compute(t, x, y, m, 0.0f, 0, &st);
+    mt_batch bt;
+    err = mt_loader_next(t->val_loader[set], &bt);
+    if (!err) err = mt_compute(t, &bt, 0.0f, 0, &st);
   }
   mt_free(&idx);
   mt_free(&counts);
