@@ -181,6 +181,15 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   PetscCall(opt_str(PetscOptionsObject, "-mlp_hidden", "MLP hidden layer sizes, comma-separated",
                     "1024,1024", s, sizeof(s), NULL));
   parse_int_list("-mlp_hidden", s, c->mlp_hidden, MT_MAX_HIDDEN, &c->mlp_nhidden);
+  PetscCall(opt_str(PetscOptionsObject, "-cnn_channels",
+                    "cnn: output channels of each conv block (conv, ReLU, 2x2 max-pool)", "32,64", s,
+                    sizeof(s), NULL));
+  parse_int_list("-cnn_channels", s, c->cnn_channels, 8, &c->cnn_nblocks);
+  PetscCall(opt_int(PetscOptionsObject, "-cnn_kernel", "cnn: odd kernel size (padding k/2)", 3, 1,
+                    31, &c->cnn_kernel));
+  if (c->cnn_kernel % 2 == 0) bad("option -cnn_kernel: %d must be odd (allowed: 1, 3, ..., 31)", c->cnn_kernel);
+  PetscCall(opt_int(PetscOptionsObject, "-cnn_hidden", "cnn: hidden units of the classifier", 128,
+                    1, 1 << 20, &c->cnn_hidden));
   PetscCall(opt_str(PetscOptionsObject, "-data_train", "Training data set (HDF5: /x, /y)", "",
                     c->data_train, sizeof(c->data_train), NULL));
   PetscCall(opt_str(PetscOptionsObject, "-data_val",

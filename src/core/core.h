@@ -20,6 +20,8 @@ typedef struct {
   char model[32];
   int mlp_hidden[MT_MAX_HIDDEN];
   int mlp_nhidden;
+  int cnn_channels[8];
+  int cnn_nblocks, cnn_kernel, cnn_hidden;
   char data_train[MT_PATH_MAX];
   char data_val[MT_MAX_VAL][MT_PATH_MAX];
   int nval;

@@ -5,8 +5,11 @@
 #include "mpitrain/mpitrain.h"
 
 extern const mt_model_ops mt_mlp_ops;
+extern const mt_model_ops mt_cnn_ops;
 
 /* Hidden sizes the mlp model uses (set from -mlp_hidden before create). */
 int mt_mlp_set_hidden(const int *sizes, int n);
+/* Blocks' channels, kernel size and hidden units of the cnn model. */
+int mt_cnn_set(const int *channels, int n, int kernel, int hidden);
 
 #endif

@@ -12,6 +12,7 @@ static int nmodels_;
 static void builtins(void) {
   if (nmodels_) return;
   models_[nmodels_++] = &mt_mlp_ops;
+  models_[nmodels_++] = &mt_cnn_ops;
 }
 
 const mt_model_ops *mt_model_find(const char *name) {

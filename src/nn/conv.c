@@ -2,17 +2,26 @@
  *
  * Why oneDNN primitives and not im2col + mt_gemm: on one core (AVX-512) the
  * blocked-format JIT kernels ran the Fashion-MNIST CNN's 32->64 3x3 layer at
- * ~185-210 GFLOP/s against ~100 for im2col + sgemm, reorders included
+ * ~165-190 GFLOP/s against ~100 for im2col + sgemm, reorders included
  * (numbers and the 1->32 layer in validation/README.md).
  *
- * An mt_conv2d holds, per shape, three operations (forward, backward-data,
- * backward-weights). Each is a oneDNN primitive plus, for every argument,
- * the user's plain PyTorch-layout memory (NCHW, OIHW/GOIHW, X) and, when the
- * primitive prefers another format, an internal buffer with a reorder
- * between the two. Gradients are always produced in an internal buffer and
- * then reordered into the user's buffer with a sum post-op, so the backward
- * ADDS as every layer does. All memory (internal buffers, scratchpads) is
- * allocated by mt_conv2d_init; a call only sets data handles and executes. */
+ * An mt_conv2d holds "sets" of primitives, one per batch size of a ladder:
+ * the maximum batch B and every power of two below it. A call with n <= B
+ * images runs the set for B when n == B, else splits n into powers of two
+ * (at most log2(B) chunks). A set has three operations (forward,
+ * backward-data, backward-weights); each is a oneDNN primitive plus, for
+ * every argument, the user's plain PyTorch-layout memory (NCHW, OIHW/GOIHW,
+ * X) and, when the primitive prefers another format, an internal buffer
+ * with a reorder between the two. Gradients are always produced in an
+ * internal buffer and reordered into the user's buffer with a sum post-op,
+ * so the backward ADDS as every layer does.
+ *
+ * The internal buffers and scratchpads of a set are laid out in one arena;
+ * sets run one at a time, so they all share it (its size is the largest
+ * set's). Every internal input is written by a reorder and every internal
+ * output by its primitive within the same call, so what another set left
+ * there never matters. mt_conv2d_init allocates everything; a call only sets
+ * data handles and executes. */
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
@@ -29,6 +38,7 @@
 
 enum { ARG_IN, ARG_OUT, ARG_OUT_ADD }; /* data direction of an argument */
 #define CV_MAX_ARGS 4
+#define CV_MAX_SETS 32
 
 /* One argument of a primitive. */
 typedef struct {
@@ -37,6 +47,7 @@ typedef struct {
   dnnl_memory_t user;       /* plain layout; the handle is set per call      */
   dnnl_memory_t mem;        /* what the primitive sees: user or internal     */
   dnnl_primitive_t reorder; /* user <-> internal, NULL when mem is user      */
+  size_t off;               /* internal buffer: its offset in the arena      */
   int skip;                 /* this call: leave the user's buffer alone      */
   int borrowed;             /* mem belongs to another operation's argument   */
 } cv_arg;
@@ -44,18 +55,26 @@ typedef struct {
 typedef struct {
   dnnl_primitive_t prim;
   dnnl_memory_t scratchpad; /* NULL when the primitive needs none          */
+  size_t scratch_off;
   int nargs;
   cv_arg a[CV_MAX_ARGS];
 } cv_op;
 
-struct mt_conv2d_impl {
-  dnnl_engine_t eng;
-  dnnl_stream_t stream;
+typedef struct {
+  int B; /* images per call of this set */
   cv_op fwd, bwd_data, bwd_w;
   /* both backward operations read diff_dst in the same internal format:
    * backward-weights borrows backward-data's copy (one reorder, not two) */
   int ddst_shared;
-  dnnl_memory_desc_t src_md, w_md, b_md, dst_md; /* plain user layouts */
+  size_t bytes; /* arena bytes the set's internal buffers take */
+} cv_set;
+
+struct mt_conv2d_impl {
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  int nsets;
+  cv_set set[CV_MAX_SETS];
+  void *arena;
 };
 
 int mt_conv2d_shape_init(mt_conv2d_shape *s) {
@@ -78,6 +97,8 @@ int mt_conv2d_shape_init(mt_conv2d_shape *s) {
 }
 
 /* --------------------------------------------------------- primitive setup */
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* An attribute with the user scratchpad mode and, if accumulate, a sum
  * post-op (dst = op(src) + dst). */
@@ -102,20 +123,22 @@ static int make_attr(dnnl_primitive_attr_t *attr, int accumulate) {
   return 0;
 }
 
-/* The scratchpad of a primitive descriptor made with the user mode. */
-static int make_scratchpad(dnnl_memory_t *mem, const_dnnl_primitive_desc_t pd, dnnl_engine_t eng) {
+/* A primitive from its descriptor, with its scratchpad placed in the set's
+ * arena layout (*bytes grows); the primitive descriptor is released here.
+ * scratchpad NULL: the primitive must need none (reorders). */
+static int make_prim(dnnl_primitive_t *prim, dnnl_memory_t *scratchpad, size_t *scratch_off,
+                     size_t *bytes, dnnl_primitive_desc_t pd, dnnl_engine_t eng) {
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  *mem = NULL;
-  if (md && dnnl_memory_desc_get_size(md) > 0)
-    DNNL_CALL(dnnl_memory_create(mem, md, eng, DNNL_MEMORY_ALLOCATE));
-  return 0;
-}
-
-/* A primitive (a convolution or a reorder) from its descriptor; the
- * primitive descriptor is released here. */
-static int make_prim(dnnl_primitive_t *prim, dnnl_memory_t *scratchpad, dnnl_primitive_desc_t pd,
-                     dnnl_engine_t eng) {
-  int rc = make_scratchpad(scratchpad, pd, eng);
+  const size_t sz = md ? dnnl_memory_desc_get_size(md) : 0;
+  int rc = 0;
+  if (sz > 0 && !scratchpad) {
+    rc = MT_ERR(MT_ERR_LIB, "conv2d: a reorder asks for a scratchpad");
+  } else if (sz > 0) {
+    if (dnnl_memory_create(scratchpad, md, eng, DNNL_MEMORY_NONE) != dnnl_success)
+      rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create a scratchpad memory");
+    *scratch_off = *bytes;
+    *bytes += round64(sz);
+  }
   if (!rc && dnnl_primitive_create(prim, pd) != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: dnnl_primitive_create failed");
   dnnl_primitive_desc_destroy(pd);
@@ -123,11 +146,13 @@ static int make_prim(dnnl_primitive_t *prim, dnnl_memory_t *scratchpad, dnnl_pri
 }
 
 /* Adds argument `arg` to op: the user's plain md and the md the primitive
- * wants; creates the internal buffer and reorder when they differ (always
- * for ARG_OUT_ADD, whose reorder carries the sum post-op). */
-static int add_arg(cv_op *op, int arg, int dir, const dnnl_memory_desc_t *user_md,
+ * wants; places an internal buffer in the set's arena layout and creates the
+ * reorder when they differ (always for ARG_OUT_ADD, whose reorder carries
+ * the sum post-op). */
+static int add_arg(cv_op *op, size_t *bytes, int arg, int dir, const dnnl_memory_desc_t *user_md,
                    const dnnl_memory_desc_t *want_md, dnnl_engine_t eng) {
   MT_CHECK(op->nargs < CV_MAX_ARGS, MT_ERR_STATE, "conv2d: too many primitive arguments");
+  MT_CHECK(want_md, MT_ERR_LIB, "conv2d: no memory descriptor for argument %d", arg);
   cv_arg *a = &op->a[op->nargs++];
   memset(a, 0, sizeof(*a));
   a->arg = arg;
@@ -137,7 +162,9 @@ static int add_arg(cv_op *op, int arg, int dir, const dnnl_memory_desc_t *user_m
     a->mem = a->user;
     return 0;
   }
-  DNNL_CALL(dnnl_memory_create(&a->mem, want_md, eng, DNNL_MEMORY_ALLOCATE));
+  DNNL_CALL(dnnl_memory_create(&a->mem, want_md, eng, DNNL_MEMORY_NONE));
+  a->off = *bytes;
+  *bytes += round64(dnnl_memory_desc_get_size(want_md));
   dnnl_primitive_attr_t attr;
   MT_CALL(make_attr(&attr, dir == ARG_OUT_ADD));
   dnnl_primitive_desc_t pd;
@@ -147,13 +174,7 @@ static int add_arg(cv_op *op, int arg, int dir, const dnnl_memory_desc_t *user_m
   dnnl_primitive_attr_destroy(attr);
   MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: no reorder for argument %d (status %d)", arg,
            (int)st);
-  dnnl_memory_t scratch = NULL;
-  MT_CALL(make_prim(&a->reorder, &scratch, pd, eng));
-  if (scratch) { /* reorders between these formats need none; refuse to guess */
-    dnnl_memory_destroy(scratch);
-    return MT_ERR(MT_ERR_LIB, "conv2d: a reorder asks for a scratchpad");
-  }
-  return 0;
+  return make_prim(&a->reorder, NULL, NULL, bytes, pd, eng);
 }
 
 static void op_free(cv_op *op) {
@@ -166,6 +187,18 @@ static void op_free(cv_op *op) {
   if (op->prim) dnnl_primitive_destroy(op->prim);
   if (op->scratchpad) dnnl_memory_destroy(op->scratchpad);
   memset(op, 0, sizeof(*op));
+}
+
+/* Points the internal buffers and the scratchpad of op into the arena. */
+static int op_place(cv_op *op, char *arena) {
+  for (int i = 0; i < op->nargs; i++) {
+    cv_arg *a = &op->a[i];
+    if (a->mem != a->user && !a->borrowed)
+      DNNL_CALL(dnnl_memory_set_data_handle(a->mem, arena + a->off));
+  }
+  if (op->scratchpad)
+    DNNL_CALL(dnnl_memory_set_data_handle(op->scratchpad, arena + op->scratch_off));
+  return 0;
 }
 
 /* Points argument `arg` of op at the user's buffer p. */
@@ -222,14 +255,17 @@ static int md_init(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
  * (oneDNN then runs its im2col + GEMM kernel): with very few input
  * channels the blocked kernels save less than the reorders of the
  * activations cost (1->32 3x3 on 28x28, 128 images, one core: forward
- * ~1.5 ms plain against ~2.1 ms blocked, backward-data ~1.4 against ~6.5).
- * Backward-weights is always blocked (~1.4 ms against ~3.5 plain). */
+ * ~1.4 ms plain against ~2.1 ms blocked, backward-data ~1.5 against ~6.5).
+ * Backward-weights is always blocked (~1.3 ms against ~3.5 plain). */
 static int act_plain(const mt_conv2d_shape *s) { return s->IC <= 4; }
 
-static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias) {
+/* The primitives of one set: the shape s with batch B. */
+static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, int B,
+                      int has_bias) {
   const int G = s->groups;
+  set->B = B;
   /* oneDNN reads dims as dnnl_dims_t (DNNL_MAX_NDIMS entries) */
-  dnnl_dims_t sd = {s->B, s->IC, s->H, s->W}, dd = {s->B, s->OC, s->OH, s->OW};
+  dnnl_dims_t sd = {B, s->IC, s->H, s->W}, dd = {B, s->OC, s->OH, s->OW};
   dnnl_dims_t wg = {G, s->OC / G, s->IC / G, s->KH, s->KW}, w1 = {s->OC, s->IC, s->KH, s->KW};
   dnnl_dims_t bd = {s->OC};
   const int wn = G > 1 ? 5 : 4;
@@ -241,100 +277,97 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
                         s->H - s->pad_h,
                     (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 -
                         s->W - s->pad_w};
-  MT_CALL(md_init(&m->src_md, 4, sd, dnnl_nchw));
-  MT_CALL(md_init(&m->dst_md, 4, dd, dnnl_nchw));
-  MT_CALL(md_init(&m->w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw));
-  MT_CALL(md_init(&m->b_md, 1, bd, dnnl_x));
-  dnnl_memory_desc_t src_any, dst_any, w_any, src_f, dst_f;
+  dnnl_memory_desc_t src_md, dst_md, w_md, b_md, src_any, dst_any, w_any;
+  MT_CALL(md_init(&src_md, 4, sd, dnnl_nchw));
+  MT_CALL(md_init(&dst_md, 4, dd, dnnl_nchw));
+  MT_CALL(md_init(&w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw));
+  MT_CALL(md_init(&b_md, 1, bd, dnnl_x));
   MT_CALL(md_init(&src_any, 4, sd, dnnl_format_tag_any));
   MT_CALL(md_init(&dst_any, 4, dd, dnnl_format_tag_any));
   MT_CALL(md_init(&w_any, wn, wdims, dnnl_format_tag_any));
-  src_f = act_plain(s) ? m->src_md : src_any;
-  dst_f = act_plain(s) ? m->dst_md : dst_any;
-  const dnnl_memory_desc_t *bias = has_bias ? &m->b_md : NULL;
+  const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_md : &src_any;
+  const dnnl_memory_desc_t *dst_f = act_plain(s) ? &dst_md : &dst_any;
+  const dnnl_memory_desc_t *bias = has_bias ? &b_md : NULL;
+  size_t *bytes = &set->bytes;
 
   /* forward */
   dnnl_convolution_desc_t d;
   DNNL_CALL(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
-                                                       dnnl_convolution_direct, &src_f, &w_any,
-                                                       bias, &dst_f, strides, dil, pl, pr));
+                                                       dnnl_convolution_direct, src_f, &w_any, bias,
+                                                       dst_f, strides, dil, pl, pr));
   dnnl_primitive_attr_t attr;
   MT_CALL(make_attr(&attr, 0));
   dnnl_primitive_desc_t fpd, pd;
-  dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &d, attr, m->eng, NULL);
+  dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &d, attr, eng, NULL);
+  if (st != dnnl_success) dnnl_primitive_attr_destroy(attr);
   MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: no forward implementation (status %d)",
            (int)st);
-  int rc = 0;
-  cv_op *f = &m->fwd;
-  rc = add_arg(f, DNNL_ARG_SRC, ARG_IN, &m->src_md,
-               dnnl_primitive_desc_query_md(fpd, dnnl_query_src_md, 0), m->eng);
+#define Q(pd, what, i) dnnl_primitive_desc_query_md((pd), (what), (i))
+  cv_op *f = &set->fwd;
+  int rc = add_arg(f, bytes, DNNL_ARG_SRC, ARG_IN, &src_md, Q(fpd, dnnl_query_src_md, 0), eng);
   if (!rc)
-    rc = add_arg(f, DNNL_ARG_WEIGHTS, ARG_IN, &m->w_md,
-                 dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0), m->eng);
-  if (!rc && has_bias) rc = add_arg(f, DNNL_ARG_BIAS, ARG_IN, &m->b_md, &m->b_md, m->eng);
+    rc = add_arg(f, bytes, DNNL_ARG_WEIGHTS, ARG_IN, &w_md, Q(fpd, dnnl_query_weights_md, 0), eng);
+  if (!rc && has_bias) rc = add_arg(f, bytes, DNNL_ARG_BIAS, ARG_IN, &b_md, &b_md, eng);
   if (!rc)
-    rc = add_arg(f, DNNL_ARG_DST, ARG_OUT, &m->dst_md,
-                 dnnl_primitive_desc_query_md(fpd, dnnl_query_dst_md, 0), m->eng);
-  /* the backward descriptors below need the hint; the primitive comes last */
-  if (rc) {
-    dnnl_primitive_desc_destroy(fpd);
-    dnnl_primitive_attr_destroy(attr);
-    return rc;
-  }
+    rc = add_arg(f, bytes, DNNL_ARG_DST, ARG_OUT, &dst_md, Q(fpd, dnnl_query_dst_md, 0), eng);
 
-  /* backward data: diff_src = conv^T(diff_dst, w) */
-  st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &src_f, &w_any,
-                                                        &dst_f, strides, dil, pl, pr);
-  if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, m->eng, fpd);
-  if (st != dnnl_success)
-    rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-data implementation (status %d)", (int)st);
-  cv_op *bdo = &m->bwd_data;
+  /* backward data: diff_src = conv^T(diff_dst, w); fpd is the hint */
+  cv_op *bdo = &set->bwd_data;
   if (!rc) {
-    rc = add_arg(bdo, DNNL_ARG_DIFF_DST, ARG_IN, &m->dst_md,
-                 dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0), m->eng);
-    if (!rc)
-      rc = add_arg(bdo, DNNL_ARG_WEIGHTS, ARG_IN, &m->w_md,
-                   dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), m->eng);
-    if (!rc)
-      rc = add_arg(bdo, DNNL_ARG_DIFF_SRC, ARG_OUT_ADD, &m->src_md,
-                   dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0), m->eng);
-    if (!rc)
-      rc = make_prim(&bdo->prim, &bdo->scratchpad, pd, m->eng);
-    else
-      dnnl_primitive_desc_destroy(pd);
+    st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, src_f,
+                                                          &w_any, dst_f, strides, dil, pl, pr);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, eng, fpd);
+    if (st != dnnl_success)
+      rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-data implementation (status %d)", (int)st);
+    else {
+      rc = add_arg(bdo, bytes, DNNL_ARG_DIFF_DST, ARG_IN, &dst_md, Q(pd, dnnl_query_diff_dst_md, 0),
+                   eng);
+      if (!rc)
+        rc = add_arg(bdo, bytes, DNNL_ARG_WEIGHTS, ARG_IN, &w_md, Q(pd, dnnl_query_weights_md, 0),
+                     eng);
+      if (!rc)
+        rc = add_arg(bdo, bytes, DNNL_ARG_DIFF_SRC, ARG_OUT_ADD, &src_md,
+                     Q(pd, dnnl_query_diff_src_md, 0), eng);
+      if (!rc)
+        rc = make_prim(&bdo->prim, &bdo->scratchpad, &bdo->scratch_off, bytes, pd, eng);
+      else
+        dnnl_primitive_desc_destroy(pd);
+    }
   }
 
   /* backward weights: diff_w = corr(src, diff_dst), diff_b = sum diff_dst */
+  cv_op *bwo = &set->bwd_w;
   if (!rc) {
     st = dnnl_dilated_convolution_backward_weights_desc_init(
         &d, dnnl_convolution_direct, &src_any, &w_any, bias, &dst_any, strides, dil, pl, pr);
-    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, m->eng, fpd);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, eng, fpd);
     if (st != dnnl_success)
       rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-weights implementation (status %d)", (int)st);
+    else {
+      rc = add_arg(bwo, bytes, DNNL_ARG_SRC, ARG_IN, &src_md, Q(pd, dnnl_query_src_md, 0), eng);
+      if (!rc)
+        rc = add_arg(bwo, bytes, DNNL_ARG_DIFF_DST, ARG_IN, &dst_md,
+                     Q(pd, dnnl_query_diff_dst_md, 0), eng);
+      if (!rc)
+        rc = add_arg(bwo, bytes, DNNL_ARG_DIFF_WEIGHTS, ARG_OUT_ADD, &w_md,
+                     Q(pd, dnnl_query_diff_weights_md, 0), eng);
+      if (!rc && has_bias) /* the bias gradient is diff_weights number 1 */
+        rc = add_arg(bwo, bytes, DNNL_ARG_DIFF_BIAS, ARG_OUT_ADD, &b_md,
+                     Q(pd, dnnl_query_diff_weights_md, 1), eng);
+      if (!rc)
+        rc = make_prim(&bwo->prim, &bwo->scratchpad, &bwo->scratch_off, bytes, pd, eng);
+      else
+        dnnl_primitive_desc_destroy(pd);
+    }
   }
-  cv_op *bwo = &m->bwd_w;
-  if (!rc) {
-    rc = add_arg(bwo, DNNL_ARG_SRC, ARG_IN, &m->src_md,
-                 dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), m->eng);
-    if (!rc)
-      rc = add_arg(bwo, DNNL_ARG_DIFF_DST, ARG_IN, &m->dst_md,
-                   dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0), m->eng);
-    if (!rc)
-      rc = add_arg(bwo, DNNL_ARG_DIFF_WEIGHTS, ARG_OUT_ADD, &m->w_md,
-                   dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0), m->eng);
-    if (!rc && has_bias)
-      rc = add_arg(bwo, DNNL_ARG_DIFF_BIAS, ARG_OUT_ADD, &m->b_md,
-                   dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 1), m->eng);
-    if (!rc)
-      rc = make_prim(&bwo->prim, &bwo->scratchpad, pd, m->eng);
-    else
-      dnnl_primitive_desc_destroy(pd);
-  }
+#undef Q
   dnnl_primitive_attr_destroy(attr);
   if (rc) {
     dnnl_primitive_desc_destroy(fpd);
     return rc;
   }
+  MT_CALL(make_prim(&f->prim, &f->scratchpad, &f->scratch_off, bytes, fpd, eng));
+
   cv_arg *dd_d = &bdo->a[0], *dd_w = &bwo->a[1]; /* DIFF_DST of each */
   const dnnl_memory_desc_t *md_d = NULL, *md_w = NULL;
   if (dd_d->reorder && dd_w->reorder &&
@@ -346,9 +379,30 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
     dd_w->reorder = NULL;
     dd_w->mem = dd_d->mem;
     dd_w->borrowed = 1;
-    m->ddst_shared = 1;
+    set->ddst_shared = 1; /* its arena bytes stay reserved: harmless */
   }
-  return make_prim(&f->prim, &f->scratchpad, fpd, m->eng);
+  return 0;
+}
+
+static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias) {
+  /* the ladder: B, then every power of two below it, down to 1 */
+  int p = 1;
+  while (p * 2 < s->B) p *= 2;
+  m->nsets = 0;
+  for (int b = s->B; b >= 1; b = (b == s->B && b != p) ? p : b / 2) {
+    MT_CHECK(m->nsets < CV_MAX_SETS, MT_ERR_STATE, "conv2d: batch ladder too long");
+    MT_CALL(set_create(&m->set[m->nsets++], m->eng, s, b, has_bias));
+  }
+  size_t bytes = 64;
+  for (int i = 0; i < m->nsets; i++)
+    if (m->set[i].bytes > bytes) bytes = m->set[i].bytes;
+  MT_CALL(mt_calloc(&m->arena, bytes, 1, "conv2d internal buffers"));
+  for (int i = 0; i < m->nsets; i++) {
+    MT_CALL(op_place(&m->set[i].fwd, m->arena));
+    MT_CALL(op_place(&m->set[i].bwd_data, m->arena));
+    MT_CALL(op_place(&m->set[i].bwd_w, m->arena));
+  }
+  return 0;
 }
 
 int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
@@ -375,74 +429,104 @@ int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
 void mt_conv2d_free(mt_conv2d *c) {
   if (!c || !c->impl) return;
   mt_conv2d_impl *m = c->impl;
-  op_free(&m->fwd);
-  op_free(&m->bwd_data);
-  op_free(&m->bwd_w);
+  for (int i = 0; i < CV_MAX_SETS; i++) {
+    op_free(&m->set[i].fwd);
+    op_free(&m->set[i].bwd_data);
+    op_free(&m->set[i].bwd_w);
+  }
   if (m->stream) dnnl_stream_destroy(m->stream);
   if (m->eng) dnnl_engine_destroy(m->eng);
+  mt_free(&m->arena);
   free(m);
   c->impl = NULL;
 }
 
 /* ------------------------------------------------------------------ calls */
 
-int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b, mt_conv2d *c) {
+/* The set for the next chunk of n images: all of them when n is the
+ * maximum batch, else the largest power of two <= n. */
+static cv_set *pick(mt_conv2d_impl *m, int n) {
+  if (n == m->set[0].B) return &m->set[0];
+  for (int i = 1; i < m->nsets; i++)
+    if (m->set[i].B <= n) return &m->set[i];
+  return &m->set[m->nsets - 1];
+}
+
+int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b, int B,
+                      mt_conv2d *c) {
   // inp is (B,IC,H,W), w is (OC,IC/groups,KH,KW), b is (OC), out is (B,OC,OH,OW)
   MT_CHECK(c && c->impl, MT_ERR_ARG, "conv2d: not initialised");
+  MT_CHECK(B >= 0 && B <= c->s.B, MT_ERR_ARG, "conv2d: batch %d outside [0, %d]", B, c->s.B);
   MT_CHECK(!b == !c->has_bias, MT_ERR_ARG, "conv2d: bias given %s, made %s", b ? "yes" : "no",
            c->has_bias ? "with bias" : "without");
-  mt_conv2d_impl *m = c->impl;
-  MT_CALL(op_bind(&m->fwd, DNNL_ARG_SRC, inp));
-  MT_CALL(op_bind(&m->fwd, DNNL_ARG_WEIGHTS, w));
-  if (b) MT_CALL(op_bind(&m->fwd, DNNL_ARG_BIAS, b));
-  MT_CALL(op_bind(&m->fwd, DNNL_ARG_DST, out));
-  MT_CALL(op_run(&m->fwd, m->stream));
+  const mt_conv2d_shape *s = &c->s;
+  const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
+  for (int b0 = 0; b0 < B;) {
+    cv_set *set = pick(c->impl, B - b0);
+    MT_CALL(op_bind(&set->fwd, DNNL_ARG_SRC, inp + b0 * in1));
+    MT_CALL(op_bind(&set->fwd, DNNL_ARG_WEIGHTS, w));
+    if (b) MT_CALL(op_bind(&set->fwd, DNNL_ARG_BIAS, b));
+    MT_CALL(op_bind(&set->fwd, DNNL_ARG_DST, out + b0 * out1));
+    MT_CALL(op_run(&set->fwd, c->impl->stream));
+    b0 += set->B;
+  }
   return 0;
 }
 
+/* The backward passes of one chunk (one set). */
+static int backward_chunk(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, cv_set *set, dnnl_stream_t stream, int has_bias) {
+  if (dinp) {
+    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_DIFF_DST, dout));
+    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_WEIGHTS, w));
+    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_DIFF_SRC, dinp));
+    MT_CALL(op_run(&set->bwd_data, stream));
+  }
+  if (!dw) return 0;
+  if (set->ddst_shared && !dinp) { /* fill the borrowed diff_dst copy */
+    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_DIFF_DST, dout));
+    MT_CALL(arg_reorder_in(&set->bwd_data.a[0], stream));
+  }
+  MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_SRC, inp));
+  MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_DIFF_DST, dout));
+  MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_DIFF_WEIGHTS, dw));
+  if (!has_bias) return op_run(&set->bwd_w, stream);
+  /* the bias gradient comes with the weights' (into db, or nowhere) */
+  cv_arg *a = &set->bwd_w.a[set->bwd_w.nargs - 1];
+  if (db)
+    MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_DIFF_BIAS, db));
+  else
+    a->skip = 1; /* computed into the internal buffer, not copied out */
+  int rc = op_run(&set->bwd_w, stream);
+  a->skip = 0;
+  return rc;
+}
+
 int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, mt_conv2d *c) {
+                       const float *w, int B, mt_conv2d *c) {
   // dout is (B,OC,OH,OW); dinp (B,IC,H,W), dw (OC,IC/groups,KH,KW), db (OC) += ...
   MT_CHECK(c && c->impl, MT_ERR_ARG, "conv2d: not initialised");
+  MT_CHECK(B >= 0 && B <= c->s.B, MT_ERR_ARG, "conv2d: batch %d outside [0, %d]", B, c->s.B);
   MT_CHECK(!db || c->has_bias, MT_ERR_ARG, "conv2d: db given for a convolution without bias");
-  mt_conv2d_impl *m = c->impl;
   const mt_conv2d_shape *s = &c->s;
-  if (dinp) {
-    MT_CALL(op_bind(&m->bwd_data, DNNL_ARG_DIFF_DST, dout));
-    MT_CALL(op_bind(&m->bwd_data, DNNL_ARG_WEIGHTS, w));
-    MT_CALL(op_bind(&m->bwd_data, DNNL_ARG_DIFF_SRC, dinp));
-    MT_CALL(op_run(&m->bwd_data, m->stream));
-  }
-  if (dw) {
-    if (m->ddst_shared && !dinp) { /* fill the borrowed diff_dst copy */
-      MT_CALL(op_bind(&m->bwd_data, DNNL_ARG_DIFF_DST, dout));
-      MT_CALL(arg_reorder_in(&m->bwd_data.a[0], m->stream));
-    }
-    /* the bias gradient comes with the weights' (into db, or nowhere) */
-    MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_SRC, inp));
-    MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_DIFF_DST, dout));
-    MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_DIFF_WEIGHTS, dw));
-    if (c->has_bias) {
-      cv_arg *a = &m->bwd_w.a[m->bwd_w.nargs - 1];
-      if (db)
-        MT_CALL(op_bind(&m->bwd_w, DNNL_ARG_DIFF_BIAS, db));
-      else
-        a->skip = 1; /* computed into the internal buffer, not copied out */
-      int rc = op_run(&m->bwd_w, m->stream);
-      a->skip = 0;
-      MT_CALL(rc);
-    } else {
-      MT_CALL(op_run(&m->bwd_w, m->stream));
+  const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
+  if (dinp || dw) {
+    for (int b0 = 0; b0 < B;) {
+      cv_set *set = pick(c->impl, B - b0);
+      MT_CALL(backward_chunk(dinp ? dinp + b0 * in1 : NULL, dw, db, dout + b0 * out1,
+                             inp + b0 * in1, w, set, c->impl->stream, c->has_bias));
+      b0 += set->B;
     }
   } else if (db) {
     const int64_t hw = (int64_t)s->OH * s->OW;
-    for (int bi = 0; bi < s->B; bi++)
-      for (int o = 0; o < s->OC; o++) {
+    for (int o = 0; o < s->OC; o++) {
+      double acc = 0.0;
+      for (int bi = 0; bi < B; bi++) {
         const float *d = dout + ((int64_t)bi * s->OC + o) * hw;
-        double acc = 0.0;
         for (int64_t i = 0; i < hw; i++) acc += d[i];
-        db[o] += (float)acc;
       }
+      db[o] += (float)acc;
+    }
   }
   return 0;
 }

@@ -47,7 +47,7 @@ void mt_softmax_xent_backward(float *dlogits, const float *probs, const int32_t 
  * mt_conv2d_shape_init, which checks them and sets OH and OW
  * (OH = (H + 2*pad_h - dil_h*(KH-1) - 1) / stride_h + 1, as PyTorch). */
 typedef struct {
-  int B, IC, H, W;  /* input (B,IC,H,W)                                     */
+  int B, IC, H, W;  /* input (B,IC,H,W); B: the largest batch of a call     */
   int OC, KH, KW;   /* weight (OC, IC/groups, KH, KW), bias (OC)            */
   int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups; /* dil 1 = none */
   int OH, OW;       /* output (B,OC,OH,OW): set by mt_conv2d_shape_init     */
@@ -58,12 +58,13 @@ typedef struct {
  * padded input). */
 int mt_conv2d_shape_init(mt_conv2d_shape *s);
 
-/* A convolution of one fixed shape (batch size included) with its oneDNN
- * primitives (forward, backward-data, backward-weights), their memory
- * formats and scratch buffers, made once by mt_conv2d_init and owned by the
- * caller; forward and backward then allocate nothing. A model that runs two
- * batch sizes (training and validation) keeps one mt_conv2d for each.
- * Not to be used by two threads at once. */
+/* A convolution of one geometry with its oneDNN primitives (forward,
+ * backward-data, backward-weights), their memory formats and internal
+ * buffers, made once by mt_conv2d_init and owned by the caller; forward and
+ * backward then allocate nothing. A call takes any batch n <= s.B: n == s.B
+ * runs in one piece, a smaller n in at most log2(s.B) power-of-two pieces
+ * (primitives for each are made up front). Not to be used by two threads at
+ * once (one per thread, as the per-thread models do). */
 typedef struct mt_conv2d_impl mt_conv2d_impl;
 typedef struct {
   mt_conv2d_shape s;
@@ -76,14 +77,14 @@ typedef struct {
 int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias);
 /* Releases everything; accepts a zeroed or already freed *c. */
 void mt_conv2d_free(mt_conv2d *c);
-/* out (B,OC,OH,OW) = conv(inp (B,IC,H,W), w) + b. b must be NULL exactly
- * when the convolution was made without a bias. */
-int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
+/* out (B,OC,OH,OW) = conv(inp (B,IC,H,W), w) + b for 0 <= B <= c->s.B.
+ * b must be NULL exactly when the convolution was made without a bias. */
+int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b, int B,
                       mt_conv2d *c);
 /* dinp += conv^T(dout, w); dw += corr(inp, dout); db += sum over (B,OH,OW)
  * of dout. Any of dinp, dw, db may be NULL (db must be NULL without bias). */
 int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, mt_conv2d *c);
+                       const float *w, int B, mt_conv2d *c);
 
 /* -------------------------------------------------------------- pooling */
 

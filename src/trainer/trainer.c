@@ -73,6 +73,21 @@ static int setup_optimizer(mt_trainer *t) {
   return 0;
 }
 
+/* Model(s) of this rank, parameters initialised from the seed, buffers. */
+static int create_model(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  MT_CALL(mt_mlp_set_hidden(c->mlp_hidden, c->mlp_nhidden));
+  MT_CALL(mt_cnn_set(c->cnn_channels, c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden));
+  int max_batch = c->micro_batch_size > c->val_batch_size ? c->micro_batch_size : c->val_batch_size;
+  MT_CALL(mt_model_create(c->model, &t->train.spec, max_batch, &t->model));
+  size_t n = t->model->params.total;
+  MT_CALL(mt_calloc(&t->params, n, sizeof(float), "parameters"));
+  MT_CALL(mt_calloc(&t->grads, n, sizeof(float), "gradients"));
+  MT_CALL(t->model->ops->init(t->model, t->params, c->seed));
+  MT_CALL(mt_compute_setup(t, max_batch));
+  return 0;
+}
+
 int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm) {
   mt_trainer *t;
   *out = NULL;
@@ -83,15 +98,9 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   t->train.file = t->train.dx = H5I_INVALID_HID;
   MT_CALL(open_data(t));
 
-  MT_CALL(mt_mlp_set_hidden(c->mlp_hidden, c->mlp_nhidden));
-  int max_batch = c->micro_batch_size > c->val_batch_size ? c->micro_batch_size : c->val_batch_size;
-  MT_CALL(mt_model_create(c->model, &t->train.spec, max_batch, &t->model));
+  /* the same on every rank (same options, same data shape): agreed */
+  MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
-  MT_CALL(mt_calloc(&t->params, n, sizeof(float), "parameters"));
-  MT_CALL(mt_calloc(&t->grads, n, sizeof(float), "gradients"));
-  MT_CALL(t->model->ops->init(t->model, t->params, c->seed));
-  MT_CALL(mt_compute_setup(t, max_batch));
-
   MT_CALL(mt_backend_create(c->backend, comm->world, c->ddp_bucket_mb, &t->backend));
   int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
   MT_CALL(mt_agree(comm->world, err));

@@ -1,0 +1,240 @@
+/* CNN: blocks of Conv2d (k x k, padding k/2) -> ReLU -> MaxPool2d(2), then
+ * Flatten -> Linear(hidden) -> ReLU -> Linear(classes), softmax
+ * cross-entropy. Parameter names follow the PyTorch module
+ *
+ *   features   = Sequential(Conv2d, ReLU, MaxPool2d, Conv2d, ReLU, MaxPool2d, ...)
+ *   classifier = Sequential(Flatten, Linear, ReLU, Linear)
+ *
+ * i.e. features.{3l}.weight/bias and classifier.1 / classifier.3 (see
+ * validation/torch_models.py). The input shape comes from the data file:
+ * (C,H,W), or (H,W) read as one channel. */
+#include "core/core.h"
+#include "models/models.h"
+#include "nn/nn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MT_PURPOSE_INIT_CNN 3
+#define MAX_BLOCKS 8
+
+static int channels_[MAX_BLOCKS] = {32, 64};
+static int nblocks_ = 2, kernel_ = 3, hidden_ = 128;
+
+int mt_cnn_set(const int *channels, int n, int kernel, int hidden) {
+  MT_CHECK(n >= 1 && n <= MAX_BLOCKS, MT_ERR_OPTION, "option -cnn_channels: 1 to %d blocks", MAX_BLOCKS);
+  MT_CHECK(kernel >= 1 && kernel % 2 == 1, MT_ERR_OPTION,
+           "option -cnn_kernel: %d must be odd (padding k/2 keeps the size)", kernel);
+  memcpy(channels_, channels, (size_t)n * sizeof(int));
+  nblocks_ = n;
+  kernel_ = kernel;
+  hidden_ = hidden;
+  return 0;
+}
+
+typedef struct {
+  int nb, C0, H0, W0, flat, hidden, classes;
+  mt_conv2d conv[MAX_BLOCKS];
+  mt_pool2d_shape pool[MAX_BLOCKS];
+  float *a[MAX_BLOCKS], *da[MAX_BLOCKS];  /* conv outputs after ReLU (B,C,H,W) */
+  float *p[MAX_BLOCKS], *dp[MAX_BLOCKS];  /* pooled (B,C,H/2,W/2)             */
+  int32_t *arg[MAX_BLOCKS];
+  float *h, *dh, *logits, *dlogits, *probs;
+  const float *x;
+  const int32_t *y;
+  int B;
+} cnn;
+
+static size_t numel(const mt_pool2d_shape *s, int out) {
+  return (size_t)s->C * (out ? (size_t)s->OH * s->OW : (size_t)s->H * s->W);
+}
+
+static int cnn_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
+  cnn *s;
+  MT_CALL(mt_calloc(&s, 1, sizeof(*s), "cnn"));
+  m->data = s;
+  MT_CHECK(spec->nclasses >= 2, MT_ERR_DATA, "model cnn needs class labels");
+  MT_CHECK(spec->ndim == 2 || spec->ndim == 3, MT_ERR_DATA,
+           "model cnn needs samples of shape (C,H,W) or (H,W); the data has %d dimensions",
+           spec->ndim);
+  s->C0 = spec->ndim == 3 ? (int)spec->shape[0] : 1;
+  s->H0 = (int)spec->shape[spec->ndim - 2];
+  s->W0 = (int)spec->shape[spec->ndim - 1];
+  s->nb = nblocks_;
+  s->hidden = hidden_;
+  s->classes = spec->nclasses;
+  int C = s->C0, H = s->H0, W = s->W0;
+  char name[MT_NAME_MAX];
+  for (int l = 0; l < s->nb; l++) {
+    mt_conv2d_shape cs = {.B = max_batch, .IC = C, .H = H, .W = W, .OC = channels_[l],
+                          .KH = kernel_, .KW = kernel_, .stride_h = 1, .stride_w = 1,
+                          .pad_h = kernel_ / 2, .pad_w = kernel_ / 2, .dil_h = 1, .dil_w = 1,
+                          .groups = 1};
+    MT_CALL(mt_conv2d_init(&s->conv[l], &cs, 1));
+    int64_t w[4] = {channels_[l], C, kernel_, kernel_}, b[1] = {channels_[l]};
+    snprintf(name, sizeof(name), "features.%d.weight", 3 * l);
+    MT_CALL(mt_param_table_add(&m->params, name, 4, w, l));
+    snprintf(name, sizeof(name), "features.%d.bias", 3 * l);
+    MT_CALL(mt_param_table_add(&m->params, name, 1, b, l));
+    C = channels_[l];
+    mt_pool2d_shape ps = {.B = max_batch, .C = C, .H = H, .W = W, .KH = 2, .KW = 2,
+                          .stride_h = 2, .stride_w = 2};
+    MT_CHECK(H >= 2 && W >= 2, MT_ERR_DATA, "model cnn: block %d gets %dx%d, too small to pool",
+             l + 1, H, W);
+    MT_CALL(mt_pool2d_shape_init(&ps));
+    s->pool[l] = ps;
+    size_t in = numel(&ps, 0) * (size_t)max_batch, out = numel(&ps, 1) * (size_t)max_batch;
+    MT_CALL(mt_calloc(&s->a[l], in, sizeof(float), "conv activations"));
+    MT_CALL(mt_calloc(&s->da[l], in, sizeof(float), "conv activation gradients"));
+    MT_CALL(mt_calloc(&s->p[l], out, sizeof(float), "pooled activations"));
+    MT_CALL(mt_calloc(&s->dp[l], out, sizeof(float), "pooled activation gradients"));
+    MT_CALL(mt_calloc(&s->arg[l], out, sizeof(int32_t), "pooling indices"));
+    H = ps.OH;
+    W = ps.OW;
+  }
+  s->flat = C * H * W;
+  int64_t w1[2] = {s->hidden, s->flat}, b1[1] = {s->hidden}, w2[2] = {s->classes, s->hidden},
+          b2[1] = {s->classes};
+  MT_CALL(mt_param_table_add(&m->params, "classifier.1.weight", 2, w1, s->nb));
+  MT_CALL(mt_param_table_add(&m->params, "classifier.1.bias", 1, b1, s->nb));
+  MT_CALL(mt_param_table_add(&m->params, "classifier.3.weight", 2, w2, s->nb + 1));
+  MT_CALL(mt_param_table_add(&m->params, "classifier.3.bias", 1, b2, s->nb + 1));
+  size_t B = (size_t)max_batch;
+  MT_CALL(mt_calloc(&s->h, B * s->hidden, sizeof(float), "hidden"));
+  MT_CALL(mt_calloc(&s->dh, B * s->hidden, sizeof(float), "hidden gradients"));
+  MT_CALL(mt_calloc(&s->logits, B * s->classes, sizeof(float), "logits"));
+  MT_CALL(mt_calloc(&s->dlogits, B * s->classes, sizeof(float), "logit gradients"));
+  MT_CALL(mt_calloc(&s->probs, B * s->classes, sizeof(float), "probabilities"));
+  return 0;
+}
+
+/* PyTorch's Conv2d/Linear default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+ * weight and bias, fan_in = in_channels * kh * kw (or in_features). */
+static int cnn_init(mt_model *m, float *params, uint64_t seed) {
+  for (int k = 0; k < m->params.n; k++) {
+    const mt_param *q = &m->params.p[k];
+    const mt_param *w = q->ndim >= 2 ? q : &m->params.p[k - 1];
+    int64_t fan_in = 1;
+    for (int d = 1; d < w->ndim; d++) fan_in *= w->shape[d];
+    float bound = (float)(1.0 / sqrt((double)fan_in));
+    uint64_t key = mt_key(seed, MT_PURPOSE_INIT_CNN, (uint64_t)k);
+    float *p = params + q->offset;
+    for (size_t i = 0; i < q->numel; i++) p[i] = (2.0f * mt_randu(key, i) - 1.0f) * bound;
+  }
+  return 0;
+}
+
+static const float *P(const mt_model *m, const float *params, int k) {
+  return params + m->params.p[k].offset;
+}
+
+static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
+                       mt_batch_stats *st) {
+  cnn *s = m->data;
+  const int B = bt->n;
+  MT_CHECK(bt->x && bt->labels, MT_ERR_DATA, "model cnn needs inputs /x and class labels /y");
+  MT_CHECK(B <= m->max_batch, MT_ERR_ARG, "batch %d exceeds %d", B, m->max_batch);
+  s->x = bt->x;
+  s->y = bt->labels;
+  s->B = B;
+  if (B == 0) return 0;
+  const float *in = bt->x;
+  for (int l = 0; l < s->nb; l++) {
+    mt_pool2d_shape ps = s->pool[l];
+    ps.B = B;
+    MT_CALL(mt_conv2d_forward(s->a[l], in, P(m, params, 2 * l), P(m, params, 2 * l + 1), B,
+                              &s->conv[l]));
+    mt_relu_forward(s->a[l], s->a[l], (int64_t)B * (int64_t)numel(&ps, 0));
+    mt_maxpool2d_forward(s->p[l], s->arg[l], s->a[l], &ps);
+    in = s->p[l];
+  }
+  int k = 2 * s->nb;
+  MT_CALL(mt_linear_forward(s->h, in, P(m, params, k), P(m, params, k + 1), B, s->flat, s->hidden));
+  mt_relu_forward(s->h, s->h, (int64_t)B * s->hidden);
+  MT_CALL(mt_linear_forward(s->logits, s->h, P(m, params, k + 2), P(m, params, k + 3), B,
+                            s->hidden, s->classes));
+  int64_t correct = 0;
+  double sum = mt_softmax_xent_forward(s->probs, losses, &correct, s->logits, s->y, B, s->classes);
+  st->loss_sum += sum;
+  st->correct += correct;
+  return 0;
+}
+
+static int cnn_backward(mt_model *m, const float *params, float *grads, float scale, int B) {
+  cnn *s = m->data;
+  MT_CHECK(B == s->B, MT_ERR_STATE, "cnn backward of %d samples after a forward of %d", B, s->B);
+  if (B == 0) return 0;
+  int k = 2 * s->nb;
+  float *g = grads;
+  memset(s->dlogits, 0, (size_t)B * s->classes * sizeof(float));
+  memset(s->dh, 0, (size_t)B * s->hidden * sizeof(float));
+  mt_softmax_xent_backward(s->dlogits, s->probs, s->y, scale, B, s->classes);
+  const float *last = s->p[s->nb - 1];
+  float *dlast = s->dp[s->nb - 1];
+  MT_CALL(mt_linear_backward(s->dh, g + m->params.p[k + 2].offset, g + m->params.p[k + 3].offset,
+                             s->dlogits, s->h, P(m, params, k + 2), B, s->hidden, s->classes));
+  mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
+  memset(dlast, 0, (size_t)B * s->flat * sizeof(float));
+  MT_CALL(mt_linear_backward(dlast, g + m->params.p[k].offset, g + m->params.p[k + 1].offset,
+                             s->dh, last, P(m, params, k), B, s->flat, s->hidden));
+  for (int l = s->nb - 1; l >= 0; l--) {
+    mt_pool2d_shape ps = s->pool[l];
+    ps.B = B;
+    int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
+    memset(s->da[l], 0, (size_t)na * sizeof(float));
+    mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
+    mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
+    float *dinp = NULL;
+    if (l > 0) {
+      dinp = s->dp[l - 1];
+      memset(dinp, 0, (size_t)B * numel(&s->pool[l - 1], 1) * sizeof(float));
+    }
+    const float *in = l ? s->p[l - 1] : s->x;
+    MT_CALL(mt_conv2d_backward(dinp, g + m->params.p[2 * l].offset,
+                               g + m->params.p[2 * l + 1].offset, s->da[l], in,
+                               P(m, params, 2 * l), B, &s->conv[l]));
+  }
+  return 0;
+}
+
+static double cnn_flops(const mt_model *m) {
+  const cnn *s = m->data;
+  double f = 0;
+  for (int l = 0; l < s->nb; l++) {
+    const mt_conv2d_shape *c = &s->conv[l].s;
+    double fwd = 2.0 * c->OC * c->OH * c->OW * (double)c->IC * c->KH * c->KW;
+    f += fwd * (l ? 3 : 2); /* the first layer needs no input gradient */
+  }
+  f += 2.0 * s->flat * s->hidden * 3 + 2.0 * s->hidden * s->classes * 3;
+  return f;
+}
+
+static void cnn_destroy(mt_model *m) {
+  cnn *s = m->data;
+  if (!s) return;
+  for (int l = 0; l < MAX_BLOCKS; l++) {
+    mt_conv2d_free(&s->conv[l]);
+    mt_free(&s->a[l]);
+    mt_free(&s->da[l]);
+    mt_free(&s->p[l]);
+    mt_free(&s->dp[l]);
+    mt_free(&s->arg[l]);
+  }
+  mt_free(&s->h);
+  mt_free(&s->dh);
+  mt_free(&s->logits);
+  mt_free(&s->dlogits);
+  mt_free(&s->probs);
+  mt_free(&m->data);
+}
+
+const mt_model_ops mt_cnn_ops = {
+    .name = "cnn",
+    .setup = cnn_setup,
+    .init = cnn_init,
+    .forward = cnn_forward,
+    .backward = cnn_backward,
+    .flops_per_sample = cnn_flops,
+    .destroy = cnn_destroy,
+};
