@@ -45,6 +45,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, mt_b
   char msg[1024] = "";
 #pragma omp parallel num_threads(T)
   {
+    omp_set_num_threads(1); /* this thread's own nested work: one thread */
     int i = omp_get_thread_num();
     int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
     mt_model *m = t->tmodel[i];

@@ -3,6 +3,7 @@
 #include "models/models.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,13 +80,18 @@ static int create_model(mt_trainer *t) {
   MT_CALL(mt_mlp_set_hidden(c->mlp_hidden, c->mlp_nhidden));
   MT_CALL(mt_cnn_set(c->cnn_channels, c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden));
   int max_batch = c->micro_batch_size > c->val_batch_size ? c->micro_batch_size : c->val_batch_size;
-  MT_CALL(mt_model_create(c->model, &t->train.spec, max_batch, &t->model));
-  size_t n = t->model->params.total;
-  MT_CALL(mt_calloc(&t->params, n, sizeof(float), "parameters"));
-  MT_CALL(mt_calloc(&t->grads, n, sizeof(float), "gradients"));
-  MT_CALL(t->model->ops->init(t->model, t->params, c->seed));
-  MT_CALL(mt_compute_setup(t, max_batch));
-  return 0;
+  /* With the batch split over threads every model runs on one thread, and
+   * oneDNN primitives fix their thread count when they are made. */
+  int split = !strcmp(c->thread_split, "batch") && c->threads > 1;
+  if (split) omp_set_num_threads(1);
+  int err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
+  size_t n = err ? 0 : t->model->params.total;
+  if (!err) err = mt_calloc(&t->params, n, sizeof(float), "parameters");
+  if (!err) err = mt_calloc(&t->grads, n, sizeof(float), "gradients");
+  if (!err) err = t->model->ops->init(t->model, t->params, c->seed);
+  if (!err) err = mt_compute_setup(t, max_batch);
+  if (split) omp_set_num_threads(c->threads);
+  return err;
 }
 
 int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm) {
