@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# Side-by-side training throughput of mpitrain and PyTorch on the same MLP.
+#
+#   bench/bench_mlp.sh [options] [MPITRAIN [DATA_DIR]]
+#
+# Model: 784-1024-1024-10, ReLU, softmax cross-entropy, SGD momentum 0.9,
+# lr 0.05, batch 128, fp32, Fashion-MNIST.  For each configuration
+# (ranks x threads) mpitrain and every PyTorch setting run alternately R times;
+# the table reports medians.  Builds nothing.  See bench/README.md.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+
+repeats=5
+python=/usr/bin/python3
+steps=300
+warmup=30
+settings="default tuned"
+configs="1x1 1x2 2x1"
+per_rank_batch=0
+peak=265
+run_timeout=600
+mt_data=""
+hidden="1024,1024"
+batch=128
+
+usage() {
+	cat <<EOF
+usage: $0 [options] [MPITRAIN [DATA_DIR]]
+  MPITRAIN          mpitrain executable (default ./mpitrain); if it is missing
+                    only PyTorch runs
+  DATA_DIR          folder of fashion-mnist-train.h5 (default ./data); made
+                    with mt-data when missing
+  -r N              repeats per configuration (default $repeats)
+  --python PY       Python with torch (default $python)
+  --steps N         training steps per rank timed by PyTorch and the cap
+                    -max_train_steps_per_epoch of mpitrain (default $steps)
+  --warmup N        untimed PyTorch steps first (default $warmup)
+  --settings "S.."  PyTorch settings to try: default, tuned (default "$settings")
+  --configs "C.."   RANKSxTHREADS list (default "$configs")
+  --per-rank-batch  $batch samples per rank per step on both sides (mpitrain
+                    -batch_size $batch*RANKS); default: global batch $batch,
+                    i.e. $batch/RANKS per rank, as mpitrain's -batch_size means
+  --peak GFLOPS     fp32 peak per core for the limit column (default $peak)
+  --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
+  --timeout S       limit for one run in seconds (default $run_timeout)
+Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments).
+EOF
+}
+
+pos=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-r) repeats=$2; shift 2 ;;
+	--python) python=$2; shift 2 ;;
+	--steps) steps=$2; shift 2 ;;
+	--warmup) warmup=$2; shift 2 ;;
+	--settings) settings=$2; shift 2 ;;
+	--configs) configs=$2; shift 2 ;;
+	--per-rank-batch) per_rank_batch=1; shift ;;
+	--peak) peak=$2; shift 2 ;;
+	--mt-data) mt_data=$2; shift 2 ;;
+	--timeout) run_timeout=$2; shift 2 ;;
+	-h|--help) usage; exit 0 ;;
+	-*) echo "$0: unknown option $1" >&2; usage >&2; exit 2 ;;
+	*) pos+=("$1"); shift ;;
+	esac
+done
+mpitrain=${pos[0]:-./mpitrain}
+datadir=${pos[1]:-./data}
+[ -n "$mt_data" ] || mt_data=$(dirname "$mpitrain")/mt-data
+mpirun=${MPIRUN:-mpirun}
+for v in "$repeats" "$steps" "$warmup" "$run_timeout"; do
+	case "$v" in ''|*[!0-9]*) echo "$0: not a number: $v" >&2; exit 2 ;; esac
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_mlp.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+
+# ---- data ------------------------------------------------------------------
+h5="$datadir/fashion-mnist-train.h5"
+if [ ! -f "$h5" ]; then
+	if [ -x "$mt_data" ]; then
+		echo "# converting Fashion-MNIST: $mt_data fashion-mnist -out $datadir"
+		mkdir -p "$datadir"
+		"$mt_data" fashion-mnist -out "$datadir" || { echo "$0: $mt_data failed" >&2; exit 1; }
+	fi
+fi
+if [ -f "$h5" ]; then
+	torch_data=(--data "$h5")
+else
+	echo "# $h5 missing and no $mt_data: PyTorch reads the IDX files, mpitrain is skipped"
+	torch_data=()
+fi
+
+have_mt=0
+if [ -x "$mpitrain" ] && [ -f "$h5" ]; then
+	have_mt=1
+	if [ "$(id -u)" = 0 ]; then
+		export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+	fi
+elif [ ! -x "$mpitrain" ]; then
+	echo "# $mpitrain not found: PyTorch only"
+fi
+
+"$python" -c 'import torch' 2>/dev/null || { echo "$0: $python cannot import torch" >&2; exit 1; }
+
+# ---- one run of each -------------------------------------------------------
+# Prints samples/s or nothing; the full log stays in $tmp.
+run_mpitrain() { # ranks threads log
+	local r=$1 t=$2 log=$3 backend=sp out b=$batch
+	[ "$r" -gt 1 ] && backend=ddp
+	[ "$per_rank_batch" = 1 ] && b=$((batch * r))
+	out=$(mktemp -d "$tmp/out.XXXXXX")
+	# shellcheck disable=SC2086
+	OMP_NUM_THREADS=$t timeout "$run_timeout" "$mpirun" -np "$r" --bind-to none --oversubscribe \
+		-x OMP_NUM_THREADS ${MPIRUN_ARGS:-} \
+		"$mpitrain" -backend "$backend" -model mlp -mlp_hidden "$hidden" \
+		-data_train "$h5" -epochs 1 -max_train_steps_per_epoch "$steps" \
+		-max_val_steps_per_epoch 1 -batch_size "$b" -optimizer sgd \
+		-lr 0.05 -momentum 0.9 -threads "$t" -log_every 0 -output_dir "$out" \
+		>"$log" 2>&1
+	rm -rf "$out"
+	sed -n 's/^RESULT mpitrain .*train_samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1
+}
+
+run_torch() { # ranks threads setting log
+	local r=$1 t=$2 s=$3 log=$4 b=$((batch / $1))
+	[ "$per_rank_batch" = 1 ] && b=$batch
+	timeout "$run_timeout" "$python" "$here/torch_mlp.py" --threads "$t" --ranks "$r" \
+		--steps "$steps" --warmup "$warmup" --batch "$b" --hidden "$hidden" \
+		--setting "$s" ${torch_data[@]+"${torch_data[@]}"} >"$log" 2>&1
+	sed -n 's/^RESULT torch .*samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1
+}
+
+median() { # file of numbers -> median, or "-" when empty
+	sort -g "$1" 2>/dev/null | awk '{v[NR]=$1} END {
+		if (NR == 0) { print "-"; exit }
+		if (NR % 2) printf "%.1f\n", v[(NR+1)/2]
+		else printf "%.1f\n", (v[NR/2] + v[NR/2+1]) / 2 }'
+}
+
+spread() { # file -> "min-max"
+	sort -g "$1" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.0f-%.0f", lo, hi; else print "-"}'
+}
+
+fail() { # what log
+	echo "#   $1 gave no RESULT line; last lines of its log:" >&2
+	tail -n 5 "$2" | sed 's/^/#     /' >&2
+}
+
+# ---- header ----------------------------------------------------------------
+echo "# bench_mlp: MLP 784-$(echo "$hidden" | tr , -)-10, batch $batch, SGD momentum 0.9, lr 0.05, fp32"
+echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -n), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+load0=$(cut -d' ' -f1 /proc/loadavg)
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+if awk -v l="$load0" 'BEGIN{exit !(l > 0.5)}'; then
+	echo "# WARNING: the machine is busy (load $load0): the figures will be noisy, 2-thread runs most"
+fi
+echo "# torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($python), settings: $settings"
+echo "# mpitrain: $([ $have_mt = 1 ] && echo "$mpitrain" || echo skipped), data: ${h5}$([ -f "$h5" ] || echo ' (IDX fallback)')"
+echo "# repeats $repeats, $steps steps per run (PyTorch: +$warmup warm-up steps), $([ $per_rank_batch = 1 ] && echo "batch $batch per rank" || echo "global batch $batch (split over the ranks)")"
+
+# ---- runs ------------------------------------------------------------------
+for c in $configs; do
+	r=${c%x*}; t=${c#*x}
+	case "$r$t" in ''|*[!0-9]*) echo "$0: bad configuration $c (want RANKSxTHREADS)" >&2; exit 2 ;; esac
+	: >"$tmp/$c.mpitrain"
+	for s in $settings; do : >"$tmp/$c.torch-$s"; done
+	for i in $(seq 1 "$repeats"); do
+		line="# $c run $i:"
+		if [ $have_mt = 1 ]; then
+			log="$tmp/log.$c.mpitrain.$i"
+			v=$(run_mpitrain "$r" "$t" "$log")
+			if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.mpitrain"; else fail "mpitrain $c" "$log"; fi
+			line="$line mpitrain=${v:-fail}"
+		fi
+		for s in $settings; do
+			log="$tmp/log.$c.torch-$s.$i"
+			v=$(run_torch "$r" "$t" "$s" "$log")
+			if [ -n "$v" ]; then
+				echo "$v" >>"$tmp/$c.torch-$s"
+				[ -f "$tmp/$c.blas-$s" ] || sed -n 's/^RESULT torch .*blas=\([^ ]*\).*/\1/p' "$log" >"$tmp/$c.blas-$s"
+			else
+				fail "torch $s $c" "$log"
+			fi
+			line="$line torch-$s=${v:-fail}"
+		done
+		echo "$line"
+	done
+done
+
+# ---- tables ----------------------------------------------------------------
+# Model FLOPs per sample: forward 2*weights, backward twice that, less the
+# input gradient of the first layer, which nobody needs.
+flops=$(echo "$hidden" | awk -F, -v nin=784 -v nout=10 '{
+	w = 0; p = nin
+	for (i = 1; i <= NF; i++) { w += p * $i; p = $i }
+	w += p * nout
+	printf "%.0f", 6 * w - 2 * nin * $1 }')
+echo
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# fp32 limit: $(awk -v f="$flops" 'BEGIN{printf "%.2f", f/1e6}') MFLOP/sample at $peak GFLOP/s per core" \
+	"= $(awk -v f="$flops" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}') samples/s per core"
+echo
+pct() { # value limit
+	[ "$1" = "-" ] && { echo "-"; return; }
+	awk -v a="$1" -v l="$2" 'BEGIN{printf "%.0f%%", 100*a/l}'
+}
+# shellcheck disable=SC2059
+fmt="%-6s %5s %7s | %9s %5s | %9s %5s %-8s | %8s\n"
+# shellcheck disable=SC2059
+printf "$fmt" config ranks threads mpitrain "%lim" "torch" "%lim" setting "mt/torch"
+for c in $configs; do
+	r=${c%x*}; t=${c#*x}
+	lim=$(awk -v f="$flops" -v p="$peak" -v n=$((r * t)) 'BEGIN{printf "%.1f", n*p*1e9/f}')
+	mt=$(median "$tmp/$c.mpitrain")
+	best="-"; bests="-"
+	for s in $settings; do
+		m=$(median "$tmp/$c.torch-$s")
+		[ "$m" = "-" ] && continue
+		if [ "$best" = "-" ] || awk -v a="$m" -v b="$best" 'BEGIN{exit !(a > b)}'; then
+			best=$m; bests=$s
+		fi
+	done
+	ratio="-"
+	[ "$mt" != "-" ] && [ "$best" != "-" ] && ratio=$(awk -v a="$mt" -v b="$best" 'BEGIN{printf "%.2f", a/b}')
+	# shellcheck disable=SC2059
+	printf "$fmt" "$c" "$r" "$t" "$mt" "$(pct "$mt" "$lim")" "$best" "$(pct "$best" "$lim")" "$bests" "$ratio"
+done
+echo
+echo "# every setting (median, min-max over $repeats runs, BLAS actually loaded):"
+printf "%-7s %-14s %10s %14s  %s\n" config system "samples/s" "min-max" blas
+for c in $configs; do
+	if [ $have_mt = 1 ]; then
+		printf "%-7s %-14s %10s %14s  %s\n" "$c" mpitrain "$(median "$tmp/$c.mpitrain")" "$(spread "$tmp/$c.mpitrain")" "-"
+	fi
+	for s in $settings; do
+		printf "%-7s %-14s %10s %14s  %s\n" "$c" "torch-$s" "$(median "$tmp/$c.torch-$s")" \
+			"$(spread "$tmp/$c.torch-$s")" "$(cat "$tmp/$c.blas-$s" 2>/dev/null || echo '?')"
+	done
+done
