@@ -21,11 +21,24 @@
  * set's). Every internal input is written by a reorder and every internal
  * output by its primitive within the same call, so what another set left
  * there never matters. mt_conv2d_init allocates everything; a call only sets
- * data handles and executes. */
+ * data handles and executes.
+ *
+ * Threads: a oneDNN primitive is built for the OpenMP thread count in
+ * effect when it is made, and inside a parallel region oneDNN runs the
+ * threads' shares one after the other, so a primitive built for two threads
+ * spins forever at its first internal barrier there. The ladder is
+ * therefore made twice when omp_get_max_threads() > 1 at init: for one
+ * thread (used inside a parallel region, e.g. by the trainer's per-thread
+ * models) and for that many threads (used outside one); a call sets the
+ * OpenMP thread count to the one its primitives were made for, and restores
+ * it. */
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
 #include <dnnl.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,10 +85,62 @@ typedef struct {
 struct mt_conv2d_impl {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
-  int nsets;
-  cv_set set[CV_MAX_SETS];
+  int nvar;    /* thread variants: 1, or 2 when nthr[1] > 1           */
+  int nthr[2]; /* OpenMP threads each variant's primitives are made for */
+  int nsets;   /* sets per variant                                    */
+  cv_set set[2][CV_MAX_SETS];
   void *arena;
 };
+
+/* OpenMP's thread-count setting (what omp_set_num_threads sets). */
+static int omp_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/* The threads a parallel region would really get: oneDNN assumes it gets
+ * omp_get_max_threads() and hangs with fewer (OMP_THREAD_LIMIT). */
+static int omp_threads_real(void) {
+#ifdef _OPENMP
+  const int n = omp_get_max_threads(), l = omp_get_thread_limit();
+  return n < l ? n : l;
+#else
+  return 1;
+#endif
+}
+
+static void omp_threads_set(int n) {
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+/* The variant for the calling context; sets the OpenMP thread count to the
+ * variant's, the old count going to *saved (0: nothing to restore). */
+static int var_enter(const mt_conv2d_impl *m, int *saved) {
+  const int cur = omp_threads();
+#ifdef _OPENMP
+  const int in_par = omp_in_parallel();
+#else
+  const int in_par = 1;
+#endif
+  const int v = (!in_par && m->nvar == 2 && omp_threads_real() >= m->nthr[1]) ? 1 : 0;
+  *saved = 0;
+  if (cur != m->nthr[v]) {
+    *saved = cur;
+    omp_threads_set(m->nthr[v]);
+  }
+  return v;
+}
+
+static void var_leave(int saved) {
+  if (saved) omp_threads_set(saved);
+}
 
 int mt_conv2d_shape_init(mt_conv2d_shape *s) {
   MT_CHECK(
@@ -384,24 +449,41 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   return 0;
 }
 
-static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias) {
-  /* the ladder: B, then every power of two below it, down to 1 */
+/* The ladder of one thread variant: B, then every power of two below it. */
+static int ladder_create(mt_conv2d_impl *m, int v, const mt_conv2d_shape *s, int has_bias) {
   int p = 1;
   while (p * 2 < s->B) p *= 2;
-  m->nsets = 0;
+  int n = 0;
   for (int b = s->B; b >= 1; b = (b == s->B && b != p) ? p : b / 2) {
-    MT_CHECK(m->nsets < CV_MAX_SETS, MT_ERR_STATE, "conv2d: batch ladder too long");
-    MT_CALL(set_create(&m->set[m->nsets++], m->eng, s, b, has_bias));
+    MT_CHECK(n < CV_MAX_SETS, MT_ERR_STATE, "conv2d: batch ladder too long");
+    MT_CALL(set_create(&m->set[v][n++], m->eng, s, b, has_bias));
+  }
+  m->nsets = n;
+  return 0;
+}
+
+static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias) {
+  const int setting = omp_threads(), outer = omp_threads_real();
+  m->nthr[0] = 1;
+  m->nthr[1] = outer;
+  m->nvar = outer > 1 ? 2 : 1;
+  for (int v = 0; v < m->nvar; v++) {
+    omp_threads_set(m->nthr[v]); /* oneDNN sizes its kernels from this */
+    int rc = ladder_create(m, v, s, has_bias);
+    omp_threads_set(setting);
+    MT_CALL(rc);
   }
   size_t bytes = 64;
-  for (int i = 0; i < m->nsets; i++)
-    if (m->set[i].bytes > bytes) bytes = m->set[i].bytes;
+  for (int v = 0; v < m->nvar; v++)
+    for (int i = 0; i < m->nsets; i++)
+      if (m->set[v][i].bytes > bytes) bytes = m->set[v][i].bytes;
   MT_CALL(mt_calloc(&m->arena, bytes, 1, "conv2d internal buffers"));
-  for (int i = 0; i < m->nsets; i++) {
-    MT_CALL(op_place(&m->set[i].fwd, m->arena));
-    MT_CALL(op_place(&m->set[i].bwd_data, m->arena));
-    MT_CALL(op_place(&m->set[i].bwd_w, m->arena));
-  }
+  for (int v = 0; v < m->nvar; v++)
+    for (int i = 0; i < m->nsets; i++) {
+      MT_CALL(op_place(&m->set[v][i].fwd, m->arena));
+      MT_CALL(op_place(&m->set[v][i].bwd_data, m->arena));
+      MT_CALL(op_place(&m->set[v][i].bwd_w, m->arena));
+    }
   return 0;
 }
 
@@ -429,11 +511,12 @@ int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
 void mt_conv2d_free(mt_conv2d *c) {
   if (!c || !c->impl) return;
   mt_conv2d_impl *m = c->impl;
-  for (int i = 0; i < CV_MAX_SETS; i++) {
-    op_free(&m->set[i].fwd);
-    op_free(&m->set[i].bwd_data);
-    op_free(&m->set[i].bwd_w);
-  }
+  for (int v = 0; v < 2; v++)
+    for (int i = 0; i < CV_MAX_SETS; i++) {
+      op_free(&m->set[v][i].fwd);
+      op_free(&m->set[v][i].bwd_data);
+      op_free(&m->set[v][i].bwd_w);
+    }
   if (m->stream) dnnl_stream_destroy(m->stream);
   if (m->eng) dnnl_engine_destroy(m->eng);
   mt_free(&m->arena);
@@ -445,11 +528,21 @@ void mt_conv2d_free(mt_conv2d *c) {
 
 /* The set for the next chunk of n images: all of them when n is the
  * maximum batch, else the largest power of two <= n. */
-static cv_set *pick(mt_conv2d_impl *m, int n) {
-  if (n == m->set[0].B) return &m->set[0];
+static cv_set *pick(mt_conv2d_impl *m, int v, int n) {
+  cv_set *set = m->set[v];
+  if (n == set[0].B) return &set[0];
   for (int i = 1; i < m->nsets; i++)
-    if (m->set[i].B <= n) return &m->set[i];
-  return &m->set[m->nsets - 1];
+    if (set[i].B <= n) return &set[i];
+  return &set[m->nsets - 1];
+}
+
+static int forward_chunk(float *out, const float *inp, const float *w, const float *b, cv_set *set,
+                         dnnl_stream_t stream) {
+  MT_CALL(op_bind(&set->fwd, DNNL_ARG_SRC, inp));
+  MT_CALL(op_bind(&set->fwd, DNNL_ARG_WEIGHTS, w));
+  if (b) MT_CALL(op_bind(&set->fwd, DNNL_ARG_BIAS, b));
+  MT_CALL(op_bind(&set->fwd, DNNL_ARG_DST, out));
+  return op_run(&set->fwd, stream);
 }
 
 int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b, int B,
@@ -461,15 +554,15 @@ int mt_conv2d_forward(float *out, const float *inp, const float *w, const float 
            c->has_bias ? "with bias" : "without");
   const mt_conv2d_shape *s = &c->s;
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
-  for (int b0 = 0; b0 < B;) {
-    cv_set *set = pick(c->impl, B - b0);
-    MT_CALL(op_bind(&set->fwd, DNNL_ARG_SRC, inp + b0 * in1));
-    MT_CALL(op_bind(&set->fwd, DNNL_ARG_WEIGHTS, w));
-    if (b) MT_CALL(op_bind(&set->fwd, DNNL_ARG_BIAS, b));
-    MT_CALL(op_bind(&set->fwd, DNNL_ARG_DST, out + b0 * out1));
-    MT_CALL(op_run(&set->fwd, c->impl->stream));
+  int saved, rc = 0;
+  const int v = var_enter(c->impl, &saved);
+  for (int b0 = 0; b0 < B && !rc;) {
+    cv_set *set = pick(c->impl, v, B - b0);
+    rc = forward_chunk(out + b0 * out1, inp + b0 * in1, w, b, set, c->impl->stream);
     b0 += set->B;
   }
+  var_leave(saved);
+  MT_CALL(rc);
   return 0;
 }
 
@@ -511,12 +604,16 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
   const mt_conv2d_shape *s = &c->s;
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
   if (dinp || dw) {
-    for (int b0 = 0; b0 < B;) {
-      cv_set *set = pick(c->impl, B - b0);
-      MT_CALL(backward_chunk(dinp ? dinp + b0 * in1 : NULL, dw, db, dout + b0 * out1,
-                             inp + b0 * in1, w, set, c->impl->stream, c->has_bias));
+    int saved, rc = 0;
+    const int v = var_enter(c->impl, &saved);
+    for (int b0 = 0; b0 < B && !rc;) {
+      cv_set *set = pick(c->impl, v, B - b0);
+      rc = backward_chunk(dinp ? dinp + b0 * in1 : NULL, dw, db, dout + b0 * out1, inp + b0 * in1,
+                          w, set, c->impl->stream, c->has_bias);
       b0 += set->B;
     }
+    var_leave(saved);
+    MT_CALL(rc);
   } else if (db) {
     const int64_t hw = (int64_t)s->OH * s->OW;
     for (int o = 0; o < s->OC; o++) {

@@ -63,8 +63,10 @@ int mt_conv2d_shape_init(mt_conv2d_shape *s);
  * buffers, made once by mt_conv2d_init and owned by the caller; forward and
  * backward then allocate nothing. A call takes any batch n <= s.B: n == s.B
  * runs in one piece, a smaller n in at most log2(s.B) power-of-two pieces
- * (primitives for each are made up front). Not to be used by two threads at
- * once (one per thread, as the per-thread models do). */
+ * (primitives for each are made up front). Callable inside an OpenMP
+ * parallel region (one thread each) and outside one (all threads): the
+ * primitives are made for both. Not to be used by two threads at once:
+ * per-thread models keep one each. */
 typedef struct mt_conv2d_impl mt_conv2d_impl;
 typedef struct {
   mt_conv2d_shape s;
