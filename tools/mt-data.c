@@ -17,6 +17,7 @@
  * The tool is serial: it links with mpicc for the parallel HDF5 library but
  * uses HDF5's default (sec2) file driver and never calls MPI. */
 #include <errno.h>
+#include <math.h>
 #include <hdf5.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -377,6 +378,121 @@ static int cmd_fashion_mnist(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* ------------------------------------------------------------ text */
+
+/* Writes /tokens (n) uint8 (byte-level tokens) with attributes vocab_size
+ * (256) and unigram_entropy_nats (of these bytes), root attribute source. */
+static int write_tokens(const char *path, const char *source, const unsigned char *t, size_t n) {
+  int k = snprintf(tmp_path_, sizeof(tmp_path_), "%s.tmp.%ld", path, (long)getpid());
+  if (k < 0 || (size_t)k >= sizeof(tmp_path_)) {
+    tmp_path_[0] = '\0';
+    fail("%s: path too long", path);
+    return -1;
+  }
+  hid_t f = H5Fcreate(tmp_path_, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) {
+    fail("%s: cannot create temporary file %s", path, tmp_path_);
+    tmp_path_[0] = '\0';
+    return -1;
+  }
+  double count[256] = {0}, h = 0;
+  for (size_t i = 0; i < n; i++) count[t[i]] += 1;
+  for (int c = 0; c < 256; c++)
+    if (count[c] > 0) h -= count[c] / (double)n * log(count[c] / (double)n);
+  hsize_t dim = n;
+  hid_t d = -1;
+  int vocab = 256, rc = -1;
+  if (attr_string(f, "source", source) < 0) goto out;
+  if (dataset_write(f, "tokens", H5T_STD_U8LE, H5T_NATIVE_UCHAR, 1, &dim, t, &d) < 0) goto out;
+  if (attr_write(d, "vocab_size", H5T_STD_I32LE, H5T_NATIVE_INT, &vocab) < 0) goto out;
+  if (attr_write(d, "unigram_entropy_nats", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &h) < 0) goto out;
+  rc = 0;
+out:
+  if (d >= 0 && H5Dclose(d) < 0) rc = -1;
+  if (H5Fclose(f) < 0) rc = -1;
+  if (!rc && rename(tmp_path_, path) != 0) {
+    fail("%s: cannot rename from %s: %s", path, tmp_path_, strerror(errno));
+    rc = -2;
+  }
+  if (rc) {
+    if (rc == -1) fail("%s: HDF5 write failed (temporary %s; disk full?)", path, tmp_path_);
+    unlink(tmp_path_);
+    tmp_path_[0] = '\0';
+    return -1;
+  }
+  tmp_path_[0] = '\0';
+  printf("%s: %zu byte tokens, unigram entropy %.4f nats/byte\n", path, n, h);
+  return 0;
+}
+
+static int cmd_text(int argc, char **argv) {
+  const char *in = NULL, *out = NULL, *name = "text";
+  double val = 0.1;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-out") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "-name") && i + 1 < argc) name = argv[++i];
+    else if (!strcmp(argv[i], "-val_fraction") && i + 1 < argc) {
+      char *end;
+      val = strtod(argv[++i], &end);
+      if (*end || !(val >= 0 && val < 1)) {
+        fail("text: -val_fraction '%s' must be a number in [0, 1)", argv[i]);
+        return 2;
+      }
+    } else if (argv[i][0] != '-' && !in) in = argv[i];
+    else {
+      fail("text: unknown or incomplete argument '%s' (see " PROG " -h)", argv[i]);
+      return 2;
+    }
+  }
+  if (!in || !out) {
+    fail("text: FILE and -out DIR are required (see " PROG " -h)");
+    return 2;
+  }
+  FILE *f = fopen(in, "rb");
+  if (!f) {
+    fail("%s: cannot open: %s", in, strerror(errno));
+    return 1;
+  }
+  size_t cap = 1 << 20, n = 0;
+  unsigned char *buf = malloc(cap);
+  for (size_t k; buf && (k = fread(buf + n, 1, cap - n, f)) > 0;) {
+    n += k;
+    if (n == cap) {
+      unsigned char *b = realloc(buf, cap *= 2);
+      if (!b) free(buf);
+      buf = b;
+    }
+  }
+  int bad = !buf || ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    fail("%s: cannot read (out of memory or I/O error)", in);
+    return 1;
+  }
+  size_t nval = (size_t)((double)n * val), ntrain = n - nval;
+  if (ntrain < 2 || (val > 0 && nval < 2)) {
+    free(buf);
+    fail("%s: %zu bytes is too little text", in, n);
+    return 1;
+  }
+  char p[4096], src[4096];
+  snprintf(src, sizeof(src), "bytes of %s", in);
+  int rc = make_dirs(out);
+  if (!rc) rc = join(p, sizeof(p), out, name) || strlen(p) + 16 >= sizeof(p);
+  char path[4200];
+  if (!rc) {
+    snprintf(path, sizeof(path), "%s-train.h5", p);
+    rc = write_tokens(path, src, buf, ntrain);
+  }
+  if (!rc && nval) {
+    snprintf(path, sizeof(path), "%s-val.h5", p);
+    rc = write_tokens(path, src, buf + ntrain, nval);
+  }
+  free(buf);
+  return rc ? 1 : 0;
+}
+
 /* ------------------------------------------------------------ main */
 
 typedef struct {
@@ -390,7 +506,9 @@ static const command commands[] = {
     {"fashion-mnist", "[-src DIR] -out DIR",
      "IDX .gz files in DIR (default " FMNIST_DEFAULT_SRC ") -> OUT/fashion-mnist-{train,test}.h5",
      cmd_fashion_mnist},
-    /* {"text", "FILE -out F.h5", "byte-level tokens -> /tokens", cmd_text}, (planned) */
+    {"text", "FILE -out DIR [-name NAME] [-val_fraction 0.1]",
+     "bytes of FILE as tokens -> OUT/NAME-train.h5 and OUT/NAME-val.h5 (the last fraction)",
+     cmd_text},
 };
 
 static void usage(FILE *f) {
@@ -400,7 +518,8 @@ static void usage(FILE *f) {
             commands[i].help);
   fprintf(f,
           "\nOutput: /x (N,...) uint8 with attribute scale (value = raw*scale), /y (N) int32\n"
-          "with attribute nclasses, root attribute source. Files are written under a\n"
+          "with attribute nclasses; or /tokens (M) uint8 with attributes vocab_size and\n"
+          "unigram_entropy_nats; root attribute source. Files are written under a\n"
           "temporary name and renamed when complete.\n");
 }
 

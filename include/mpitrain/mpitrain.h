@@ -135,7 +135,8 @@ typedef struct {
   int ndim;               /* sample dims, excluding N                       */
   int64_t shape[MT_MAX_DIMS];
   int64_t sample_numel;
-  int nclasses;           /* > 0 for class labels                           */
+  int nclasses;           /* > 0 for class labels; the vocabulary for tokens */
+  int tokens;             /* 1: token windows of sample_numel + 1 tokens     */
 } mt_data_spec;
 
 /* A batch of n samples handed to a model. Each present array is row-major
@@ -144,7 +145,9 @@ typedef struct {
   int n;
   const float *x;        /* (n, x_len) inputs                                */
   const int32_t *labels; /* (n) class labels                                 */
-  int64_t x_len;
+  const int32_t *tokens; /* (n, tokens_len) token windows: a language-model
+                            sample is T+1 tokens, inputs [0,T), targets [1,T] */
+  int64_t x_len, tokens_len;
 } mt_batch;
 
 /* Rows [r0, r1) of b (no copy). */
@@ -153,13 +156,16 @@ static inline mt_batch mt_batch_rows(const mt_batch *b, int r0, int r1) {
   s.n = r1 - r0;
   if (s.x) s.x += (int64_t)r0 * b->x_len;
   if (s.labels) s.labels += r0;
+  if (s.tokens) s.tokens += (int64_t)r0 * b->tokens_len;
   return s;
 }
 
 /* Per-batch results of a forward pass over B samples. */
 typedef struct {
   double loss_sum;  /* sum of per-sample losses                             */
-  int64_t correct;  /* number of correct top-1 predictions                  */
+  double correct;   /* correct top-1 predictions, counted per sample: a
+                       sample with several targets (tokens) adds the
+                       fraction of them predicted correctly               */
 } mt_batch_stats;
 
 typedef struct mt_model mt_model;

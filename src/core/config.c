@@ -190,6 +190,20 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   if (c->cnn_kernel % 2 == 0) bad("option -cnn_kernel: %d must be odd (allowed: 1, 3, ..., 31)", c->cnn_kernel);
   PetscCall(opt_int(PetscOptionsObject, "-cnn_hidden", "cnn: hidden units of the classifier", 128,
                     1, 1 << 20, &c->cnn_hidden));
+  PetscCall(opt_int(PetscOptionsObject, "-gpt_layers", "gpt: transformer blocks", 4, 1, 1024,
+                    &c->gpt_layers));
+  PetscCall(opt_int(PetscOptionsObject, "-gpt_heads", "gpt: attention heads", 4, 1, 1024,
+                    &c->gpt_heads));
+  PetscCall(opt_int(PetscOptionsObject, "-gpt_embd", "gpt: embedding width (a multiple of heads)",
+                    128, 1, 1 << 16, &c->gpt_embd));
+  PetscCall(opt_int(PetscOptionsObject, "-gpt_block",
+                    "gpt: context length T; a token file's samples are windows of T + 1 tokens",
+                    64, 1, 1 << 16, &c->gpt_block));
+  static const char *const gelus[] = {"tanh", "erf", NULL};
+  PetscCall(opt_choice(PetscOptionsObject, "-gpt_gelu", "gpt: GELU form (tanh as GPT-2, or exact erf)",
+                       gelus, c->gpt_gelu, sizeof(c->gpt_gelu)));
+  if (c->gpt_embd % c->gpt_heads)
+    bad("option -gpt_embd: %d is not a multiple of -gpt_heads %d", c->gpt_embd, c->gpt_heads);
   PetscCall(opt_str(PetscOptionsObject, "-data_train", "Training data set (HDF5: /x, /y)", "",
                     c->data_train, sizeof(c->data_train), NULL));
   PetscCall(opt_str(PetscOptionsObject, "-data_val",

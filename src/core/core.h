@@ -22,6 +22,8 @@ typedef struct {
   int mlp_nhidden;
   int cnn_channels[8];
   int cnn_nblocks, cnn_kernel, cnn_hidden;
+  int gpt_layers, gpt_heads, gpt_embd, gpt_block;
+  char gpt_gelu[8];
   char data_train[MT_PATH_MAX];
   char data_val[MT_MAX_VAL][MT_PATH_MAX];
   int nval;

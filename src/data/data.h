@@ -6,28 +6,36 @@
 
 #include <hdf5.h>
 
-/* A classification data set: /x (N, ...) float32 or uint8 (+ attribute
- * `scale`, default 1/255), /y (N) integer labels (+ attribute `nclasses`). */
+/* A data set: either classification, /x (N, ...) float32 or uint8
+ * (+ attribute `scale`, default 1/255) and /y (N) integer labels
+ * (+ attribute `nclasses`); or a language-model token file, /tokens (M)
+ * integers (+ attribute `vocab_size`, default 256), whose samples are the
+ * N = floor((M - 1) / T) windows tokens[iT, iT + T] of T + 1 tokens. */
 typedef struct {
   char path[MT_PATH_MAX];
-  hid_t file, dx;
+  hid_t file, dx; /* dx: /x, or /tokens                                  */
   int64_t n;
   mt_data_spec spec;
   int x_uint8;
   float scale;
-  int32_t *labels; /* all N labels, read once                             */
+  int32_t *labels; /* all N labels, read once (classification)            */
+  int window;      /* T (tokens)                                          */
 } mt_dataset;
 
 /* Opens and validates path on every rank of comm; fails on every rank if it
- * fails on any, with a message naming the file. nclasses > 0 requires the
- * labels to lie in [0, nclasses) and the sample shape to equal like->shape
- * when like != NULL (validation sets must match the training set). */
-int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like);
+ * fails on any, with a message naming the file. like != NULL (validation
+ * sets) requires the training set's kind, sample shape and classes (or
+ * vocabulary). window is T for token files (ignored otherwise). */
+int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
+                    int window);
 void mt_dataset_close(mt_dataset *d);
-/* Reads rows idx[0..n) (ascending) into x (n, sample_numel) and y (n).
- * scratch holds n * sample_numel bytes (uint8 files). Takes the HDF5 lock. */
+/* Bytes of scratch mt_dataset_read needs for n rows. */
+size_t mt_dataset_scratch_size(const mt_dataset *d, int n);
+/* Reads rows idx[0..n) (ascending): classification into x (n, sample_numel)
+ * and y (n); tokens into tokens (n, T + 1), each checked against the
+ * vocabulary. Takes the HDF5 lock. */
 int mt_dataset_read(mt_dataset *d, const int64_t *idx, int n, float *x, int32_t *y,
-                    uint8_t *scratch);
+                    int32_t *tokens, void *scratch);
 
 /* The per-epoch permutation of 0..n-1 from (seed, epoch): Fisher-Yates driven
  * by the counter-based generator, identical on every rank. */

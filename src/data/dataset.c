@@ -9,7 +9,49 @@
 
 #define FAIL(...) return MT_ERR(MT_ERR_DATA, __VA_ARGS__)
 
-static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like) {
+/* /tokens (M) integers: windows of T + 1 tokens. */
+static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like, int window) {
+  MT_CHECK(!like || like->tokens, MT_ERR_DATA,
+           "data file %s: holds /tokens but the training set holds /x and /y", path);
+  MT_CHECK(window >= 1, MT_ERR_OPTION, "data file %s: token windows need -gpt_block >= 1", path);
+  d->dx = H5Dopen2(d->file, "tokens", H5P_DEFAULT);
+  if (d->dx < 0) FAIL("data file %s: /tokens is not a dataset", path);
+  hid_t sp = H5Dget_space(d->dx), ty = H5Dget_type(d->dx);
+  int nd = H5Sget_simple_extent_ndims(sp);
+  hsize_t m = 0;
+  if (nd == 1) H5Sget_simple_extent_dims(sp, &m, NULL);
+  H5T_class_t cls = H5Tget_class(ty);
+  H5Sclose(sp);
+  H5Tclose(ty);
+  if (nd != 1) FAIL("data file %s: /tokens has %d dimensions; expected (M)", path, nd);
+  if (cls != H5T_INTEGER) FAIL("data file %s: /tokens must hold integers", path);
+  int vocab = 256;
+  if (H5Aexists(d->dx, "vocab_size") > 0) {
+    hid_t a = H5Aopen(d->dx, "vocab_size", H5P_DEFAULT);
+    herr_t st = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT, &vocab);
+    if (a >= 0) H5Aclose(a);
+    if (st < 0 || vocab < 2) FAIL("data file %s: attribute vocab_size of /tokens is unreadable or < 2", path);
+  }
+  if (like) {
+    if (vocab > like->nclasses)
+      FAIL("data file %s: vocabulary of %d tokens, the training set's has %d", path, vocab,
+           like->nclasses);
+    vocab = like->nclasses;
+  }
+  d->window = window;
+  d->n = m > 1 ? (int64_t)(m - 1) / window : 0;
+  if (d->n < 1)
+    FAIL("data file %s: %llu tokens make no window of %d + 1 (lower -gpt_block)", path,
+         (unsigned long long)m, window);
+  d->spec.ndim = 1;
+  d->spec.shape[0] = window;
+  d->spec.sample_numel = window;
+  d->spec.nclasses = vocab;
+  d->spec.tokens = 1;
+  return 0;
+}
+
+static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like, int window) {
   snprintf(d->path, sizeof(d->path), "%s", path);
   if (access(path, R_OK) != 0) return MT_ERR(MT_ERR_FILE, "data file %s: cannot be read (no such file or no permission)", path);
   /* Rows are read one hyperslab block each; HDF5's default 64 KiB sieve
@@ -22,7 +64,11 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like)
   d->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
   if (d->file < 0) return MT_ERR(MT_ERR_FILE, "data file %s: not an HDF5 file, or damaged", path);
-  if (H5Lexists(d->file, "x", H5P_DEFAULT) <= 0) FAIL("data file %s: has no dataset /x", path);
+  if (H5Lexists(d->file, "tokens", H5P_DEFAULT) > 0) return open_tokens(d, path, like, window);
+  MT_CHECK(!like || !like->tokens, MT_ERR_DATA,
+           "data file %s: holds /x and /y but the training set holds /tokens", path);
+  if (H5Lexists(d->file, "x", H5P_DEFAULT) <= 0)
+    FAIL("data file %s: has no dataset /x (nor /tokens)", path);
   if (H5Lexists(d->file, "y", H5P_DEFAULT) <= 0) FAIL("data file %s: has no dataset /y (labels)", path);
   d->dx = H5Dopen2(d->file, "x", H5P_DEFAULT);
   if (d->dx < 0) FAIL("data file %s: /x is not a dataset", path);
@@ -116,11 +162,12 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like)
   return 0;
 }
 
-int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like) {
+int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
+                    int window) {
   memset(d, 0, sizeof(*d));
   d->file = d->dx = H5I_INVALID_HID;
   mt_h5_lock();
-  int err = open_local(d, path, like);
+  int err = open_local(d, path, like, window);
   mt_h5_unlock();
   if (err) mt_dataset_close(d);
   MT_CALL(mt_agree(comm, err));
@@ -162,23 +209,67 @@ static int read_rows(mt_dataset *d, const int64_t *idx, int n, void *buf) {
   return 0;
 }
 
+size_t mt_dataset_scratch_size(const mt_dataset *d, int n) {
+  if (d->spec.tokens) return ((size_t)n * (size_t)d->window + 1) * sizeof(int32_t);
+  return d->x_uint8 ? (size_t)n * (size_t)d->spec.sample_numel : 0;
+}
+
+/* Token windows: one read per run of consecutive windows (they share their
+ * end tokens), then each window copied into its row of T + 1. */
+static int read_windows(mt_dataset *d, const int64_t *idx, int n, int32_t *tokens, int32_t *buf) {
+  const int64_t T = d->window;
+  for (int i = 0; i < n;) {
+    int j = i + 1;
+    while (j < n && idx[j] == idx[j - 1] + 1) j++;
+    hsize_t start = (hsize_t)(idx[i] * T), count = (hsize_t)((j - i) * T + 1);
+    hid_t fs = H5Dget_space(d->dx), ms = H5Screate_simple(1, &count, NULL);
+    herr_t st = (fs < 0 || ms < 0) ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
+    if (st >= 0) st = H5Dread(d->dx, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, buf);
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (st < 0) return MT_ERR(MT_ERR_FILE, "data file %s: reading tokens failed", d->path);
+    for (int k = i; k < j; k++) {
+      const int32_t *src = buf + (k - i) * T;
+      int32_t *dst = tokens + (int64_t)k * (T + 1);
+      for (int64_t t = 0; t <= T; t++) {
+        if (src[t] < 0 || src[t] >= d->spec.nclasses)
+          return MT_ERR(MT_ERR_DATA, "data file %s: token %d at position %lld is outside the vocabulary (0..%d)",
+                        d->path, src[t], (long long)(idx[k] * T + t), d->spec.nclasses - 1);
+        dst[t] = src[t];
+      }
+    }
+    i = j;
+  }
+  return 0;
+}
+
 int mt_dataset_read(mt_dataset *d, const int64_t *idx, int n, float *x, int32_t *y,
-                    uint8_t *scratch) {
+                    int32_t *tokens, void *scratch) {
   if (n == 0) return 0;
+  if (d->spec.tokens) {
+    for (int i = 0; i < n; i++)
+      MT_CHECK(idx[i] >= 0 && idx[i] < d->n && (i == 0 || idx[i] > idx[i - 1]), MT_ERR_ARG,
+               "sample index %lld invalid or unsorted for %s", (long long)idx[i], d->path);
+    mt_h5_lock();
+    int err = read_windows(d, idx, n, tokens, scratch);
+    mt_h5_unlock();
+    return err;
+  }
   for (int i = 0; i < n; i++) {
     MT_CHECK(idx[i] >= 0 && idx[i] < d->n && (i == 0 || idx[i] > idx[i - 1]), MT_ERR_ARG,
              "sample index %lld invalid or unsorted for %s", (long long)idx[i], d->path);
     y[i] = d->labels[idx[i]];
   }
   mt_h5_lock();
-  int err = read_rows(d, idx, n, d->x_uint8 ? (void *)scratch : (void *)x);
+  int err = read_rows(d, idx, n, d->x_uint8 ? scratch : (void *)x);
   mt_h5_unlock();
   MT_CALL(err);
   if (d->x_uint8) {
     const size_t m = (size_t)n * (size_t)d->spec.sample_numel;
     const float s = d->scale;
+    const uint8_t *u = scratch;
 #pragma omp simd
-    for (size_t i = 0; i < m; i++) x[i] = (float)scratch[i] * s;
+    for (size_t i = 0; i < m; i++) x[i] = (float)u[i] * s;
   }
   return 0;
 }

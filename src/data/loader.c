@@ -18,7 +18,8 @@ struct mt_loader {
   /* slots */
   float *x[2];
   int32_t *y[2];
-  uint8_t *scratch[2];
+  int32_t *tok[2];
+  void *scratch[2];
   int slot_batch[2]; /* batch held by the slot, -1 if none               */
   int next_read;     /* next batch the thread reads                        */
   int released;      /* batches the caller is done with                    */
@@ -33,7 +34,7 @@ struct mt_loader {
 
 static int read_batch(mt_loader *L, int b, int slot) {
   return mt_dataset_read(L->d, L->idx + L->off[b], L->counts[b], L->x[slot], L->y[slot],
-                         L->scratch[slot]);
+                         L->tok[slot], L->scratch[slot]);
 }
 
 static void *reader(void *arg) {
@@ -75,9 +76,14 @@ int mt_loader_create(mt_loader **out, mt_dataset *d, int max_rows, int prefetch)
   *out = L;
   size_t rows = (size_t)max_rows, feat = (size_t)d->spec.sample_numel;
   for (int s = 0; s < 2; s++) {
-    MT_CALL(mt_calloc(&L->x[s], rows * feat, sizeof(float), "input batch"));
-    MT_CALL(mt_calloc(&L->y[s], rows, sizeof(int32_t), "label batch"));
-    if (d->x_uint8) MT_CALL(mt_calloc(&L->scratch[s], rows * feat, 1, "input batch (uint8)"));
+    if (d->spec.tokens) {
+      MT_CALL(mt_calloc(&L->tok[s], rows * (feat + 1), sizeof(int32_t), "token batch"));
+    } else {
+      MT_CALL(mt_calloc(&L->x[s], rows * feat, sizeof(float), "input batch"));
+      MT_CALL(mt_calloc(&L->y[s], rows, sizeof(int32_t), "label batch"));
+    }
+    size_t scratch = mt_dataset_scratch_size(d, max_rows);
+    if (scratch) MT_CALL(mt_calloc(&L->scratch[s], scratch, 1, "read buffer"));
     L->slot_batch[s] = -1;
   }
   if (prefetch) {
@@ -149,8 +155,12 @@ int mt_loader_next(mt_loader *L, mt_batch *bt) {
     if (err) return MT_ERR(err, "%s", L->errmsg);
   }
   L->handed++;
-  *bt = (mt_batch){.n = L->counts[b], .x = L->x[slot], .labels = L->y[slot],
-                   .x_len = L->d->spec.sample_numel};
+  if (L->d->spec.tokens)
+    *bt = (mt_batch){.n = L->counts[b], .tokens = L->tok[slot],
+                     .tokens_len = L->d->spec.sample_numel + 1};
+  else
+    *bt = (mt_batch){.n = L->counts[b], .x = L->x[slot], .labels = L->y[slot],
+                     .x_len = L->d->spec.sample_numel};
   return 0;
 }
 
@@ -169,6 +179,7 @@ void mt_loader_destroy(mt_loader **pL) {
   for (int s = 0; s < 2; s++) {
     mt_free(&L->x[s]);
     mt_free(&L->y[s]);
+    mt_free(&L->tok[s]);
     mt_free(&L->scratch[s]);
   }
   mt_free(&L->idx);

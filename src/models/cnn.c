@@ -54,7 +54,9 @@ static int cnn_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
   cnn *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "cnn"));
   m->data = s;
-  MT_CHECK(spec->nclasses >= 2, MT_ERR_DATA, "model cnn needs class labels");
+  MT_CHECK(!spec->tokens && spec->nclasses >= 2, MT_ERR_DATA,
+           "model cnn needs images /x and class labels /y (this data set holds %s)",
+           spec->tokens ? "/tokens" : "no class labels");
   MT_CHECK(spec->ndim == 2 || spec->ndim == 3, MT_ERR_DATA,
            "model cnn needs samples of shape (C,H,W) or (H,W); the data has %d dimensions",
            spec->ndim);
@@ -157,7 +159,7 @@ static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   int64_t correct = 0;
   double sum = mt_softmax_xent_forward(s->probs, losses, &correct, s->logits, s->y, B, s->classes);
   st->loss_sum += sum;
-  st->correct += correct;
+  st->correct += (double)correct;
   return 0;
 }
 

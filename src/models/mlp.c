@@ -36,7 +36,9 @@ static int mlp_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
   mlp *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "mlp"));
   m->data = s;
-  MT_CHECK(spec->nclasses >= 2, MT_ERR_DATA, "model mlp needs class labels");
+  MT_CHECK(!spec->tokens && spec->nclasses >= 2, MT_ERR_DATA,
+           "model mlp needs inputs /x and class labels /y (this data set holds %s)",
+           spec->tokens ? "/tokens" : "no class labels");
   s->nl = nhidden_ + 1;
   s->dim[0] = (int)spec->sample_numel;
   for (int i = 0; i < nhidden_; i++) s->dim[i + 1] = hidden_[i];
@@ -96,7 +98,7 @@ static int mlp_forward(mt_model *m, const float *params, const mt_batch *bt, flo
                                        s->dim[s->nl]);
   if (st) {
     st->loss_sum += sum;
-    st->correct += correct;
+    st->correct += (double)correct;
   }
   return 0;
 }

@@ -13,6 +13,7 @@ static void builtins(void) {
   if (nmodels_) return;
   models_[nmodels_++] = &mt_mlp_ops;
   models_[nmodels_++] = &mt_cnn_ops;
+  models_[nmodels_++] = &mt_gpt_ops;
 }
 
 const mt_model_ops *mt_model_find(const char *name) {

@@ -21,9 +21,9 @@ static int grow_curve(mt_trainer *t) {
 
 static int open_data(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL));
+  MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL, c->gpt_block));
   for (int i = 0; i < c->nval; i++) {
-    MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec));
+    MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec, c->gpt_block));
     t->nval_open = i + 1;
   }
   t->steps_per_epoch = mt_sampler_train_steps(t->train.n, c->batch_size, c->max_train_steps);
@@ -79,6 +79,8 @@ static int create_model(mt_trainer *t) {
   const mt_config *c = t->cfg;
   MT_CALL(mt_mlp_set_hidden(c->mlp_hidden, c->mlp_nhidden));
   MT_CALL(mt_cnn_set(c->cnn_channels, c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden));
+  MT_CALL(mt_gpt_set(c->gpt_layers, c->gpt_heads, c->gpt_embd, c->gpt_block,
+                     !strcmp(c->gpt_gelu, "tanh")));
   int max_batch = c->micro_batch_size > c->val_batch_size ? c->micro_batch_size : c->val_batch_size;
   /* With the batch split over threads every model runs on one thread, and
    * oneDNN primitives fix their thread count when they are made. */

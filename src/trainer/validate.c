@@ -31,7 +31,7 @@ int mt_validate(mt_trainer *t, int set, double *loss, double *acc, int64_t *coun
   mt_free(&idx);
   mt_free(&counts);
   MT_CALL(mt_agree(t->comm->world, err));
-  double v[3] = {st.loss_sum, (double)st.correct, (double)rows};
+  double v[3] = {st.loss_sum, st.correct, (double)rows};
   MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, t->comm->world));
   *loss = v[2] > 0 ? v[0] / v[2] : 0;
   *acc = v[2] > 0 ? v[1] / v[2] : 0;
