@@ -308,6 +308,12 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                     50, 0, INT_MAX, &c->log_every));
   PetscCall(opt_str(PetscOptionsObject, "-output_dir", "Directory for the learning curve",
                     "mpitrain-out", c->output_dir, sizeof(c->output_dir), NULL));
+  PetscCall(opt_str(PetscOptionsObject, "-init_from",
+                    "Start from the tensors of this HDF5 file (PyTorch names and layouts)", "",
+                    c->init_from, sizeof(c->init_from), NULL));
+  PetscCall(opt_bool(PetscOptionsObject, "-log_step_losses",
+                     "Write every global step's mean loss and lr to OUTPUT_DIR/steps.csv", 0,
+                     &c->log_step_losses));
   PetscCall(opt_real(PetscOptionsObject, "-ddp_bucket_mb", "ddp: all-reduce bucket size in MiB",
                      16, 0, 1, 4096, &c->ddp_bucket_mb));
   PetscCall(opt_bool(PetscOptionsObject, "-prefetch", "Read the next batch while this one computes",

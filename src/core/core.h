@@ -56,6 +56,8 @@ typedef struct {
   char thread_split[8]; /* batch | gemm                                   */
   int log_every;
   char output_dir[MT_PATH_MAX];
+  char init_from[MT_PATH_MAX];
+  int log_step_losses;
   double ddp_bucket_mb;
   int prefetch;
   /* derived */

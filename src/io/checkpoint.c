@@ -1,7 +1,7 @@
-/* Checkpoint files, the writing half: trainer state entries, the division of
- * the flat layout among ranks, hyperslab selection of flat ranges, the
- * checksum, the collective write, and the crash-safe save into a directory.
- * Reading and verifying are in ckpt_read.c. Layout and contracts:
+/* Checkpoint files, the writing half: the division of the flat layout among
+ * ranks, hyperslab selection of flat ranges, the checksum, the collective
+ * write, and the crash-safe save into a directory. Trainer state entries,
+ * reading and verifying are in ckpt_read.c. Layout and contracts:
  * checkpoint.h. */
 #include "io/checkpoint.h"
 
@@ -14,175 +14,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ===================================================== trainer state */
-
-int mt_ckpt_name_ok(const char *name) {
-  size_t n = name ? strlen(name) : 0;
-  if (n == 0 || n >= MT_NAME_MAX || !strcmp(name, ".")) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (name[i] == '/' || (unsigned char)name[i] < 32 || name[i] == 127) return 0;
-  return 1;
-}
-
-const mt_ckpt_entry *mt_ckpt_state_find(const mt_ckpt_state *s, const char *key) {
-  for (int i = 0; s && key && i < s->n; i++)
-    if (!strcmp(s->e[i].key, key)) return &s->e[i];
-  return NULL;
-}
-
-/* The entry for key, emptied (new or with its old value freed). */
-static int state_slot(mt_ckpt_state *s, const char *key, mt_ckpt_entry **out) {
-  MT_CHECK(s, MT_ERR_ARG, "checkpoint state: NULL state");
-  MT_CHECK(mt_ckpt_name_ok(key), MT_ERR_ARG,
-           "checkpoint state: invalid key '%s' (1 to %d printable characters, no '/')",
-           key ? key : "(null)", MT_NAME_MAX - 1);
-  mt_ckpt_entry *e = (mt_ckpt_entry *)mt_ckpt_state_find(s, key);
-  if (!e) {
-    if (s->n == s->cap) {
-      int cap = s->cap ? 2 * s->cap : 16;
-      mt_ckpt_entry *ne = realloc(s->e, (size_t)cap * sizeof(*ne));
-      MT_CHECK(ne, MT_ERR_MEM, "checkpoint state: cannot grow to %d entries", cap);
-      s->e = ne;
-      s->cap = cap;
-    }
-    e = &s->e[s->n++];
-  } else {
-    free(e->p);
-  }
-  memset(e, 0, sizeof(*e));
-  snprintf(e->key, sizeof(e->key), "%s", key);
-  *out = e;
-  return 0;
-}
-
-/* Drops the entry just made by state_slot (when its value cannot be set). */
-static void state_drop(mt_ckpt_state *s, mt_ckpt_entry *e) {
-  free(e->p);
-  int i = (int)(e - s->e);
-  memmove(&s->e[i], &s->e[i + 1], (size_t)(s->n - i - 1) * sizeof(*e));
-  s->n--;
-}
-
-int mt_ckpt_state_set_i64(mt_ckpt_state *s, const char *key, int64_t v) {
-  mt_ckpt_entry *e;
-  MT_CALL(state_slot(s, key, &e));
-  e->type = MT_CKPT_I64;
-  e->n = 1;
-  e->i = v;
-  return 0;
-}
-
-int mt_ckpt_state_set_f64(mt_ckpt_state *s, const char *key, double v) {
-  mt_ckpt_entry *e;
-  MT_CALL(state_slot(s, key, &e));
-  e->type = MT_CKPT_F64;
-  e->n = 1;
-  e->f = v;
-  return 0;
-}
-
-static int set_bytes(mt_ckpt_state *s, const char *key, mt_ckpt_type type, const void *v,
-                     size_t n, size_t elem, size_t extra) {
-  MT_CHECK(v || n == 0, MT_ERR_ARG, "checkpoint state: NULL value for %s", key ? key : "");
-  mt_ckpt_entry *e;
-  MT_CALL(state_slot(s, key, &e));
-  e->type = type;
-  e->n = n;
-  e->p = malloc(n * elem + extra + 1);
-  if (!e->p) {
-    state_drop(s, e);
-    return MT_ERR(MT_ERR_MEM, "checkpoint state: no memory for %s (%zu values)", key, n);
-  }
-  if (n) memcpy(e->p, v, n * elem);
-  memset((char *)e->p + n * elem, 0, extra + 1);
-  return 0;
-}
-
-int mt_ckpt_state_set_str(mt_ckpt_state *s, const char *key, const char *v) {
-  MT_CHECK(v, MT_ERR_ARG, "checkpoint state: NULL string for %s", key ? key : "");
-  return set_bytes(s, key, MT_CKPT_STR, v, strlen(v), 1, 0);
-}
-
-int mt_ckpt_state_set_i64s(mt_ckpt_state *s, const char *key, const int64_t *v, size_t n) {
-  return set_bytes(s, key, MT_CKPT_I64S, v, n, sizeof(int64_t), 0);
-}
-
-int mt_ckpt_state_set_f64s(mt_ckpt_state *s, const char *key, const double *v, size_t n) {
-  return set_bytes(s, key, MT_CKPT_F64S, v, n, sizeof(double), 0);
-}
-
-static const char *type_name(mt_ckpt_type t) {
-  switch (t) {
-  case MT_CKPT_I64: return "an int64";
-  case MT_CKPT_F64: return "a double";
-  case MT_CKPT_STR: return "a string";
-  case MT_CKPT_I64S: return "an int64 array";
-  case MT_CKPT_F64S: return "a double array";
-  }
-  return "an unknown type";
-}
-
-static int state_get(const mt_ckpt_state *s, const char *key, mt_ckpt_type type,
-                     const mt_ckpt_entry **e) {
-  *e = mt_ckpt_state_find(s, key);
-  MT_CHECK(*e, MT_ERR_DATA, "checkpoint state has no entry %s", key ? key : "(null)");
-  MT_CHECK((*e)->type == type, MT_ERR_DATA, "checkpoint state entry %s is %s, not %s", key,
-           type_name((*e)->type), type_name(type));
-  return 0;
-}
-
-int mt_ckpt_state_get_i64(const mt_ckpt_state *s, const char *key, int64_t *v) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_I64, &e));
-  *v = e->i;
-  return 0;
-}
-
-int mt_ckpt_state_get_f64(const mt_ckpt_state *s, const char *key, double *v) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_F64, &e));
-  *v = e->f;
-  return 0;
-}
-
-int mt_ckpt_state_get_str(const mt_ckpt_state *s, const char *key, const char **v) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_STR, &e));
-  *v = e->p;
-  return 0;
-}
-
-int mt_ckpt_state_get_i64s(const mt_ckpt_state *s, const char *key, const int64_t **v,
-                           size_t *n) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_I64S, &e));
-  *v = e->p;
-  *n = e->n;
-  return 0;
-}
-
-int mt_ckpt_state_get_f64s(const mt_ckpt_state *s, const char *key, const double **v,
-                           size_t *n) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_F64S, &e));
-  *v = e->p;
-  *n = e->n;
-  return 0;
-}
-
-void mt_ckpt_state_free(mt_ckpt_state *s) {
-  if (!s) return;
-  for (int i = 0; i < s->n; i++) free(s->e[i].p);
-  free(s->e);
-  memset(s, 0, sizeof(*s));
-}
-
-void mt_ckpt_info_free(mt_ckpt_info *info) {
-  if (!info) return;
-  free(info->options);
-  memset(info, 0, sizeof(*info));
-}
 
 static uint64_t state_hash(const mt_ckpt_state *s, const mt_ckpt_meta *meta) {
   uint64_t h = mt_hash_bytes("state", 5, 0);
@@ -329,11 +160,48 @@ int mt_ckpt_attr_array(hid_t loc, const char *name, hid_t ftype, hid_t mtype, si
 
 /* ============================================ division of the flat layout */
 
+size_t mt_ckpt_min_piece = (size_t)1 << 18;
+
 void mt_ckpt_split(size_t total, int size, int r, size_t unit, mt_ckpt_range *out) {
   /* even split of [0, total) in whole units; the last rank takes the tail */
   size_t nu = total / unit;
   out->a = nu * (size_t)r / (size_t)size * unit;
   out->b = r + 1 == size ? total : nu * (size_t)(r + 1) / (size_t)size * unit;
+}
+
+void mt_ckpt_seg_piece(const mt_ckpt_seg *s, int j, mt_ckpt_range *out) {
+  size_t unit = s->a % 16 == 0 && (s->b - s->a) % 16 == 0 ? 16 : 1;
+  mt_ckpt_split(s->b - s->a, s->k, j, unit, out);
+  out->a += s->a;
+  out->b += s->a;
+}
+
+/* The segments of a replicated layout (see mt_ckpt_seg) and this rank's
+ * pieces of them, into p->segs and p->own (allocated). */
+static void make_segments(const mt_param_table *t, mt_ckpt_plan *p) {
+  const size_t minp = mt_ckpt_min_piece ? mt_ckpt_min_piece : 1;
+  size_t a = 0;
+  int first = 0;
+  for (int i = 0; i < t->n; i++) {
+    size_t end = i + 1 < t->n ? t->p[i + 1].offset : t->total;
+    if (end - a < minp && i + 1 < t->n) continue;
+    size_t k = (end - a) / minp;
+    if (k < 1) k = 1;
+    if (k > (size_t)p->size) k = (size_t)p->size;
+    mt_ckpt_seg *sg = &p->segs[p->nsegs++];
+    sg->a = a;
+    sg->b = end;
+    sg->first = first;
+    sg->k = (int)k;
+    first = (int)(((size_t)first + k) % (size_t)p->size);
+    a = end;
+    int j = (p->rank - sg->first + p->size) % p->size;
+    if (j < sg->k) {
+      mt_ckpt_range g;
+      mt_ckpt_seg_piece(sg, j, &g);
+      if (g.a < g.b) p->own[p->nown++] = g;
+    }
+  }
 }
 
 static int range_cmp(const void *x, const void *y) {
@@ -347,7 +215,7 @@ static int merge_ranges(mt_ckpt_range *r, int n) {
   int m = 0;
   for (int i = 0; i < n; i++)
     if (r[i].a < r[i].b) r[m++] = r[i];
-  qsort(r, (size_t)m, sizeof(*r), range_cmp);
+  if (m > 1) qsort(r, (size_t)m, sizeof(*r), range_cmp);
   int k = 0;
   for (int i = 0; i < m; i++) {
     if (k && r[i].a <= r[k - 1].b) {
@@ -415,7 +283,10 @@ int mt_ckpt_plan_make(MPI_Comm comm, const mt_ckpt_tensors *ts, mt_ckpt_plan *p)
   mt_ckpt_range *r = NULL;
   if (!err) err = mt_calloc(&all, 4 * (size_t)p->size, sizeof(uint64_t), "checkpoint parts");
   if (!err) err = mt_calloc(&r, (size_t)p->size + 1, sizeof(*r), "checkpoint ranges");
-  if (!err) err = mt_calloc(&p->own, (size_t)p->size + 1, sizeof(*p->own), "checkpoint ranges");
+  if (!err)
+    err = mt_calloc(&p->own, (size_t)p->size + (size_t)ts->table->n + 1, sizeof(*p->own),
+                    "checkpoint ranges");
+  if (!err) err = mt_calloc(&p->segs, (size_t)ts->table->n, sizeof(*p->segs), "checkpoint segments");
   err = mt_agree(comm, err);
   if (err) goto fail;
 
@@ -435,8 +306,7 @@ int mt_ckpt_plan_make(MPI_Comm comm, const mt_ckpt_tensors *ts, mt_ckpt_plan *p)
     p->base = 0;
     p->held.a = 0;
     p->held.b = total;
-    mt_ckpt_split(total, p->size, p->rank, total % 16 ? 1 : 16, &p->own[0]);
-    p->nown = p->own[0].a < p->own[0].b;
+    make_segments(ts->table, p);
   } else {
     p->base = ts->part.lo;
     p->held.a = ts->part.lo < total ? ts->part.lo : total;
@@ -450,7 +320,8 @@ int mt_ckpt_plan_make(MPI_Comm comm, const mt_ckpt_tensors *ts, mt_ckpt_plan *p)
     for (int i = 0; i < ts->table->n && !err; i++) {
       const mt_param *t = &ts->table->p[i];
       int ok = 0;
-      for (int k = 0; k < nm && !ok; k++) ok = r[k].a <= t->offset && t->offset + t->numel <= r[k].b;
+      for (int k = 0; k < nm && !ok; k++)
+        ok = r[k].a <= t->offset && t->offset + t->numel <= r[k].b;
       if (!ok)
         err = MT_ERR(MT_ERR_ARG, "checkpoint: the sharded parts of the %d ranks leave part of "
                      "tensor %s (flat elements %zu to %zu) on no rank", p->size, t->name,
@@ -484,7 +355,8 @@ fail:
 
 void mt_ckpt_plan_free(mt_ckpt_plan *p) {
   mt_free(&p->own);
-  p->nown = 0;
+  mt_free(&p->segs);
+  p->nown = p->nsegs = 0;
 }
 
 /* ====================================================== hyperslabs */
@@ -793,7 +665,7 @@ static int writer_close(writer *w) {
 
 int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
                   const mt_ckpt_meta *meta, const mt_ckpt_state *st) {
-  MT_CHECK(path && path[0], MT_ERR_ARG, "checkpoint: no file name");
+  MT_CALL(mt_agree(comm, path && path[0] ? 0 : MT_ERR(MT_ERR_ARG, "checkpoint: no file name")));
   mt_ckpt_plan pl;
   MT_CALL(mt_ckpt_plan_make(comm, ts, &pl));
   writer w;
@@ -898,7 +770,7 @@ static int scan_dir(const char *dir, int kind, int64_t **steps, int *n) {
     *n = 0;
     return err;
   }
-  qsort(*steps, (size_t)*n, sizeof(int64_t), step_desc);
+  if (*n > 1) qsort(*steps, (size_t)*n, sizeof(int64_t), step_desc);
   return 0;
 }
 
@@ -911,7 +783,8 @@ int mt_ckpt_list(MPI_Comm comm, const char *dir, int64_t **steps, int *n) {
   int nl = 0, err = 0;
   if (rank == 0) err = scan_dir(dir, 1, &loc, &nl);
   err = mt_agree(comm, err);
-  if (!err) err = MPI_Bcast(&nl, 1, MPI_INT, 0, comm) == MPI_SUCCESS ? 0 : MT_ERR(MT_ERR_MPI, "MPI_Bcast failed");
+  if (!err && MPI_Bcast(&nl, 1, MPI_INT, 0, comm) != MPI_SUCCESS)
+    err = MT_ERR(MT_ERR_MPI, "MPI_Bcast of the checkpoint count failed");
   if (!err && nl > 0) err = mt_calloc(steps, (size_t)nl, sizeof(int64_t), "checkpoint list");
   if (!err && rank == 0 && nl > 0) memcpy(*steps, loc, (size_t)nl * sizeof(int64_t));
   free(loc);
@@ -996,7 +869,8 @@ static void prune(const char *dir, int keep) {
     }
     for (int i = kind == 1 ? (keep > 0 ? keep : n) : 0; i < n; i++) {
       char p[MT_PATH_MAX + 16];
-      snprintf(p, sizeof(p), "%s/ckpt-%lld.h5%s", dir, (long long)steps[i], kind == 2 ? ".tmp" : "");
+      snprintf(p, sizeof(p), "%s/ckpt-%lld.h5%s", dir, (long long)steps[i],
+               kind == 2 ? ".tmp" : "");
       if (unlink(p) != 0 && errno != ENOENT)
         fprintf(stderr, "mpitrain: warning: cannot remove old checkpoint %s: %s\n", p,
                 strerror(errno));

@@ -131,9 +131,10 @@ static inline mt_ckpt_part mt_ckpt_shard(size_t lo, size_t hi) {
 }
 
 /* What to write or read: the buffers (same table, same part) of one model.
- *  - replicated (as under ddp): when writing, the flat range is split evenly
- *    among ranks and each rank writes its disjoint part; when reading, each
- *    rank reads its part collectively, checks it, and the parts are
+ *  - replicated (as under ddp): every large tensor is split among ranks
+ *    (mt_ckpt_seg below) and each rank writes its disjoint pieces, so every
+ *    collective write keeps the ranks busy together; when reading, each
+ *    rank reads its pieces collectively, checks them, and the pieces are
  *    all-gathered so every rank ends with every tensor.
  *  - sharded (fsdp): rank r holds [lo_r, hi_r). Together the parts must
  *    cover every tensor element; they may overlap (replicated shards, as
@@ -237,6 +238,25 @@ typedef struct {
   size_t a, b; /* [a, b) */
 } mt_ckpt_range;
 
+/* Replicated buffers are divided into segments: runs of consecutive
+ * tensors (with their padding) of at least mt_ckpt_min_piece elements, or
+ * the tail. A segment is split evenly among k = clamp(length /
+ * mt_ckpt_min_piece, 1, size) ranks, first, first+1, ... (mod size), and
+ * the next segment starts at the rank after them. So every collective
+ * write or read of a large tensor keeps several ranks busy with pieces of
+ * at least mt_ckpt_min_piece elements, and the load rotates over ranks. */
+typedef struct {
+  size_t a, b;  /* flat range                                               */
+  int first, k; /* ranks first .. first + k - 1 (mod size) hold its pieces  */
+} mt_ckpt_seg;
+
+/* Elements per piece at least (default 256 Ki = 1 MiB of floats). A tuning
+ * knob; tests lower it to split small tables. Same value on every rank. */
+extern size_t mt_ckpt_min_piece;
+
+/* Piece j of segment s (16-element aligned when the segment is). */
+void mt_ckpt_seg_piece(const mt_ckpt_seg *s, int j, mt_ckpt_range *out);
+
 /* How the flat layout is divided: what this rank holds (reads or has) and
  * what it owns (writes, and sums for the checksum). Owned ranges of all
  * ranks are disjoint and cover every tensor. */
@@ -246,6 +266,8 @@ typedef struct {
   mt_ckpt_range held;   /* clipped to [0, total)                            */
   mt_ckpt_range *own;   /* sorted, disjoint                                 */
   int nown;
+  mt_ckpt_seg *segs;    /* replicated only                                  */
+  int nsegs;
 } mt_ckpt_plan;
 
 /* Checks ts on every rank (names, ranks agreeing on the table, parts

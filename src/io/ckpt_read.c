@@ -1,13 +1,183 @@
-/* Checkpoint files, the reading half: header and trainer state, the
- * structural checks against the caller's table, the collective read of the
- * slices each rank needs with checksum verification, mt_ckpt_verify and the
- * choice of the newest checkpoint that verifies. Layout: checkpoint.h. */
+/* Checkpoint files, the reading half: the trainer state entries (set, get,
+ * read from a file), the header, the structural checks against the caller's
+ * table, the collective read of the slices each rank needs with checksum
+ * verification, mt_ckpt_verify and the choice of the newest checkpoint that
+ * verifies. Layout: checkpoint.h. */
 #include "io/checkpoint.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* ===================================================== trainer state */
+
+int mt_ckpt_name_ok(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0 || n >= MT_NAME_MAX || !strcmp(name, ".")) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (name[i] == '/' || (unsigned char)name[i] < 32 || name[i] == 127) return 0;
+  return 1;
+}
+
+const mt_ckpt_entry *mt_ckpt_state_find(const mt_ckpt_state *s, const char *key) {
+  for (int i = 0; s && key && i < s->n; i++)
+    if (!strcmp(s->e[i].key, key)) return &s->e[i];
+  return NULL;
+}
+
+/* The entry for key, emptied (new or with its old value freed). */
+static int state_slot(mt_ckpt_state *s, const char *key, mt_ckpt_entry **out) {
+  MT_CHECK(s, MT_ERR_ARG, "checkpoint state: NULL state");
+  MT_CHECK(mt_ckpt_name_ok(key), MT_ERR_ARG,
+           "checkpoint state: invalid key '%s' (1 to %d printable characters, no '/')",
+           key ? key : "(null)", MT_NAME_MAX - 1);
+  mt_ckpt_entry *e = (mt_ckpt_entry *)mt_ckpt_state_find(s, key);
+  if (!e) {
+    if (s->n == s->cap) {
+      int cap = s->cap ? 2 * s->cap : 16;
+      mt_ckpt_entry *ne = realloc(s->e, (size_t)cap * sizeof(*ne));
+      MT_CHECK(ne, MT_ERR_MEM, "checkpoint state: cannot grow to %d entries", cap);
+      s->e = ne;
+      s->cap = cap;
+    }
+    e = &s->e[s->n++];
+  } else {
+    free(e->p);
+  }
+  memset(e, 0, sizeof(*e));
+  snprintf(e->key, sizeof(e->key), "%s", key);
+  *out = e;
+  return 0;
+}
+
+/* Drops the entry just made by state_slot (when its value cannot be set). */
+static void state_drop(mt_ckpt_state *s, mt_ckpt_entry *e) {
+  free(e->p);
+  int i = (int)(e - s->e);
+  memmove(&s->e[i], &s->e[i + 1], (size_t)(s->n - i - 1) * sizeof(*e));
+  s->n--;
+}
+
+int mt_ckpt_state_set_i64(mt_ckpt_state *s, const char *key, int64_t v) {
+  mt_ckpt_entry *e;
+  MT_CALL(state_slot(s, key, &e));
+  e->type = MT_CKPT_I64;
+  e->n = 1;
+  e->i = v;
+  return 0;
+}
+
+int mt_ckpt_state_set_f64(mt_ckpt_state *s, const char *key, double v) {
+  mt_ckpt_entry *e;
+  MT_CALL(state_slot(s, key, &e));
+  e->type = MT_CKPT_F64;
+  e->n = 1;
+  e->f = v;
+  return 0;
+}
+
+static int set_bytes(mt_ckpt_state *s, const char *key, mt_ckpt_type type, const void *v,
+                     size_t n, size_t elem, size_t extra) {
+  MT_CHECK(v || n == 0, MT_ERR_ARG, "checkpoint state: NULL value for %s", key ? key : "");
+  mt_ckpt_entry *e;
+  MT_CALL(state_slot(s, key, &e));
+  e->type = type;
+  e->n = n;
+  e->p = malloc(n * elem + extra + 1);
+  if (!e->p) {
+    state_drop(s, e);
+    return MT_ERR(MT_ERR_MEM, "checkpoint state: no memory for %s (%zu values)", key, n);
+  }
+  if (n) memcpy(e->p, v, n * elem);
+  memset((char *)e->p + n * elem, 0, extra + 1);
+  return 0;
+}
+
+int mt_ckpt_state_set_str(mt_ckpt_state *s, const char *key, const char *v) {
+  MT_CHECK(v, MT_ERR_ARG, "checkpoint state: NULL string for %s", key ? key : "");
+  return set_bytes(s, key, MT_CKPT_STR, v, strlen(v), 1, 0);
+}
+
+int mt_ckpt_state_set_i64s(mt_ckpt_state *s, const char *key, const int64_t *v, size_t n) {
+  return set_bytes(s, key, MT_CKPT_I64S, v, n, sizeof(int64_t), 0);
+}
+
+int mt_ckpt_state_set_f64s(mt_ckpt_state *s, const char *key, const double *v, size_t n) {
+  return set_bytes(s, key, MT_CKPT_F64S, v, n, sizeof(double), 0);
+}
+
+static const char *type_name(mt_ckpt_type t) {
+  switch (t) {
+  case MT_CKPT_I64: return "an int64";
+  case MT_CKPT_F64: return "a double";
+  case MT_CKPT_STR: return "a string";
+  case MT_CKPT_I64S: return "an int64 array";
+  case MT_CKPT_F64S: return "a double array";
+  }
+  return "an unknown type";
+}
+
+static int state_get(const mt_ckpt_state *s, const char *key, mt_ckpt_type type,
+                     const mt_ckpt_entry **e) {
+  *e = mt_ckpt_state_find(s, key);
+  MT_CHECK(*e, MT_ERR_DATA, "checkpoint state has no entry %s", key ? key : "(null)");
+  MT_CHECK((*e)->type == type, MT_ERR_DATA, "checkpoint state entry %s is %s, not %s", key,
+           type_name((*e)->type), type_name(type));
+  return 0;
+}
+
+int mt_ckpt_state_get_i64(const mt_ckpt_state *s, const char *key, int64_t *v) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_I64, &e));
+  *v = e->i;
+  return 0;
+}
+
+int mt_ckpt_state_get_f64(const mt_ckpt_state *s, const char *key, double *v) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_F64, &e));
+  *v = e->f;
+  return 0;
+}
+
+int mt_ckpt_state_get_str(const mt_ckpt_state *s, const char *key, const char **v) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_STR, &e));
+  *v = e->p;
+  return 0;
+}
+
+int mt_ckpt_state_get_i64s(const mt_ckpt_state *s, const char *key, const int64_t **v,
+                           size_t *n) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_I64S, &e));
+  *v = e->p;
+  *n = e->n;
+  return 0;
+}
+
+int mt_ckpt_state_get_f64s(const mt_ckpt_state *s, const char *key, const double **v,
+                           size_t *n) {
+  const mt_ckpt_entry *e;
+  MT_CALL(state_get(s, key, MT_CKPT_F64S, &e));
+  *v = e->p;
+  *n = e->n;
+  return 0;
+}
+
+void mt_ckpt_state_free(mt_ckpt_state *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n; i++) free(s->e[i].p);
+  free(s->e);
+  memset(s, 0, sizeof(*s));
+}
+
+void mt_ckpt_info_free(mt_ckpt_info *info) {
+  if (!info) return;
+  free(info->options);
+  memset(info, 0, sizeof(*info));
+}
 
 /* ================================================== attribute reading */
 
@@ -106,7 +276,8 @@ static int read_entry(hid_t a, const char *path, mt_ckpt_state *st) {
     int64_t i;
     double f;
     if (H5Aread(a, mt, cls == H5T_INTEGER ? (void *)&i : (void *)&f) < 0) goto bad;
-    err = cls == H5T_INTEGER ? mt_ckpt_state_set_i64(st, key, i) : mt_ckpt_state_set_f64(st, key, f);
+    err = cls == H5T_INTEGER ? mt_ckpt_state_set_i64(st, key, i)
+                             : mt_ckpt_state_set_f64(st, key, f);
   } else if (num && (sc == H5S_NULL || (sc == H5S_SIMPLE && nd == 1))) {
     size_t n = sc == H5S_NULL ? 0 : (size_t)np;
     void *v = malloc(n * 8 + 8);
@@ -131,7 +302,8 @@ int mt_ckpt_state_read(hid_t file, const char *path, mt_ckpt_state *st) {
   htri_t ex = H5Lexists(file, MT_CKPT_STATE_GROUP, H5P_DEFAULT);
   MT_CHECK(ex > 0, MT_ERR_DATA, "checkpoint %s: has no group /%s", path, MT_CKPT_STATE_GROUP);
   hid_t g = H5Gopen2(file, MT_CKPT_STATE_GROUP, H5P_DEFAULT);
-  if (g < 0) return MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot open /%s", path, MT_CKPT_STATE_GROUP);
+  if (g < 0)
+    return MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot open /%s", path, MT_CKPT_STATE_GROUP);
   /* in the order written when the file tracks it, else by name */
   H5_index_t idx = H5_INDEX_NAME;
   unsigned flags = 0;
@@ -382,33 +554,48 @@ static void zero_padding(const mt_ckpt_tensors *ts, const mt_ckpt_plan *pl, mt_c
   }
 }
 
-/* Replicated: every rank's owned range to every rank, in place. */
+/* Replicated: every rank's pieces to every rank, in place, one collective
+ * per segment and buffer: a broadcast from the one owner of a small
+ * segment, an all-gather of the pieces of a split one. */
 static int allgather(reader *r) {
   const mt_ckpt_plan *pl = r->pl;
-  const size_t total = r->ts->table->total, unit = total % 16 ? 1 : 16;
   if (pl->size == 1) return 0;
-  MT_CHECK(total / unit <= (size_t)0x7fffffff, MT_ERR_ARG,
-           "checkpoint: buffers of %zu elements are too large to all-gather", total);
-  int *cnt = NULL, *dsp = NULL, err = 0;
-  MPI_Datatype ty = MPI_DATATYPE_NULL;
+  int *cnt = NULL, *dsp = NULL, err = 0, rc = MPI_SUCCESS;
+  MPI_Datatype ty16 = MPI_DATATYPE_NULL;
   err = mt_calloc(&cnt, (size_t)pl->size, sizeof(int), "checkpoint gather counts");
   if (!err) err = mt_calloc(&dsp, (size_t)pl->size, sizeof(int), "checkpoint gather counts");
-  for (int q = 0; !err && q < pl->size; q++) {
-    mt_ckpt_range g;
-    mt_ckpt_split(total, pl->size, q, unit, &g);
-    cnt[q] = (int)((g.b - g.a) / unit);
-    dsp[q] = (int)(g.a / unit);
-  }
+  for (int i = 0; !err && i < pl->nsegs; i++)
+    if ((pl->segs[i].b - pl->segs[i].a) / 16 > (size_t)0x7fffffff)
+      err = MT_ERR(MT_ERR_ARG, "checkpoint: a tensor of %zu elements is too large to all-gather",
+                   pl->segs[i].b - pl->segs[i].a);
   err = mt_agree(r->comm, err);
-  int rc = MPI_SUCCESS;
-  if (!err) rc = MPI_Type_contiguous((int)unit, MPI_FLOAT, &ty);
-  if (!err && rc == MPI_SUCCESS) rc = MPI_Type_commit(&ty);
-  for (int b = 0; !err && rc == MPI_SUCCESS && b < r->ts->nbufs; b++)
-    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->ts->bufs[b].data, cnt, dsp, ty,
-                        r->comm);
+  if (!err) rc = MPI_Type_contiguous(16, MPI_FLOAT, &ty16);
+  if (!err && rc == MPI_SUCCESS) rc = MPI_Type_commit(&ty16);
+  for (int i = 0; !err && rc == MPI_SUCCESS && i < pl->nsegs; i++) {
+    const mt_ckpt_seg *sg = &pl->segs[i];
+    const size_t len = sg->b - sg->a;
+    const size_t unit = sg->a % 16 == 0 && len % 16 == 0 ? 16 : 1;
+    memset(cnt, 0, (size_t)pl->size * sizeof(int));
+    memset(dsp, 0, (size_t)pl->size * sizeof(int));
+    for (int j = 0; j < sg->k; j++) {
+      mt_ckpt_range g;
+      mt_ckpt_seg_piece(sg, j, &g);
+      int q = (sg->first + j) % pl->size;
+      cnt[q] = (int)((g.b - g.a) / unit);
+      dsp[q] = (int)((g.a - sg->a) / unit);
+    }
+    MPI_Datatype ty = unit == 16 ? ty16 : MPI_FLOAT;
+    for (int b = 0; rc == MPI_SUCCESS && b < r->ts->nbufs; b++) {
+      float *x = r->ts->bufs[b].data + sg->a;
+      if (sg->k == 1)
+        rc = MPI_Bcast(x, (int)(len / unit), ty, sg->first, r->comm);
+      else
+        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, ty, r->comm);
+    }
+  }
   if (!err && rc != MPI_SUCCESS)
     err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "all-gathering checkpoint tensors");
-  if (ty != MPI_DATATYPE_NULL) MPI_Type_free(&ty);
+  if (ty16 != MPI_DATATYPE_NULL) MPI_Type_free(&ty16);
   mt_free(&cnt);
   mt_free(&dsp);
   return err;
@@ -449,7 +636,10 @@ static int read_data(reader *r) {
   if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
   if (!err) err = compare_sums(r->path, r->sums, r->stored, nds, reader_name, r);
   MT_CALL(mt_agree(r->comm, err));
-  zero_padding(r->ts, r->pl, r->ts->part.sharded ? r->pl->held : r->pl->own[0]);
+  if (r->ts->part.sharded)
+    zero_padding(r->ts, r->pl, r->pl->held);
+  else
+    for (int k = 0; k < r->pl->nown; k++) zero_padding(r->ts, r->pl, r->pl->own[k]);
   if (!r->ts->part.sharded) MT_CALL(allgather(r));
   return 0;
 }
@@ -546,6 +736,7 @@ typedef struct {
   char (*names)[2 * MT_NAME_MAX + 2];
   uint64_t *stored, *sums;
   int n, cap;
+  int next; /* the rank that reads the next tensor's first piece           */
 } vlist;
 
 static const char *vlist_name(void *ctx, int k, char *buf, size_t cap) {
@@ -573,10 +764,12 @@ static int vlist_add(vlist *v, const char *g, const char *d) {
 
 #define VERIFY_CHUNK ((size_t)4 << 20) /* elements read per call            */
 
-/* Reads this rank's even share of dataset d in chunks and sums it. Every
- * rank makes the same number of collective reads; skip: join them empty. */
+/* Reads this rank's piece of dataset d in chunks and sums it: the tensor is
+ * split like a segment (mt_ckpt_seg), among k ranks from *next on. Every
+ * rank makes the same number of collective reads. */
 static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, const mt_ckpt_plan *pl,
-                       float *scratch, const char *path, const char *name, uint64_t s[2]) {
+                       int *next, float *scratch, const char *path, const char *name,
+                       uint64_t s[2]) {
   mt_param q;
   memset(&q, 0, sizeof(q));
   snprintf(q.name, sizeof(q.name), "%s", name);
@@ -586,9 +779,19 @@ static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, const 
     q.shape[k] = shape[k];
     q.numel *= (size_t)shape[k];
   }
-  mt_ckpt_range mine;
-  mt_ckpt_split(q.numel, pl->size, pl->rank, 1, &mine);
-  const size_t most = (q.numel + (size_t)pl->size - 1) / (size_t)pl->size;
+  const size_t minp = mt_ckpt_min_piece ? mt_ckpt_min_piece : 1;
+  mt_ckpt_seg sg = {0, q.numel, *next, 1};
+  if (q.numel / minp > 1) sg.k = q.numel / minp < (size_t)pl->size ? (int)(q.numel / minp) : pl->size;
+  *next = (sg.first + sg.k) % pl->size;
+  mt_ckpt_range mine = {0, 0};
+  int j = (pl->rank - sg.first + pl->size) % pl->size;
+  if (j < sg.k) mt_ckpt_seg_piece(&sg, j, &mine);
+  size_t most = 0; /* the longest piece: the number of reads */
+  for (int i = 0; i < sg.k; i++) {
+    mt_ckpt_range g;
+    mt_ckpt_seg_piece(&sg, i, &g);
+    if (g.b - g.a > most) most = g.b - g.a;
+  }
   const size_t nchunks = (most + VERIFY_CHUNK - 1) / VERIFY_CHUNK;
   hsize_t dims[MT_MAX_DIMS];
   for (int k = 0; k < nd; k++) dims[k] = (hsize_t)shape[k];
@@ -645,7 +848,8 @@ static int verify_group(hid_t f, const char *path, const char *gname, mt_ckpt_ch
       err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s has no valid checksum attribute", path,
                    full);
     else if (level == MT_CKPT_CHECK_DATA) {
-      int e = verify_data(d, dxpl, nd, shape, pl, scratch, path, full, v->sums + 2 * (v->n - 1));
+      int e = verify_data(d, dxpl, nd, shape, pl, &v->next, scratch, path, full,
+                          v->sums + 2 * (v->n - 1));
       if (!*derr) *derr = e;
     }
     H5Dclose(d);
@@ -668,7 +872,8 @@ static int verify_locked(MPI_Comm comm, const char *path, mt_ckpt_check level,
   memset(&v, 0, sizeof(v));
   err = read_header(f, path, &info);
   if (!err) err = mt_ckpt_state_read(f, path, &st);
-  if (!err && (dxpl = mt_ckpt_dxpl()) < 0) err = MT_ERR(MT_ERR_HDF5, "making the transfer list failed");
+  if (!err && (dxpl = mt_ckpt_dxpl()) < 0)
+    err = MT_ERR(MT_ERR_HDF5, "making the transfer list failed");
   err = mt_agree(comm, err);
   int derr = 0;
   for (int b = 0; !err && b < info.nbufs; b++)

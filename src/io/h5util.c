@@ -94,3 +94,46 @@ int mt_mkdir_p(const char *dir) {
            "option -output_dir: %s is not a directory", dir);
   return 0;
 }
+
+static int load_params_locked(hid_t f, const char *path, const mt_param_table *t, float *params) {
+  for (int i = 0; i < t->n; i++) {
+    const mt_param *q = &t->p[i];
+    if (H5Lexists(f, q->name, H5P_DEFAULT) <= 0)
+      return MT_ERR(MT_ERR_DATA, "option -init_from: %s has no tensor %s", path, q->name);
+    hid_t d = H5Dopen2(f, q->name, H5P_DEFAULT);
+    if (d < 0) return MT_ERR(MT_ERR_DATA, "option -init_from: %s: %s is not a dataset", path, q->name);
+    hid_t sp = H5Dget_space(d);
+    int nd = H5Sget_simple_extent_ndims(sp);
+    hsize_t dims[8] = {0};
+    if (nd >= 1 && nd <= 8) H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    int same = nd == q->ndim;
+    for (int k = 0; same && k < nd; k++) same = (int64_t)dims[k] == q->shape[k];
+    if (!same) {
+      char have[128] = "", want[128] = "";
+      for (int k = 0; k < nd && k < 8; k++)
+        snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%llu", k ? "," : "",
+                 (unsigned long long)dims[k]);
+      for (int k = 0; k < q->ndim; k++)
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld", k ? "," : "",
+                 (long long)q->shape[k]);
+      H5Dclose(d);
+      return MT_ERR(MT_ERR_DATA, "option -init_from: %s: tensor %s is (%s), the model's is (%s)",
+                    path, q->name, have, want);
+    }
+    herr_t st = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, params + q->offset);
+    H5Dclose(d);
+    if (st < 0) return MT_ERR(MT_ERR_DATA, "option -init_from: %s: cannot read %s", path, q->name);
+  }
+  return 0;
+}
+
+int mt_h5_load_params(const char *path, const mt_param_table *t, float *params) {
+  mt_h5_lock();
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  int err = f < 0 ? MT_ERR(MT_ERR_FILE, "option -init_from: cannot open %s as HDF5", path)
+                  : load_params_locked(f, path, t, params);
+  if (f >= 0) H5Fclose(f);
+  mt_h5_unlock();
+  return err;
+}

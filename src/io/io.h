@@ -29,6 +29,11 @@ int mt_h5_attr_string(hid_t loc, const char *name, const char *v);
  * (serial, call on one rank), via a temporary name and a rename. */
 int mt_h5_save_params(const char *path, const mt_param_table *t, const float *params);
 
+/* Reads every tensor of the table by name from path (PyTorch names and
+ * layouts, float32 or any float type) into the flat buffer; a missing tensor
+ * or another shape is an error naming the tensor and both shapes. */
+int mt_h5_load_params(const char *path, const mt_param_table *t, float *params);
+
 /* The learning curve: one row per epoch and validation set. */
 typedef struct {
   int epoch;

@@ -91,6 +91,7 @@ static int create_model(mt_trainer *t) {
   if (!err) err = mt_calloc(&t->params, n, sizeof(float), "parameters");
   if (!err) err = mt_calloc(&t->grads, n, sizeof(float), "gradients");
   if (!err) err = t->model->ops->init(t->model, t->params, c->seed);
+  if (!err && c->init_from[0]) err = mt_h5_load_params(c->init_from, &t->model->params, t->params);
   if (!err) err = mt_compute_setup(t, max_batch);
   if (split) omp_set_num_threads(c->threads);
   return err;
@@ -129,6 +130,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
 void mt_trainer_destroy(mt_trainer **pt) {
   mt_trainer *t = *pt;
   if (!t) return;
+  if (t->steps) fclose(t->steps);
   mt_loader_destroy(&t->train_loader);
   for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
   mt_dataset_close(&t->train);
@@ -215,6 +217,11 @@ static int run_epoch(mt_trainer *t, int epoch, double *train_loss, double *train
     double lr = mt_lr_at(&t->sched, t->global_step), l = 0;
     MT_CALL(train_step(t, &l));
     epoch_loss += l;
+    if (c->log_step_losses) { /* one small all-reduce per step, on request */
+      double g = l;
+      MT_CALL(global_sum(t, &g, 1));
+      if (t->steps) fprintf(t->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
+    }
     log_loss += l;
     log_steps++;
     if (c->log_every > 0 && ((s + 1) % c->log_every == 0 || s + 1 == t->steps_per_epoch)) {
@@ -256,6 +263,14 @@ int mt_trainer_run(mt_trainer *t) {
   const mt_config *c = t->cfg;
   int rank = t->comm->rank;
   int err = rank == 0 ? mt_mkdir_p(c->output_dir) : 0;
+  MT_CALL(mt_agree(t->comm->world, err));
+  if (c->log_step_losses && rank == 0) {
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/steps.csv", c->output_dir);
+    t->steps = fopen(path, "w");
+    err = t->steps ? 0 : MT_ERR(MT_ERR_FILE, "option -log_step_losses: cannot write %s", path);
+    if (t->steps) fprintf(t->steps, "step,loss,lr\n");
+  }
   MT_CALL(mt_agree(t->comm->world, err));
   double start = mt_now();
   for (int epoch = 0; epoch < c->epochs; epoch++) {

@@ -43,6 +43,7 @@ typedef struct {
   double timed_seconds;
   long timed_samples;
   double last_val_loss[MT_MAX_VAL], last_val_acc[MT_MAX_VAL];
+  FILE *steps; /* -log_step_losses: rank 0's steps.csv                    */
 } mt_trainer;
 
 /* Opens the data (collectively validated), creates model, backend and
