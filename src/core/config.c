@@ -314,6 +314,26 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   PetscCall(opt_bool(PetscOptionsObject, "-log_step_losses",
                      "Write every global step's mean loss and lr to OUTPUT_DIR/steps.csv", 0,
                      &c->log_step_losses));
+  PetscCall(opt_str(PetscOptionsObject, "-checkpoint_dir",
+                    "Directory of checkpoints (default: OUTPUT_DIR/checkpoints)", "",
+                    c->checkpoint_dir, sizeof(c->checkpoint_dir), NULL));
+  PetscCall(opt_int(PetscOptionsObject, "-checkpoint_every_steps",
+                    "Checkpoint every this many global steps (0: off)", 0, 0, INT_MAX,
+                    &c->checkpoint_every_steps));
+  PetscCall(opt_int(PetscOptionsObject, "-checkpoint_every_epochs",
+                    "Checkpoint every this many epochs (0: off)", 0, 0, INT_MAX,
+                    &c->checkpoint_every_epochs));
+  PetscCall(opt_real(PetscOptionsObject, "-checkpoint_every_minutes",
+                     "Checkpoint when this many minutes passed since the last (0: off)", 0, 0, 0,
+                     1e9, &c->checkpoint_every_minutes));
+  PetscCall(opt_int(PetscOptionsObject, "-checkpoint_keep", "Keep the newest K checkpoints (0: all)",
+                    3, 0, INT_MAX, &c->checkpoint_keep));
+  PetscCall(opt_bool(PetscOptionsObject, "-checkpoint_at_end", "Checkpoint when training ends", 1,
+                     &c->checkpoint_at_end));
+  PetscCall(opt_str(PetscOptionsObject, "-restart",
+                    "none, auto (the newest checkpoint of -checkpoint_dir that verifies, if any) or "
+                    "a checkpoint FILE",
+                    "none", c->restart, sizeof(c->restart), NULL));
   PetscCall(opt_real(PetscOptionsObject, "-ddp_bucket_mb", "ddp: all-reduce bucket size in MiB",
                      16, 0, 1, 4096, &c->ddp_bucket_mb));
   PetscCall(opt_bool(PetscOptionsObject, "-prefetch", "Read the next batch while this one computes",
@@ -352,6 +372,12 @@ static void check_unused(void) {
 
 static void derive(mt_config *c) {
   int W = c->world_size;
+  if (!c->checkpoint_dir[0]) {
+    if (strlen(c->output_dir) + 13 >= sizeof(c->checkpoint_dir))
+      bad("option -output_dir: too long");
+    else
+      snprintf(c->checkpoint_dir, sizeof(c->checkpoint_dir), "%s/checkpoints", c->output_dir);
+  }
   if (!c->data_train[0]) bad("option -data_train: a training data file is required");
   if (c->mlp_nhidden < 1 && !bad_[0]) bad("option -mlp_hidden: at least one hidden layer");
   if (c->micro_batch_size == 0) {

@@ -58,6 +58,10 @@ typedef struct {
   char output_dir[MT_PATH_MAX];
   char init_from[MT_PATH_MAX];
   int log_step_losses;
+  char checkpoint_dir[MT_PATH_MAX];
+  int checkpoint_every_steps, checkpoint_every_epochs, checkpoint_keep, checkpoint_at_end;
+  double checkpoint_every_minutes;
+  char restart[MT_PATH_MAX]; /* none | auto | FILE                          */
   double ddp_bucket_mb;
   int prefetch;
   /* derived */

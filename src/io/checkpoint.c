@@ -586,10 +586,10 @@ static int write_tensor(writer *w, int b, int i, int skip) {
 static int write_locked(writer *w) {
   const int nt = w->ts->table->n, nb = w->ts->nbufs, nds = nt * nb;
   int err = mt_calloc(&w->grp, (size_t)nb, sizeof(hid_t), "checkpoint groups");
-  if (!err) err = mt_calloc(&w->ds, (size_t)nds, sizeof(hid_t), "checkpoint datasets");
-  if (!err) err = mt_calloc(&w->sums, 2 * (size_t)nds, sizeof(uint64_t), "checkpoint sums");
   for (int i = 0; !err && i < nb; i++) w->grp[i] = H5I_INVALID_HID;
+  if (!err) err = mt_calloc(&w->ds, (size_t)nds, sizeof(hid_t), "checkpoint datasets");
   for (int i = 0; !err && i < nds; i++) w->ds[i] = H5I_INVALID_HID;
+  if (!err) err = mt_calloc(&w->sums, 2 * (size_t)nds, sizeof(uint64_t), "checkpoint sums");
   if (!err) {
     w->fapl = mt_ckpt_fapl(w->comm);
     w->dxpl = mt_ckpt_dxpl();

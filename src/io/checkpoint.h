@@ -34,7 +34,8 @@
  * then rank 0 renames it to DIR/ckpt-<step>.h5, syncs DIR, rewrites DIR/latest
  * (one line, the file name, via latest.tmp and a rename) and removes all but
  * the newest K checkpoints and any stale *.tmp. A crash at any point leaves
- * the previous checkpoints intact; a .tmp is never read.
+ * the previous checkpoints intact; a .tmp is never read. One job writes
+ * into a DIR at a time (a save removes every stale .tmp of DIR).
  *
  * Errors: every function returns 0 or an MT_ERR_* code, and every function
  * that takes a communicator is collective and agrees (mt_agree): a failure

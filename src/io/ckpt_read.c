@@ -658,11 +658,11 @@ static int read_locked(reader *r, mt_ckpt_info *info, mt_ckpt_state *st) {
   r->dxpl = mt_ckpt_dxpl();
   err = r->dxpl < 0 ? MT_ERR(MT_ERR_HDF5, "making the transfer list failed") : 0;
   if (!err) err = mt_calloc(&r->grp, (size_t)r->ts->nbufs, sizeof(hid_t), "checkpoint groups");
+  for (int b = 0; !err && b < r->ts->nbufs; b++) r->grp[b] = H5I_INVALID_HID;
   if (!err) err = mt_calloc(&r->ds, (size_t)nds, sizeof(hid_t), "checkpoint datasets");
+  for (int k = 0; !err && k < nds; k++) r->ds[k] = H5I_INVALID_HID;
   if (!err) err = mt_calloc(&r->stored, 2 * (size_t)nds, sizeof(uint64_t), "checkpoint sums");
   if (!err) err = mt_calloc(&r->sums, 2 * (size_t)nds, sizeof(uint64_t), "checkpoint sums");
-  for (int b = 0; !err && b < r->ts->nbufs; b++) r->grp[b] = H5I_INVALID_HID;
-  for (int k = 0; !err && k < nds; k++) r->ds[k] = H5I_INVALID_HID;
   MT_CALL(mt_agree(r->comm, err));
   MT_CALL(mt_agree(r->comm, check_structure(r)));
   return read_data(r);
