@@ -127,6 +127,10 @@ int mt_option_real(const char *name, const char *help, double def, double lo, do
  * clean shut-down; returns the process exit status. A program that links
  * libmpitrain registers its models and backends, then returns mt_main(). */
 int mt_main(int argc, char **argv);
+/* mt_main's exit status when SIGUSR1 or SIGTERM made the run write a
+ * checkpoint and stop: a job script requeues and restarts with -restart auto
+ * (75 is sysexits' EX_TEMPFAIL). 0: finished; 1: an error. */
+#define MT_EXIT_REQUEUE 75
 
 /* --------------------------------------------------------------- models */
 

@@ -17,7 +17,7 @@ static const char help[] =
     "  mpirun -np 2 mpitrain -backend ddp -data_train train.h5 -data_val test.h5 -epochs 5\n"
     "Options come from the command line, -options_file FILE and PETSC_OPTIONS.\n\n";
 
-static int run(mt_comm *comm) {
+static int run(mt_comm *comm, int *stopped) {
   mt_config cfg;
   int help_only = 0;
   MT_CALL(mt_config_from_options(comm->world, &cfg, &help_only));
@@ -27,8 +27,10 @@ static int run(mt_comm *comm) {
   omp_set_num_threads(cfg.threads);
   if (comm->rank == 0) mt_config_print(&cfg, stdout);
   mt_trainer *t = NULL;
+  mt_trainer_signals_install();
   int err = mt_trainer_create(&t, &cfg, comm);
   if (!err) err = mt_trainer_run(t);
+  if (!err && t->stopped) *stopped = 1;
   mt_trainer_destroy(&t);
   return err;
 }
@@ -57,9 +59,10 @@ int mt_main(int argc, char **argv) {
   }
   mt_h5_quiet();
   mt_comm comm;
-  int err = mt_comm_create(&comm);
-  if (!err) err = run(&comm);
-  int rc = 0;
+  int err = mt_comm_create(&comm), stopped = 0;
+  if (!err) err = run(&comm, &stopped);
+  /* stopped by SIGUSR1/SIGTERM after a checkpoint: job scripts requeue */
+  int rc = stopped ? MT_EXIT_REQUEUE : 0;
   if (err) {
     PetscBool trace = PETSC_FALSE;
     PetscOptionsHasName(NULL, NULL, "-mt_traceback", &trace);

@@ -150,11 +150,11 @@ void mt_trainer_destroy(mt_trainer **pt) {
 }
 
 /* This rank's micro-batches of the epoch, in order. */
-static int plan_epoch(mt_trainer *t, int epoch) {
+static int plan_epoch(mt_trainer *t, int epoch, int64_t first) {
   const mt_config *c = t->cfg;
   mt_sampler_permutation(c->seed, epoch, t->train.n, t->perm);
   int nb = 0;
-  for (int64_t s = 0; s < t->steps_per_epoch; s++)
+  for (int64_t s = first; s < t->steps_per_epoch; s++)
     for (int k = 0; k < c->accum_steps; k++, nb++) {
       int64_t first = mt_sampler_train_first(s, c->batch_size, c->world_size, t->comm->rank, k,
                                              c->micro_batch_size);
@@ -206,26 +206,57 @@ static int global_sum(const mt_trainer *t, double *v, int n) {
   return 0;
 }
 
-static int run_epoch(mt_trainer *t, int epoch, double *train_loss, double *train_secs) {
+/* After each step all ranks agree, in one small all-reduce, on the step's
+ * global loss (so every rank sums the epoch's loss in the same order, which
+ * a checkpoint can carry exactly), on a stop signal seen by any rank, and on
+ * rank 0's clock for -checkpoint_every_minutes. */
+#define FLAG_MINUTES 1024.0
+static int step_agree(mt_trainer *t, double local_loss, double *global_loss, int *sig, int *timed) {
   const mt_config *c = t->cfg;
-  MT_CALL(plan_epoch(t, epoch));
-  double t0 = mt_now(), tlog = t0, epoch_loss = 0, log_loss = 0, timed_from = 0;
-  long log_steps = 0;
-  for (int64_t s = 0; s < t->steps_per_epoch; s++) {
-    if (t->global_step == WARMUP_STEPS_UNTIMED || (s == 0 && t->global_step > WARMUP_STEPS_UNTIMED))
+  double v[2] = {local_loss, mt_trainer_signal() ? 1.0 : 0.0};
+  if (t->comm->rank == 0 && c->checkpoint_every_minutes > 0 &&
+      mt_now() - t->last_checkpoint >= 60.0 * c->checkpoint_every_minutes)
+    v[1] += FLAG_MINUTES;
+  if (t->comm->size > 1) MT_CALL(global_sum(t, v, 2));
+  *global_loss = v[0];
+  *timed = v[1] >= FLAG_MINUTES;
+  *sig = v[1] - (*timed ? FLAG_MINUTES : 0.0) > 0;
+  return 0;
+}
+
+/* Runs steps [first, steps_per_epoch) of epoch; *stopped when a signal
+ * made it checkpoint and stop. */
+static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss,
+                     double *train_secs, int *stopped) {
+  const mt_config *c = t->cfg;
+  MT_CALL(plan_epoch(t, epoch, first));
+  double t0 = mt_now(), tlog = t0, log_loss = 0, timed_from = 0;
+  double epoch_loss = first > 0 ? t->start_epoch_loss : 0;
+  long log_steps = 0, timed_steps = 0;
+  *stopped = 0;
+  for (int64_t s = first; s < t->steps_per_epoch; s++) {
+    if (t->global_step == WARMUP_STEPS_UNTIMED || (s == first && t->global_step > WARMUP_STEPS_UNTIMED))
       timed_from = mt_now();
-    double lr = mt_lr_at(&t->sched, t->global_step), l = 0;
+    if (timed_from > 0) timed_steps++;
+    double lr = mt_lr_at(&t->sched, t->global_step), l = 0, g;
+    int sig, timed;
     MT_CALL(train_step(t, &l));
-    epoch_loss += l;
-    if (c->log_step_losses) { /* one small all-reduce per step, on request */
-      double g = l;
-      MT_CALL(global_sum(t, &g, 1));
-      if (t->steps) fprintf(t->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
-    }
-    log_loss += l;
+    MT_CALL(step_agree(t, l, &g, &sig, &timed));
+    epoch_loss += g;
+    if (t->steps) fprintf(t->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
+    log_loss += g;
     log_steps++;
+    int every = c->checkpoint_every_steps > 0 && t->global_step % c->checkpoint_every_steps == 0;
+    if (sig || timed || every) {
+      MT_CALL(mt_trainer_checkpoint(t, epoch, s + 1, epoch_loss, t->elapsed_before + mt_now() - t->run_start));
+      if (sig) {
+        mt_print0("stopped by signal %d after global step %ld: restart with -restart auto\n",
+                  mt_trainer_signal(), t->global_step);
+        *stopped = 1;
+        break;
+      }
+    }
     if (c->log_every > 0 && ((s + 1) % c->log_every == 0 || s + 1 == t->steps_per_epoch)) {
-      MT_CALL(global_sum(t, &log_loss, 1));
       double now = mt_now(), rate = (double)log_steps * c->batch_size / (now - tlog);
       double mean = log_loss / ((double)log_steps * c->batch_size);
       /* every rank holds the same sum: a clean collective stop */
@@ -237,7 +268,7 @@ static int run_epoch(mt_trainer *t, int epoch, double *train_loss, double *train
       char eta[32];
       double left = (double)(t->steps_per_epoch - s - 1) +
                     (double)(c->epochs - epoch - 1) * (double)t->steps_per_epoch;
-      fmt_eta(eta, sizeof(eta), left * (now - t0) / (double)(s + 1));
+      fmt_eta(eta, sizeof(eta), left * (now - t0) / (double)(s + 1 - first));
       mt_print0("epoch %d/%d step %lld/%lld loss %.4f lr %.4g samples/s %.0f eta %s\n", epoch + 1,
                 c->epochs, (long long)s + 1, (long long)t->steps_per_epoch, mean, lr, rate, eta);
       tlog = now;
@@ -248,12 +279,8 @@ static int run_epoch(mt_trainer *t, int epoch, double *train_loss, double *train
   double end = mt_now();
   if (timed_from > 0) {
     t->timed_seconds += end - timed_from;
-    long steps_timed = (long)t->steps_per_epoch;
-    if (t->global_step - (long)t->steps_per_epoch < WARMUP_STEPS_UNTIMED)
-      steps_timed = t->global_step - WARMUP_STEPS_UNTIMED;
-    t->timed_samples += steps_timed * c->batch_size;
+    t->timed_samples += timed_steps * c->batch_size;
   }
-  MT_CALL(global_sum(t, &epoch_loss, 1));
   *train_loss = epoch_loss / ((double)t->steps_per_epoch * c->batch_size);
   *train_secs = end - t0;
   return 0;
@@ -272,18 +299,30 @@ int mt_trainer_run(mt_trainer *t) {
     if (t->steps) fprintf(t->steps, "step,loss,lr\n");
   }
   MT_CALL(mt_agree(t->comm->world, err));
-  double start = mt_now();
-  for (int epoch = 0; epoch < c->epochs; epoch++) {
+  MT_CALL(mt_trainer_restart(t));
+  double start = mt_now() - t->elapsed_before;
+  t->run_start = mt_now();
+  t->last_checkpoint = mt_now();
+  for (int epoch = t->start_epoch; epoch < c->epochs; epoch++) {
     double train_loss = 0, secs = 1;
-    MT_CALL(run_epoch(t, epoch, &train_loss, &secs));
+    int stopped = 0;
+    int64_t first = epoch == t->start_epoch ? t->start_step : 0;
+    MT_CALL(run_epoch(t, epoch, first, &train_loss, &secs, &stopped));
+    if (stopped) {
+      t->stopped = 1;
+      return 0;
+    }
+    /* timings are rank 0's, so every rank records (and checkpoints) the same curve */
+    double tm[2] = {secs, mt_now() - start};
+    MT_MPI(MPI_Bcast(tm, 2, MPI_DOUBLE, 0, t->comm->world));
+    secs = tm[0];
     double rate = (double)t->steps_per_epoch * c->batch_size / secs;
     mt_print0("epoch %d/%d done: train loss %.4f, %.1f s, %.0f samples/s\n", epoch + 1, c->epochs,
               train_loss, secs, rate);
     int nsets = c->nval ? c->nval : 0;
     MT_CALL(grow_curve(t));
     mt_curve_row base = {epoch + 1, t->global_step, train_loss,
-                         mt_lr_at(&t->sched, t->global_step - 1), rate, mt_now() - start, -1,
-                         NAN, NAN};
+                         mt_lr_at(&t->sched, t->global_step - 1), rate, tm[1], -1, NAN, NAN};
     if (nsets == 0) t->curve[t->ncurve++] = base;
     for (int i = 0; i < nsets; i++) {
       double loss, acc;
@@ -311,6 +350,10 @@ int mt_trainer_run(mt_trainer *t) {
                                      (char(*)[MT_PATH_MAX])c->data_val, c->nval)
                     : 0;
     MT_CALL(mt_agree(t->comm->world, err));
+    int last = epoch + 1 == c->epochs;
+    if ((c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
+        (last && c->checkpoint_at_end))
+      MT_CALL(mt_trainer_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
   }
   char path[MT_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/model_final.h5", c->output_dir);

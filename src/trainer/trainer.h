@@ -44,6 +44,11 @@ typedef struct {
   long timed_samples;
   double last_val_loss[MT_MAX_VAL], last_val_acc[MT_MAX_VAL];
   FILE *steps; /* -log_step_losses: rank 0's steps.csv                    */
+  /* where the run starts (set by a restart) and checkpoint bookkeeping */
+  int start_epoch;
+  int64_t start_step;
+  double start_epoch_loss, elapsed_before, run_start, last_checkpoint;
+  int stopped; /* a signal made the run checkpoint and stop               */
 } mt_trainer;
 
 /* Opens the data (collectively validated), creates model, backend and
@@ -60,6 +65,15 @@ int mt_compute_setup(mt_trainer *t, int max_batch);
 void mt_compute_destroy(mt_trainer *t);
 int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, mt_batch_stats *st);
 void mt_compute_sum_grads(mt_trainer *t);
+
+/* Checkpoints (resume.c): SIGUSR1 and SIGTERM handlers that set a flag, the
+ * signal seen (0 if none); a checkpoint of the position (epoch, step in
+ * epoch) with the epoch's global loss so far; a restart per -restart. */
+void mt_trainer_signals_install(void);
+int mt_trainer_signal(void);
+int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,
+                          double elapsed);
+int mt_trainer_restart(mt_trainer *t);
 
 /* Loss and accuracy of validation set `set`, every sample counted once over
  * all ranks (at most -max_val_steps_per_epoch batches per rank). */

@@ -1,0 +1,246 @@
+/* The trainer's checkpoints: what goes into one (parameters, optimizer
+ * state, loop position, schedule, learning curve), when one is written
+ * (steps, epochs, minutes, the end, a signal), and restarting from one,
+ * mid-epoch, on any number of ranks. The file format is src/io/checkpoint.h.
+ *
+ * A restart with the same rank count, backend and threads repeats the
+ * uninterrupted run bit for bit: the data order is a function of (seed,
+ * epoch, step), the schedule of the step, and everything else is restored. */
+#include "io/checkpoint.h"
+#include "trainer/trainer.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------------- signals */
+
+static volatile sig_atomic_t stop_signal_;
+
+static void on_signal(int sig) { stop_signal_ = sig; }
+
+void mt_trainer_signals_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+int mt_trainer_signal(void) { return (int)stop_signal_; }
+
+/* --------------------------------------------------------------- tensors */
+
+/* The flat buffers of this run: parameters and optimizer state. */
+static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
+  int n = 0;
+  bufs[n++] = (mt_ckpt_buf){"params", t->params};
+  if (t->adamw) {
+    bufs[n++] = (mt_ckpt_buf){"exp_avg", t->adam_state.exp_avg};
+    bufs[n++] = (mt_ckpt_buf){"exp_avg_sq", t->adam_state.exp_avg_sq};
+    if (t->adam_state.max_exp_avg_sq)
+      bufs[n++] = (mt_ckpt_buf){"max_exp_avg_sq", t->adam_state.max_exp_avg_sq};
+  } else if (t->mom) {
+    bufs[n++] = (mt_ckpt_buf){"momentum_buffer", t->mom};
+  }
+  *ts = (mt_ckpt_tensors){&t->model->params, bufs, n, mt_ckpt_replicated()};
+  return 0;
+}
+
+/* The learning curve as columns. */
+#define CURVE_I64(X) X(epoch) X(set)
+#define CURVE_F64(X) X(train_loss) X(lr) X(samples_per_s) X(seconds) X(val_loss) X(val_acc)
+
+static int put_curve(const mt_trainer *t, mt_ckpt_state *st) {
+  int n = t->ncurve;
+  int64_t *iv = NULL;
+  double *fv = NULL;
+  int err = mt_calloc(&iv, (size_t)(n ? n : 1), sizeof(int64_t), "curve column");
+  if (!err) err = mt_calloc(&fv, (size_t)(n ? n : 1), sizeof(double), "curve column");
+#define PUT_I(f)                                                                            \
+  for (int i = 0; !err && i < n; i++) iv[i] = t->curve[i].f;                                \
+  if (!err) err = mt_ckpt_state_set_i64s(st, "curve." #f, iv, (size_t)n);
+#define PUT_F(f)                                                                            \
+  for (int i = 0; !err && i < n; i++) fv[i] = t->curve[i].f;                                \
+  if (!err) err = mt_ckpt_state_set_f64s(st, "curve." #f, fv, (size_t)n);
+  CURVE_I64(PUT_I)
+  CURVE_F64(PUT_F)
+  for (int i = 0; !err && i < n; i++) iv[i] = t->curve[i].step;
+  if (!err) err = mt_ckpt_state_set_i64s(st, "curve.step", iv, (size_t)n);
+  mt_free(&iv);
+  mt_free(&fv);
+  return err;
+}
+
+static int get_curve(mt_trainer *t, const mt_ckpt_state *st) {
+  const int64_t *iv;
+  const double *fv;
+  size_t n;
+  MT_CALL(mt_ckpt_state_get_i64s(st, "curve.step", &iv, &n));
+  t->ncurve = 0;
+  while (t->capcurve < (int)n) {
+    int cap = t->capcurve ? 2 * t->capcurve : 64;
+    mt_curve_row *r = realloc(t->curve, (size_t)cap * sizeof(*r));
+    MT_CHECK(r, MT_ERR_MEM, "cannot grow the learning curve");
+    t->curve = r;
+    t->capcurve = cap;
+  }
+  for (size_t i = 0; i < n; i++) t->curve[i].step = iv[i];
+  size_t m;
+#define GET_I(f)                                                                            \
+  MT_CALL(mt_ckpt_state_get_i64s(st, "curve." #f, &iv, &m));                                \
+  MT_CHECK(m == n, MT_ERR_DATA, "checkpoint: curve." #f " has %zu rows, not %zu", m, n);   \
+  for (size_t i = 0; i < n; i++) t->curve[i].f = (int)iv[i];
+#define GET_F(f)                                                                            \
+  MT_CALL(mt_ckpt_state_get_f64s(st, "curve." #f, &fv, &m));                                \
+  MT_CHECK(m == n, MT_ERR_DATA, "checkpoint: curve." #f " has %zu rows, not %zu", m, n);   \
+  for (size_t i = 0; i < n; i++) t->curve[i].f = fv[i];
+  CURVE_I64(GET_I)
+  CURVE_F64(GET_F)
+  t->ncurve = (int)n;
+  return 0;
+}
+
+/* ----------------------------------------------------------------- save */
+
+static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch_loss,
+                      double elapsed, mt_ckpt_state *st) {
+  const mt_config *c = t->cfg;
+  MT_CALL(mt_ckpt_state_set_str(st, "model", c->model));
+  MT_CALL(mt_ckpt_state_set_i64(st, "epoch", epoch));
+  MT_CALL(mt_ckpt_state_set_i64(st, "step_in_epoch", step));
+  MT_CALL(mt_ckpt_state_set_i64(st, "global_step", t->global_step));
+  MT_CALL(mt_ckpt_state_set_i64(st, "micro_step", 0));
+  MT_CALL(mt_ckpt_state_set_i64(st, "batch_size", c->batch_size));
+  MT_CALL(mt_ckpt_state_set_i64(st, "seed", (int64_t)c->seed));
+  MT_CALL(mt_ckpt_state_set_i64(st, "steps_per_epoch", t->steps_per_epoch));
+  MT_CALL(mt_ckpt_state_set_f64(st, "epoch_loss_partial", epoch_loss));
+  MT_CALL(mt_ckpt_state_set_f64(st, "elapsed_seconds", elapsed));
+  MT_CALL(mt_ckpt_state_set_str(st, "optimizer", c->optimizer));
+  MT_CALL(mt_ckpt_state_set_i64(st, "adam_step", t->adam_state.step));
+  double lr[MT_LR_STATE_N];
+  mt_lr_state_pack(&t->sched, lr);
+  MT_CALL(mt_ckpt_state_set_f64s(st, "lr_schedule_state", lr, MT_LR_STATE_N));
+  MT_CALL(mt_ckpt_state_set_f64s(st, "last_val_loss", t->last_val_loss, MT_MAX_VAL));
+  MT_CALL(mt_ckpt_state_set_f64s(st, "last_val_acc", t->last_val_acc, MT_MAX_VAL));
+  MT_CALL(put_curve(t, st));
+  return 0;
+}
+
+int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,
+                          double elapsed) {
+  mt_ckpt_state st = {0};
+  mt_ckpt_buf bufs[4];
+  mt_ckpt_tensors ts;
+  char opts[4096];
+  const mt_config *c = t->cfg;
+  snprintf(opts, sizeof(opts), "-backend %s -model %s -batch_size %d -seed %llu -optimizer %s",
+           c->backend, c->model, c->batch_size, (unsigned long long)c->seed, c->optimizer);
+  mt_ckpt_meta meta = {c->backend, opts};
+  MT_MPI(MPI_Bcast(&elapsed, 1, MPI_DOUBLE, 0, t->comm->world)); /* rank 0's clock */
+  int err = fill_state(t, epoch, step, epoch_loss, elapsed, &st);
+  if (!err) err = tensors(t, bufs, &ts);
+  char path[MT_PATH_MAX + 64] = "";
+  double t0 = mt_now();
+  if (!err)
+    err = mt_ckpt_save(t->comm->world, c->checkpoint_dir, t->global_step, c->checkpoint_keep,
+                       &ts, &meta, &st, path, sizeof(path));
+  mt_ckpt_state_free(&st);
+  MT_CALL(err);
+  mt_print0("checkpoint %s: epoch %d, step %lld of %lld, global step %ld (%.2f s)\n", path,
+            epoch + 1, (long long)step, (long long)t->steps_per_epoch, t->global_step,
+            mt_now() - t0);
+  t->last_checkpoint = mt_now();
+  return 0;
+}
+
+/* --------------------------------------------------------------- restart */
+
+static int restore(mt_trainer *t, const char *path) {
+  const mt_config *c = t->cfg;
+  mt_ckpt_info info = {0};
+  mt_ckpt_state st = {0};
+  /* header and state first: they decide which buffers to read */
+  MT_CALL(mt_ckpt_read(t->comm->world, path, NULL, &info, &st));
+  int64_t v, batch, seed, steps;
+  const char *s;
+  int err = mt_ckpt_state_get_str(&st, "model", &s);
+  if (!err && strcmp(s, c->model))
+    err = MT_ERR(MT_ERR_DATA, "checkpoint %s: written for -model %s, this run is -model %s", path, s, c->model);
+  if (!err) err = mt_ckpt_state_get_i64(&st, "batch_size", &batch);
+  if (!err && batch != c->batch_size)
+    err = MT_ERR(MT_ERR_OPTION,
+                 "checkpoint %s: written with -batch_size %lld, this run has %d (the position in "
+                 "the epoch would mean other samples)", path, (long long)batch, c->batch_size);
+  if (!err) err = mt_ckpt_state_get_i64(&st, "seed", &seed);
+  if (!err && (uint64_t)seed != c->seed)
+    err = MT_ERR(MT_ERR_OPTION, "checkpoint %s: written with -seed %lld, this run has %llu", path,
+                 (long long)seed, (unsigned long long)c->seed);
+  if (!err) err = mt_ckpt_state_get_i64(&st, "steps_per_epoch", &steps);
+  if (!err && steps != t->steps_per_epoch)
+    err = MT_ERR(MT_ERR_OPTION,
+                 "checkpoint %s: written with %lld steps per epoch, this run has %lld (another "
+                 "data set or -max_train_steps_per_epoch)", path, (long long)steps,
+                 (long long)t->steps_per_epoch);
+  if (!err) err = mt_ckpt_state_get_str(&st, "optimizer", &s);
+  if (!err && strcmp(s, c->optimizer))
+    err = MT_ERR(MT_ERR_OPTION, "checkpoint %s: written with -optimizer %s, this run has %s", path,
+                 s, c->optimizer);
+  mt_ckpt_buf bufs[4];
+  mt_ckpt_tensors ts;
+  if (!err) err = tensors(t, bufs, &ts);
+  if (!err) err = mt_ckpt_read(t->comm->world, path, &ts, NULL, NULL);
+  if (!err) err = mt_ckpt_state_get_i64(&st, "epoch", &v);
+  if (!err) t->start_epoch = (int)v;
+  if (!err) err = mt_ckpt_state_get_i64(&st, "step_in_epoch", &v);
+  if (!err) t->start_step = v;
+  if (!err) err = mt_ckpt_state_get_i64(&st, "global_step", &v);
+  if (!err) t->global_step = (long)v;
+  if (!err) err = mt_ckpt_state_get_f64(&st, "epoch_loss_partial", &t->start_epoch_loss);
+  if (!err) err = mt_ckpt_state_get_f64(&st, "elapsed_seconds", &t->elapsed_before);
+  if (!err) err = mt_ckpt_state_get_i64(&st, "adam_step", &v);
+  if (!err) t->adam_state.step = (long)v;
+  const double *d;
+  size_t n;
+  if (!err) err = mt_ckpt_state_get_f64s(&st, "lr_schedule_state", &d, &n);
+  if (!err && n == MT_LR_STATE_N) err = mt_lr_state_unpack(&t->sched, d);
+  if (!err) err = mt_ckpt_state_get_f64s(&st, "last_val_loss", &d, &n);
+  for (size_t i = 0; !err && i < n && i < MT_MAX_VAL; i++) t->last_val_loss[i] = d[i];
+  if (!err) err = mt_ckpt_state_get_f64s(&st, "last_val_acc", &d, &n);
+  for (size_t i = 0; !err && i < n && i < MT_MAX_VAL; i++) t->last_val_acc[i] = d[i];
+  if (!err) err = get_curve(t, &st);
+  if (!err)
+    mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "
+              "step %ld\n", path, info.world_size, info.world_size == 1 ? "" : "s", info.backend,
+              t->start_epoch + 1, (long long)t->start_step, t->global_step);
+  mt_ckpt_info_free(&info);
+  mt_ckpt_state_free(&st);
+  return err;
+}
+
+int mt_trainer_restart(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  if (!strcmp(c->restart, "none")) return 0;
+  char path[MT_PATH_MAX + 64];
+  if (!strcmp(c->restart, "auto")) {
+    int64_t *steps = NULL;
+    int n = 0;
+    MT_CALL(mt_ckpt_list(t->comm->world, c->checkpoint_dir, &steps, &n));
+    mt_free(&steps);
+    if (n == 0) {
+      mt_print0("restart auto: no checkpoint in %s, starting from the beginning\n",
+                c->checkpoint_dir);
+      return 0;
+    }
+    /* the newest that verifies; damaged ones are named on stderr */
+    MT_CALL(mt_ckpt_find_latest(t->comm->world, c->checkpoint_dir, MT_CKPT_CHECK_DATA, path,
+                                sizeof(path), NULL));
+  } else {
+    snprintf(path, sizeof(path), "%s", c->restart);
+  }
+  int err = restore(t, path);
+  MT_CALL(mt_agree(t->comm->world, err));
+  return 0;
+}
