@@ -366,6 +366,15 @@ int mt_trainer_run(mt_trainer *t) {
             c->threads, c->threads > 1 ? "s" : "");
   for (int i = 0; i < c->nval; i++)
     mt_print0("; val[%d] accuracy %.4f loss %.4f", i, t->last_val_acc[i], t->last_val_loss[i]);
+  const mt_backend *b = t->backend;
+  if (b->comm_bytes > 0 && b->comm_seconds > 0) {
+    double p = c->world_size, train = 0, secs = b->comm_seconds;
+    for (int i = 0; i < t->ncurve; i++)
+      if (t->curve[i].set <= 0) train += (double)t->steps_per_epoch * c->batch_size / t->curve[i].samples_per_s;
+    mt_print0("\ngradient all-reduce (rank 0): %.2f s, %.0f%% of training, %.0f MB, bus bandwidth %.2f GB/s",
+              secs, train > 0 ? 100.0 * secs / train : 0.0, b->comm_bytes / 1e6,
+              2.0 * (p - 1) / p * b->comm_bytes / secs / 1e9);
+  }
   mt_print0("\nRESULT mpitrain train_samples_per_s=%.1f\n", rate);
   return 0;
 }
