@@ -373,10 +373,14 @@ static void check_unused(void) {
 static void derive(mt_config *c) {
   int W = c->world_size;
   if (!c->checkpoint_dir[0]) {
-    if (strlen(c->output_dir) + 13 >= sizeof(c->checkpoint_dir))
+    static const char sub[] = "/checkpoints";
+    size_t k = strlen(c->output_dir);
+    if (k + sizeof(sub) > sizeof(c->checkpoint_dir)) {
       bad("option -output_dir: too long");
-    else
-      snprintf(c->checkpoint_dir, sizeof(c->checkpoint_dir), "%s/checkpoints", c->output_dir);
+    } else {
+      memcpy(c->checkpoint_dir, c->output_dir, k);
+      memcpy(c->checkpoint_dir + k, sub, sizeof(sub));
+    }
   }
   if (!c->data_train[0]) bad("option -data_train: a training data file is required");
   if (c->mlp_nhidden < 1 && !bad_[0]) bad("option -mlp_hidden: at least one hidden layer");
