@@ -46,6 +46,30 @@ for s in 5 15; do
   else fail "learning curve after a restart from step $s identical" "curve.csv differs"; fi
 done
 
+# the same at 1 rank with sp
+expect_ok "uninterrupted sp run" \
+  run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -checkpoint_every_steps 7 -output_dir "$WORK/P"
+expect_ok "sp restart from step 7" \
+  run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -restart "$WORK/P/checkpoints/ckpt-7.h5" -output_dir "$WORK/P7"
+same_bits "sp resume from step 7 is bit-exact" P P7
+
+# a crash in the middle of a write leaves only a .tmp: auto takes the last good one
+cp -r "$WORK/P" "$WORK/Q"
+rm -f "$WORK/Q/checkpoints/ckpt-24.h5" "$WORK/Q/checkpoints/ckpt-21.h5"
+head -c 5000 "$WORK/P/checkpoints/ckpt-24.h5" >"$WORK/Q/checkpoints/ckpt-24.h5.tmp"
+expect_ok "-restart auto after a crash mid-write" \
+  run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -restart auto -output_dir "$WORK/Q"
+expect_output "it resumes from the last complete checkpoint" "global step 14"
+same_bits "and ends as the uninterrupted run" P Q
+
+# time-based checkpoints
+expect_ok "checkpoints every 0.001 minutes" \
+  run_mpi 2 120 "$MPITRAIN" -model mlp -mlp_hidden 1024,1024 -data_train "$WORK/train.h5" -epochs 12 \
+  -batch_size 24 -threads 1 -log_every 0 -checkpoint_keep 0 -backend ddp \
+  -checkpoint_every_minutes 0.001 -output_dir "$WORK/M"
+n=$(ls "$WORK/M/checkpoints" | grep -c '^ckpt-.*\.h5$')
+[ "$n" -ge 3 ] && pass "time-based checkpoints written ($n kept)" || fail "time-based checkpoints written" "$n files"
+
 # another rank count and backend
 expect_ok "restart a 2-rank checkpoint on 1 rank with sp" \
   run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -restart "$ck/ckpt-15.h5" -output_dir "$WORK/S1"
@@ -80,6 +104,21 @@ expect_output "it says where it resumes" "restart from"
 expect_ok "uninterrupted twin of the signalled run" \
   run_mpi 2 300 "$MPITRAIN" "${long[@]}" -backend ddp -checkpoint_at_end 0 -output_dir "$WORK/H"
 same_bits "signal + restart auto == uninterrupted, bit for bit" G H
+
+# SIGTERM twice, straight to the ranks: still one clean checkpoint and exit 75
+timeout -k 10 120 "$MPIRUN" -np 2 --oversubscribe --bind-to none --mca btl self,vader \
+  "$MPITRAIN" "${long[@]}" -backend ddp -output_dir "$WORK/T" >"$WORK/T.log" 2>&1 </dev/null &
+pid=$!
+for _ in $(seq 1 200); do grep -q '^epoch 2/' "$WORK/T.log" 2>/dev/null && break; sleep 0.1; done
+mp=$(pgrep -P "$pid" -x mpirun)
+pkill -TERM -P "$mp" -x mpitrain; sleep 0.05; pkill -TERM -P "$mp" -x mpitrain
+wait "$pid"
+rc=$?
+LAST_LOG=$WORK/T.log
+[ "$rc" = 75 ] && pass "two SIGTERMs: status 75" || fail "two SIGTERMs: status 75" "exit $rc"
+expect_ok "-restart auto after two SIGTERMs" \
+  run_mpi 2 300 "$MPITRAIN" "${long[@]}" -backend ddp -restart auto -output_dir "$WORK/T"
+same_bits "two SIGTERMs + restart == uninterrupted, bit for bit" T H
 
 # damaged newest checkpoint: auto falls back to the one before, naming it
 cp -r "$WORK/A" "$WORK/D"

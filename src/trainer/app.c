@@ -83,6 +83,9 @@ int mt_main(int argc, char **argv) {
   }
   mt_comm_destroy(&comm);
   PetscFinalize();
+  /* PetscFinalize resets SIGTERM/SIGUSR1 to their default action; a late
+   * second signal must not turn a clean stop (75) into a kill (143) */
+  mt_trainer_signals_install();
   MPI_Finalize();
   return rc;
 }
