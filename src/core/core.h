@@ -67,7 +67,19 @@ typedef struct {
   /* derived */
   int world_size;
   int accum_steps;
+  /* per-sample outputs and test sets */
+  int outputs;        /* MT_OUTPUTS_* bits: the sets whose outputs are written */
+  int outputs_logits; /* and their logits                                     */
+  char data_test[MT_MAX_VAL][MT_PATH_MAX];
+  int ntest;
 } mt_config;
+
+/* -outputs words: per-sample outputs of the validation sets (every epoch),
+ * of an evaluation pass over the training set (every epoch), of the test
+ * sets (after training). */
+#define MT_OUTPUTS_VAL 1
+#define MT_OUTPUTS_TRAIN 2
+#define MT_OUTPUTS_TEST 4
 
 /* Reads and validates every option from the PETSc options database on every
  * rank, then agrees collectively: if any rank fails, every rank returns
@@ -95,6 +107,9 @@ uint64_t mt_key(uint64_t seed, uint64_t purpose, uint64_t a);
 
 /* Monotonic wall clock in seconds. */
 double mt_now(void);
+/* Seconds since mt_mark_launch (called by mt_main right after MPI_Init). */
+void mt_mark_launch(void);
+double mt_since_launch(void);
 
 /* Collective agreement: returns 0 on every rank if err == 0 on all ranks,
  * otherwise MT_ERR_* on every rank; the message of the lowest failing rank

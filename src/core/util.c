@@ -32,6 +32,10 @@ uint64_t mt_hash_bytes(const void *p, size_t n, uint64_t h) {
   return h;
 }
 
+static double launch_;
+void mt_mark_launch(void) { launch_ = mt_now(); }
+double mt_since_launch(void) { return launch_ > 0 ? mt_now() - launch_ : 0.0; }
+
 double mt_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

@@ -41,6 +41,7 @@ int mt_main(int argc, char **argv) {
     fprintf(stderr, "mpitrain: error: MPI_Init_thread failed\n");
     return 1;
   }
+  mt_mark_launch();
   /* PETSc reports an unreadable options file as a multi-line traceback
    * from PetscInitialize; find it first and say it in one line. */
   for (int i = 1; i + 1 < argc; i++)

@@ -162,6 +162,7 @@ static int restore(mt_trainer *t, const char *path) {
   const mt_config *c = t->cfg;
   mt_ckpt_info info = {0};
   mt_ckpt_state st = {0};
+  double t0 = mt_now();
   /* header and state first: they decide which buffers to read */
   MT_CALL(mt_ckpt_read(t->comm->world, path, NULL, &info, &st));
   int64_t v, batch, seed, steps;
@@ -213,8 +214,9 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = get_curve(t, &st);
   if (!err)
     mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "
-              "step %ld\n", path, info.world_size, info.world_size == 1 ? "" : "s", info.backend,
-              t->start_epoch + 1, (long long)t->start_step, t->global_step);
+              "step %ld; read in %.2f s, ready %.2f s after launch\n", path, info.world_size,
+              info.world_size == 1 ? "" : "s", info.backend, t->start_epoch + 1,
+              (long long)t->start_step, t->global_step, mt_now() - t0, mt_since_launch());
   mt_ckpt_info_free(&info);
   mt_ckpt_state_free(&st);
   return err;
