@@ -8,6 +8,8 @@
  * The model: one tanh hidden layer and a softmax output,
  *   h = tanh(x W1^T + b1),  logits = h W2^T + b2,  loss = cross-entropy,
  * with parameters named like torch.nn.Sequential(Linear, Tanh, Linear).
+ * Its forward also fills the per-sample outputs that -outputs asks for
+ * through mt_batch_stats (prediction, logits).
  * The backend: data parallel like ddp, but summing gradients with
  * MPI_Reduce to rank 0 and MPI_Bcast back (a deliberately different
  * algorithm that must give the same model). */
@@ -86,6 +88,9 @@ static int net_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   const float *w1 = P(m, params, 0), *b1 = P(m, params, 1), *w2 = P(m, params, 2),
               *b2 = P(m, params, 3);
   s->x = x, s->y = y, s->B = B;
+  /* optional per-sample outputs: the trainer asks for them with -outputs */
+  MT_CHECK(!st->logits || st->logits_len == s->C, MT_ERR_ARG,
+           "softmax_tanh: logits rows of %d asked for, it has %d classes", st->logits_len, s->C);
   for (int b = 0; b < B; b++) {
     for (int j = 0; j < s->H; j++) {
       float a = b1[j];
@@ -93,22 +98,23 @@ static int net_forward(mt_model *m, const float *params, const mt_batch *bt, flo
       s->h[(size_t)b * s->H + j] = tanhf(a);
     }
     float *p = s->p + (size_t)b * s->C, mx = -INFINITY;
+    int arg = 0; /* the prediction: the first of the largest logits */
     for (int c = 0; c < s->C; c++) {
       float a = b2[c];
       for (int j = 0; j < s->H; j++) a += s->h[(size_t)b * s->H + j] * w2[(size_t)c * s->H + j];
       p[c] = a;
-      mx = a > mx ? a : mx;
+      if (st->logits) st->logits[(size_t)b * s->C + c] = a;
+      if (a > mx) mx = a, arg = c;
     }
     double z = 0;
-    int arg = 0;
     for (int c = 0; c < s->C; c++) {
-      if (p[c] > p[arg]) arg = c;
       p[c] = expf(p[c] - mx);
       z += p[c];
     }
     for (int c = 0; c < s->C; c++) p[c] = (float)(p[c] / z);
     double loss = -log((double)p[y[b]] > 1e-30 ? (double)p[y[b]] : 1e-30);
     if (losses) losses[b] = (float)loss;
+    if (st->pred) st->pred[b] = arg;
     st->loss_sum += loss;
     st->correct += arg == y[b];
   }

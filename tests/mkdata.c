@@ -1,15 +1,20 @@
 /* mkdata: data files and checks for the test scripts.
  *
- *   mkdata synth OUT.h5 N D C SEED [uint8]   learnable synthetic classes
+ *   mkdata synth OUT.h5 N D C SEED [uint8|image]  learnable synthetic classes
  *   mkdata bad KIND OUT.h5                   a small file broken in one way
  *   mkdata compare A.h5 B.h5 RTOL            float32 datasets of A vs B
  *   mkdata stats FILE.h5                     shapes, label histogram, mean x
+ *   mkdata outstats FILE.h5 [N]              an outputs file (src/io/outputs.h):
+ *                                            rows in order, mean loss, accuracy
+ *   mkdata rows A.h5 B.h5 RTOL [subset]      outputs files row by row
+ *   mkdata outindex FILE.h5                  an outputs file's /index, one a line
  *
  * synth: class c has a mean vector m_c (entries N(0, 1.5^2), fixed by D and C
  * so that sets made with different seeds are the same task); a sample of
  * class y is m_y + N(0, 1) noise, so classes are well separated and an MLP
  * reaches high accuracy. float32 by default; with "uint8" the value
  * v = 0.5 + x/12 is stored as round(255 v) clipped to 0..255 with scale 1/255.
+ * With "image" (D a square s*s) /x is float32 (N, 1, s, s), for the cnn.
  * The file is a function of (N, D, C, SEED) only.
  *
  * Exit status: 0 success, 1 failure (one line on stderr), 2 usage error. */
@@ -114,7 +119,7 @@ typedef struct {
   long nx, ny, d;
   int nclasses;
   int has_x, has_y, has_scale, has_nclasses;
-  int xrank;   /* 2: (nx, d); 1: (nx) */
+  int xrank;   /* 2: (nx, d); 1: (nx); 4: (nx, 1, s, s) with d = s*s */
   char xtype;  /* 'f' float32, 'u' uint8 (+scale), 'l' int64 */
   char ytype;  /* 'i' int32, 'f' float32 */
 } layout;
@@ -126,14 +131,16 @@ static int write_set(const char *path, const layout *L, const float *x, const in
     fail("%s: cannot create", path);
     return -1;
   }
-  size_t nxe = (size_t)L->nx * (size_t)(L->xrank == 2 ? L->d : 1) + 1;
+  size_t nxe = (size_t)L->nx * (size_t)(L->xrank >= 2 ? L->d : 1) + 1;
   void *xb = malloc(nxe * 8), *yb = malloc(((size_t)L->ny + 1) * 8);
   hid_t dx = -1, dy = -1;
   int rc = -1;
   if (!xb || !yb) goto out;
   if (attr_string(f, "source", source)) goto out;
   if (L->has_x) {
-    hsize_t dims[2] = {(hsize_t)L->nx, (hsize_t)L->d};
+    hsize_t side = (hsize_t)lrint(sqrt((double)L->d));
+    hsize_t dims[4] = {(hsize_t)L->nx, (hsize_t)L->d, 0, 0};
+    if (L->xrank == 4) dims[1] = 1, dims[2] = dims[3] = side;
     size_t n = nxe - 1;
     hid_t ft = H5T_IEEE_F32LE, mt = H5T_NATIVE_FLOAT;
     if (L->xtype == 'f') {
@@ -190,22 +197,28 @@ static int parse_long(const char *s, long lo, long hi, const char *what, long *v
 
 static int cmd_synth(int argc, char **argv) {
   long n, d, c, seed;
-  if (argc < 5 || argc > 6 || (argc == 6 && strcmp(argv[5], "uint8"))) {
-    fail("usage: mkdata synth OUT.h5 N D C SEED [uint8]");
+  if (argc < 5 || argc > 6 || (argc == 6 && strcmp(argv[5], "uint8") && strcmp(argv[5], "image"))) {
+    fail("usage: mkdata synth OUT.h5 N D C SEED [uint8|image]");
     return 2;
   }
   if (parse_long(argv[1], 0, 1L << 30, "N", &n) || parse_long(argv[2], 1, 1L << 20, "D", &d) ||
       parse_long(argv[3], 1, 1L << 20, "C", &c) || parse_long(argv[4], 0, LONG_MAX, "SEED", &seed))
     return 2;
+  int image = argc == 6 && !strcmp(argv[5], "image");
+  if (image && lrint(sqrt((double)d)) * lrint(sqrt((double)d)) != d) {
+    fail("synth image: D = %ld is not a square", d);
+    return 2;
+  }
   float *x;
   int32_t *y;
   if (synth_fill(n, d, (int)c, (uint64_t)seed, &x, &y)) return 1;
   layout L = {.nx = n, .ny = n, .d = d, .nclasses = (int)c, .has_x = 1, .has_y = 1,
-              .has_scale = 1, .has_nclasses = 1, .xrank = 2, .xtype = argc == 6 ? 'u' : 'f',
+              .has_scale = 1, .has_nclasses = 1, .xrank = image ? 4 : 2,
+              .xtype = argc == 6 && !image ? 'u' : 'f',
               .ytype = 'i'};
   char src[256];
-  snprintf(src, sizeof(src), "mkdata synth N=%ld D=%ld C=%ld SEED=%ld%s", n, d, c, seed,
-           argc == 6 ? " uint8" : "");
+  snprintf(src, sizeof(src), "mkdata synth N=%ld D=%ld C=%ld SEED=%ld%s%s", n, d, c, seed,
+           argc == 6 ? " " : "", argc == 6 ? argv[5] : "");
   int rc = write_set(argv[0], &L, x, y, src);
   free(x);
   free(y);
@@ -466,17 +479,235 @@ out:
   return rc;
 }
 
+/* ------------------------------------------------------- outputs files */
+
+/* Reads a whole dataset converted to mtype (esize bytes per value); the
+ * first dimension into *rows and the product of the others into *width. */
+static void *read_col(hid_t f, const char *file, const char *name, hid_t mtype, size_t esize,
+                      hsize_t *rows, hsize_t *width) {
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  hid_t sp = d < 0 ? -1 : H5Dget_space(d);
+  hsize_t dims[16];
+  int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+  void *buf = NULL;
+  if (rank < 1 || rank > 16 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
+    fail("%s: cannot read dataset /%s", file, name);
+    goto out;
+  }
+  *rows = dims[0];
+  *width = 1;
+  for (int i = 1; i < rank; i++) *width *= dims[i];
+  size_t n = (size_t)(*rows * *width);
+  buf = malloc((n ? n : 1) * esize);
+  if (!buf || (n && H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {
+    fail("%s: cannot read dataset /%s", file, name);
+    free(buf);
+    buf = NULL;
+  }
+out:
+  if (sp >= 0) H5Sclose(sp);
+  if (d >= 0) H5Dclose(d);
+  return buf;
+}
+
+typedef struct {
+  hid_t f;
+  hsize_t rows, C; /* C: logits per row, 0 without /logits                */
+  long long *index;
+  int *label, *pred;
+  float *loss, *logits;
+} outfile;
+
+static void out_close(outfile *o) {
+  free(o->index);
+  free(o->label);
+  free(o->pred);
+  free(o->loss);
+  free(o->logits);
+  if (o->f >= 0) H5Fclose(o->f);
+}
+
+/* Opens an outputs file: every column there, each with the same rows, and
+ * the index strictly ascending (data-set order, each sample once). */
+static int out_open(const char *file, outfile *o) {
+  memset(o, 0, sizeof(*o));
+  o->f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (o->f < 0) {
+    fail("%s: cannot open as HDF5", file);
+    return -1;
+  }
+  hsize_t r[5], w[5];
+  o->index = read_col(o->f, file, "index", H5T_NATIVE_LLONG, sizeof(long long), &r[0], &w[0]);
+  o->label = o->index ? read_col(o->f, file, "label", H5T_NATIVE_INT, sizeof(int), &r[1], &w[1]) : NULL;
+  o->pred = o->label ? read_col(o->f, file, "pred", H5T_NATIVE_INT, sizeof(int), &r[2], &w[2]) : NULL;
+  o->loss = o->pred ? read_col(o->f, file, "loss", H5T_NATIVE_FLOAT, sizeof(float), &r[3], &w[3]) : NULL;
+  if (!o->loss) return -1;
+  o->rows = r[0];
+  if (H5Lexists(o->f, "logits", H5P_DEFAULT) > 0) {
+    o->logits = read_col(o->f, file, "logits", H5T_NATIVE_FLOAT, sizeof(float), &r[4], &o->C);
+    if (!o->logits) return -1;
+    if (r[4] != o->rows) {
+      fail("%s: /logits has %llu rows, /index %llu", file, (unsigned long long)r[4],
+           (unsigned long long)o->rows);
+      return -1;
+    }
+  }
+  for (int k = 1; k < 4; k++)
+    if (r[k] != o->rows || w[k] != 1) {
+      fail("%s: the columns have different lengths", file);
+      return -1;
+    }
+  for (hsize_t i = 1; i < o->rows; i++)
+    if (o->index[i] <= o->index[i - 1]) {
+      fail("%s: row %llu has index %lld after %lld (not ascending, or twice)", file,
+           (unsigned long long)i, o->index[i], o->index[i - 1]);
+      return -1;
+    }
+  return 0;
+}
+
+/* outstats: rows, index range, mean loss, accuracy (pred == label, label
+ * >= 0), and with logits that pred is their argmax and loss their
+ * cross-entropy. With N: the index must be exactly 0..N-1. */
+static int cmd_outstats(int argc, char **argv) {
+  long n = -1;
+  if ((argc != 1 && argc != 2) || (argc == 2 && parse_long(argv[1], 0, LONG_MAX, "N", &n))) {
+    fail("usage: mkdata outstats FILE.h5 [N]");
+    return 2;
+  }
+  outfile o;
+  if (out_open(argv[0], &o)) {
+    out_close(&o);
+    return 1;
+  }
+  int rc = 0;
+  if (n >= 0 && (o.rows != (hsize_t)n || (n > 0 && (o.index[0] != 0 || o.index[n - 1] != n - 1)))) {
+    fail("%s: rows are not exactly the samples 0..%ld", argv[0], n - 1);
+    rc = 1;
+  }
+  double sum = 0, hits = 0, labelled = 0, worst = 0;
+  long bad_pred = 0;
+  for (hsize_t i = 0; i < o.rows; i++) {
+    sum += o.loss[i];
+    if (o.label[i] >= 0) {
+      labelled++;
+      hits += o.pred[i] == o.label[i];
+    }
+    if (!o.logits) continue;
+    const float *l = o.logits + i * o.C;
+    int arg = 0;
+    for (hsize_t j = 1; j < o.C; j++)
+      if (l[j] > l[arg]) arg = (int)j;
+    bad_pred += arg != o.pred[i];
+    double z = 0;
+    for (hsize_t j = 0; j < o.C; j++) z += exp((double)l[j] - l[arg]);
+    int y = o.label[i];
+    if (y >= 0 && (hsize_t)y < o.C) {
+      double ce = log(z) - ((double)l[y] - l[arg]);
+      double e = fabs(ce - o.loss[i]) / fmax(1.0, fabs(ce));
+      if (!(e <= worst)) worst = e;
+    }
+  }
+  printf("rows %llu index %lld..%lld mean_loss %.9g accuracy %.9g", (unsigned long long)o.rows,
+         o.rows ? o.index[0] : -1, o.rows ? o.index[o.rows - 1] : -1,
+         o.rows ? sum / (double)o.rows : 0.0, labelled > 0 ? hits / labelled : -1.0);
+  if (o.logits) printf(" logits %llu argmax_mismatch %ld loss_err %.3g", (unsigned long long)o.C,
+                       bad_pred, worst);
+  printf("\n");
+  if (o.logits && (bad_pred || !(worst <= 1e-5))) {
+    fail("%s: pred or loss disagree with the logits", argv[0]);
+    rc = 1;
+  }
+  out_close(&o);
+  return rc;
+}
+
+/* rows: every row of B equals the row of A with the same index (integers
+ * exactly, floats to RTOL of the column's largest magnitude in A); B holds
+ * the same indices as A, or with "subset" some of them. */
+static int cmd_rows(int argc, char **argv) {
+  char *end = NULL;
+  double rtol = argc >= 3 ? strtod(argv[2], &end) : -1;
+  if (argc < 3 || argc > 4 || *end || !(rtol >= 0) || (argc == 4 && strcmp(argv[3], "subset"))) {
+    fail("usage: mkdata rows A.h5 B.h5 RTOL [subset]");
+    return 2;
+  }
+  int subset = argc == 4, rc = 1;
+  outfile a, b;
+  memset(&b, 0, sizeof(b));
+  b.f = -1;
+  if (out_open(argv[0], &a) || out_open(argv[1], &b)) goto done;
+  if (a.C != b.C) {
+    fail("logits: %llu per row in %s, %llu in %s", (unsigned long long)a.C, argv[0],
+         (unsigned long long)b.C, argv[1]);
+    goto done;
+  }
+  if (!subset && a.rows != b.rows) {
+    fail("%llu rows in %s, %llu in %s", (unsigned long long)a.rows, argv[0],
+         (unsigned long long)b.rows, argv[1]);
+    goto done;
+  }
+  double amax_loss = 0, amax_logit = 0, dloss = 0, dlogit = 0;
+  for (hsize_t i = 0; i < a.rows; i++) amax_loss = fmax(amax_loss, fabs(a.loss[i]));
+  for (hsize_t i = 0; i < a.rows * a.C; i++) amax_logit = fmax(amax_logit, fabs(a.logits[i]));
+  long bad_int = 0;
+  hsize_t i = 0;
+  for (hsize_t j = 0; j < b.rows; j++) {
+    while (i < a.rows && a.index[i] < b.index[j]) i++;
+    if (i == a.rows || a.index[i] != b.index[j]) {
+      fail("%s: sample %lld (row %llu) is not in %s", argv[1], b.index[j], (unsigned long long)j,
+           argv[0]);
+      goto done;
+    }
+    bad_int += a.label[i] != b.label[j] || a.pred[i] != b.pred[j];
+    double d = fabs((double)a.loss[i] - b.loss[j]);
+    if (!(d <= dloss)) dloss = d;
+    for (hsize_t k = 0; k < a.C; k++) {
+      d = fabs((double)a.logits[i * a.C + k] - b.logits[j * b.C + k]);
+      if (!(d <= dlogit)) dlogit = d;
+    }
+  }
+  double el = dloss / fmax(amax_loss, 1e-30), eg = a.C ? dlogit / fmax(amax_logit, 1e-30) : 0;
+  printf("%llu rows of %s matched in %s: label/pred mismatches %ld, loss rel_err %.3e, logits "
+         "rel_err %.3e (rtol %g)\n", (unsigned long long)b.rows, argv[1], argv[0], bad_int, el, eg,
+         rtol);
+  rc = bad_int == 0 && el <= rtol && eg <= rtol ? 0 : 1;
+done:
+  out_close(&a);
+  out_close(&b);
+  return rc;
+}
+
+/* outindex: the sample indices of an outputs file, one a line. */
+static int cmd_outindex(int argc, char **argv) {
+  if (argc != 1) {
+    fail("usage: mkdata outindex FILE.h5");
+    return 2;
+  }
+  outfile o;
+  int rc = out_open(argv[0], &o) ? 1 : 0;
+  for (hsize_t i = 0; !rc && i < o.rows; i++) printf("%lld\n", o.index[i]);
+  out_close(&o);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   if (argc >= 2 && !strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "bad")) return cmd_bad(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "compare")) return cmd_compare(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "stats")) return cmd_stats(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "outstats")) return cmd_outstats(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "rows")) return cmd_rows(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "outindex")) return cmd_outindex(argc - 2, argv + 2);
   fprintf(stderr,
-          "usage: mkdata synth OUT.h5 N D C SEED [uint8]\n"
+          "usage: mkdata synth OUT.h5 N D C SEED [uint8|image]\n"
           "       mkdata bad KIND OUT.h5   (KIND: nox noy xdtype ydtype xrank nmismatch\n"
           "                                 label_high label_neg empty garbage noclasses noscale)\n"
           "       mkdata compare A.h5 B.h5 RTOL\n"
-          "       mkdata stats FILE.h5\n");
+          "       mkdata stats FILE.h5\n"
+          "       mkdata outstats FILE.h5 [N]\n"
+          "       mkdata rows A.h5 B.h5 RTOL [subset]\n"
+          "       mkdata outindex FILE.h5\n");
   return 2;
 }

@@ -164,21 +164,30 @@ static inline mt_batch mt_batch_rows(const mt_batch *b, int r0, int r1) {
   return s;
 }
 
-/* Per-batch results of a forward pass over B samples. */
+/* Per-batch results of a forward pass over B samples. Callers
+ * zero-initialise it ({0}); the sums accumulate over forwards. The output
+ * pointers are optional: NULL when not wanted, otherwise the forward fills
+ * rows [0, B) of them for the B samples of this call. */
 typedef struct {
   double loss_sum;  /* sum of per-sample losses                             */
   double correct;   /* correct top-1 predictions, counted per sample: a
                        sample with several targets (tokens) adds the
                        fraction of them predicted correctly               */
+  int32_t *pred;    /* (B) top-1 class (the first of equal maxima); -1 for
+                       a model without one per sample (tokens)            */
+  float *logits;    /* (B, logits_len) the outputs before the softmax; a
+                       model that offers none fails with MT_ERR_ARG       */
+  int logits_len;   /* row length of logits: the number of classes        */
 } mt_batch_stats;
 
 typedef struct mt_model mt_model;
 
 /* A model's operations. Forward consumes a batch of b->n <= max_batch
  * samples, keeps what backward needs (it may keep pointers into the batch
- * until backward returns), fills per-sample losses (may be NULL) and adds to
- * stats. Backward ADDS into grads the gradient of scale * sum_i loss_i for
- * the batch of the last forward (B is its size, a check). Neither allocates:
+ * until backward returns), fills per-sample losses (may be NULL) and the
+ * per-sample outputs st asks for (pred, logits), and adds to st's sums.
+ * Backward ADDS into grads the gradient of scale * sum_i loss_i for the
+ * batch of the last forward (B is its size, a check). Neither allocates:
  * buffers are sized for max_batch at setup. */
 typedef struct {
   const char *name;

@@ -158,6 +158,46 @@ static void parse_int_list(const char *name, const char *s, int *v, int max, int
   }
 }
 
+/* Comma-separated file names into out[0..*n) (at most MT_MAX_VAL). */
+static void parse_files(const char *name, char *s, char out[][MT_PATH_MAX], int *n) {
+  *n = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (*n == MT_MAX_VAL) {
+      bad("option %s: more than %d files", name, MT_MAX_VAL);
+      return;
+    }
+    if (strlen(tok) >= MT_PATH_MAX) {
+      bad("option %s: file name too long", name);
+      return;
+    }
+    snprintf(out[(*n)++], MT_PATH_MAX, "%s", tok);
+  }
+}
+
+/* -outputs: comma-separated words val, train, test (or none) into bits. */
+static void parse_outputs(const char *s, int *mask) {
+  static const char *const words[] = {"val", "train", "test"};
+  static const int bits[] = {MT_OUTPUTS_VAL, MT_OUTPUTS_TRAIN, MT_OUTPUTS_TEST};
+  char buf[256];
+  *mask = 0;
+  if (strlen(s) >= sizeof(buf)) {
+    bad("option -outputs: value too long");
+    return;
+  }
+  memcpy(buf, s, strlen(s) + 1);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (!strcmp(tok, "none")) continue;
+    int k = 0;
+    while (k < 3 && strcmp(tok, words[k])) k++;
+    if (k == 3) {
+      bad("option -outputs: '%s' is not one of: val, train, test (comma-separated) or none", tok);
+      return;
+    }
+    *mask |= bits[k];
+  }
+}
+
 static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   static const char *const optimizers[] = {"sgd", "adamw", NULL};
   static const char *const splits[] = {"batch", "gemm", NULL};
@@ -338,6 +378,18 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                      16, 0, 1, 4096, &c->ddp_bucket_mb));
   PetscCall(opt_bool(PetscOptionsObject, "-prefetch", "Read the next batch while this one computes",
                      1, &c->prefetch));
+  PetscCall(opt_str(PetscOptionsObject, "-data_test",
+                    "Test data sets (HDF5), comma-separated: evaluated once after training "
+                    "(OUTPUT_DIR/test.csv)", "", s, sizeof(s), NULL));
+  parse_files("-data_test", s, c->data_test, &c->ntest);
+  PetscCall(opt_str(PetscOptionsObject, "-outputs",
+                    "Per-sample outputs (index, label, prediction, loss) written to "
+                    "OUTPUT_DIR/outputs/: val, train, test, comma-separated, or none",
+                    "none", s, sizeof(s), NULL));
+  parse_outputs(s, &c->outputs);
+  PetscCall(opt_bool(PetscOptionsObject, "-outputs_logits",
+                     "Add each sample's logits to the outputs (class data only)", 0,
+                     &c->outputs_logits));
   PetscOptionsEnd();
   c->micro_batch_size = micro;
   PetscFunctionReturn(0);
@@ -394,6 +446,12 @@ static void derive(mt_config *c) {
     bad("option -nesterov: needs -momentum > 0 and -dampening 0");
   if (!strcmp(c->lr_schedule, "plateau") && c->nval == 0)
     bad("option -lr_schedule plateau: needs a validation set (-data_val) to watch");
+  if ((c->outputs & MT_OUTPUTS_VAL) && c->nval == 0)
+    bad("option -outputs: 'val' needs validation sets (-data_val)");
+  if ((c->outputs & MT_OUTPUTS_TEST) && c->ntest == 0)
+    bad("option -outputs: 'test' needs test sets (-data_test)");
+  if (c->outputs_logits && !c->outputs)
+    bad("option -outputs_logits: needs -outputs (val, train or test)");
   if (c->micro_batch_size == 0) return; /* reported above */
   if ((long)W * c->micro_batch_size > c->batch_size ||
       c->batch_size % (W * c->micro_batch_size))
@@ -472,5 +530,11 @@ void mt_config_print(const mt_config *c, FILE *f) {
           "schedule %s warmup %d; clip_grad_norm %g; seed %llu\n",
           c->optimizer, c->lr, c->momentum, c->dampening, c->nesterov, c->weight_decay,
           c->lr_schedule, c->warmup_steps, c->clip_grad_norm, (unsigned long long)c->seed);
-  fprintf(f, "  output_dir %s\n", c->output_dir);
+  fprintf(f, "  output_dir %s", c->output_dir);
+  for (int i = 0; i < c->ntest; i++) fprintf(f, "%s%s", i ? ", " : "; test ", c->data_test[i]);
+  if (c->outputs)
+    fprintf(f, "; outputs%s%s%s%s", c->outputs & MT_OUTPUTS_VAL ? " val" : "",
+            c->outputs & MT_OUTPUTS_TRAIN ? " train" : "", c->outputs & MT_OUTPUTS_TEST ? " test" : "",
+            c->outputs_logits ? " with logits" : "");
+  fprintf(f, "\n");
 }

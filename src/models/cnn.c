@@ -114,21 +114,28 @@ static int cnn_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
 /* PyTorch's Conv2d/Linear default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
  * weight and bias, fan_in = in_channels * kh * kw (or in_features). */
 static int cnn_init(mt_model *m, float *params, uint64_t seed) {
-  for (int k = 0; k < m->params.n; k++) {
-    const mt_param *q = &m->params.p[k];
-    const mt_param *w = q->ndim >= 2 ? q : &m->params.p[k - 1];
-    int64_t fan_in = 1;
-    for (int d = 1; d < w->ndim; d++) fan_in *= w->shape[d];
-    float bound = (float)(1.0 / sqrt((double)fan_in));
-    uint64_t key = mt_key(seed, MT_PURPOSE_INIT_CNN, (uint64_t)k);
-    float *p = params + q->offset;
-    for (size_t i = 0; i < q->numel; i++) p[i] = (2.0f * mt_randu(key, i) - 1.0f) * bound;
-  }
-  return 0;
+  return mt_init_torch_default(m, params, seed, MT_PURPOSE_INIT_CNN);
 }
 
 static const float *P(const mt_model *m, const float *params, int k) {
   return params + m->params.p[k].offset;
+}
+
+/* The per-sample outputs st asks for (pred, logits) from logits (B, C). */
+static int put_outputs(mt_batch_stats *st, const float *logits, int B, int C) {
+  if (st->logits) {
+    MT_CHECK(st->logits_len == C, MT_ERR_ARG,
+             "model cnn: logits rows of %d asked for, it has %d classes", st->logits_len, C);
+    memcpy(st->logits, logits, (size_t)B * C * sizeof(float));
+  }
+  for (int i = 0; st->pred && i < B; i++) {
+    const float *l = logits + (size_t)i * C;
+    int arg = 0;
+    for (int j = 1; j < C; j++)
+      if (l[j] > l[arg]) arg = j;
+    st->pred[i] = arg;
+  }
+  return 0;
 }
 
 static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
@@ -160,6 +167,7 @@ static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   double sum = mt_softmax_xent_forward(s->probs, losses, &correct, s->logits, s->y, B, s->classes);
   st->loss_sum += sum;
   st->correct += (double)correct;
+  MT_CALL(put_outputs(st, s->logits, B, s->classes));
   return 0;
 }
 

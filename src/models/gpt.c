@@ -150,6 +150,8 @@ static int gpt_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   MT_CHECK(bt->tokens && bt->tokens_len == T + 1, MT_ERR_DATA,
            "model gpt needs token windows of %d + 1 tokens", T);
   MT_CHECK(B <= s->maxB, MT_ERR_ARG, "batch %d exceeds %d", B, s->maxB);
+  MT_CHECK(!st->logits, MT_ERR_ARG, "model gpt offers no per-sample logits (token data)");
+  for (int b = 0; st->pred && b < B; b++) st->pred[b] = -1; /* no class per sample */
   s->B = B;
   if (B == 0) return 0;
   const int N = B * T;

@@ -60,19 +60,28 @@ static int mlp_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
 /* PyTorch's nn.Linear default: kaiming_uniform_(a=sqrt(5)) for the weight,
  * i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias. */
 static int mlp_init(mt_model *m, float *params, uint64_t seed) {
-  for (int k = 0; k < m->params.n; k++) {
-    const mt_param *q = &m->params.p[k];
-    int64_t fan_in = q->ndim == 2 ? q->shape[1] : m->params.p[k - 1].shape[1];
-    float bound = (float)(1.0 / sqrt((double)fan_in));
-    uint64_t key = mt_key(seed, MT_PURPOSE_INIT, (uint64_t)k);
-    float *p = params + q->offset;
-    for (size_t i = 0; i < q->numel; i++) p[i] = (2.0f * mt_randu(key, i) - 1.0f) * bound;
-  }
-  return 0;
+  return mt_init_torch_default(m, params, seed, MT_PURPOSE_INIT);
 }
 
 static const float *W(const mt_model *m, const float *params, int l) {
   return params + m->params.p[2 * l].offset;
+}
+
+/* The per-sample outputs st asks for (pred, logits) from logits (B, C). */
+static int put_outputs(mt_batch_stats *st, const float *logits, int B, int C) {
+  if (st->logits) {
+    MT_CHECK(st->logits_len == C, MT_ERR_ARG,
+             "model mlp: logits rows of %d asked for, it has %d classes", st->logits_len, C);
+    memcpy(st->logits, logits, (size_t)B * C * sizeof(float));
+  }
+  for (int i = 0; st->pred && i < B; i++) {
+    const float *l = logits + (size_t)i * C;
+    int arg = 0;
+    for (int j = 1; j < C; j++)
+      if (l[j] > l[arg]) arg = j;
+    st->pred[i] = arg;
+  }
+  return 0;
 }
 
 static int mlp_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
@@ -99,6 +108,7 @@ static int mlp_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   if (st) {
     st->loss_sum += sum;
     st->correct += (double)correct;
+    MT_CALL(put_outputs(st, s->act[s->nl - 1], B, s->dim[s->nl]));
   }
   return 0;
 }

@@ -15,4 +15,10 @@ int mt_cnn_set(const int *channels, int n, int kernel, int hidden);
 /* Blocks, heads, width, context length and GELU form of the gpt model. */
 int mt_gpt_set(int layers, int heads, int embd, int block, int gelu_tanh);
 
+/* PyTorch's default for nn.Linear and nn.Conv2d: weight and bias uniform in
+ * +-1/sqrt(fan_in), fan_in = the weight's dims after the first; each 1-d
+ * tensor (bias) takes the fan-in of the weight just before it. Drawn from the
+ * counter-based generator keyed by (seed, purpose, tensor index). */
+int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint64_t purpose);
+
 #endif

@@ -1,5 +1,8 @@
 /* Models by name: the built-ins plus any a user registers. */
+#include "core/core.h"
 #include "models/models.h"
+
+#include <math.h>
 
 #include <stdlib.h>
 #include <stdio.h>
@@ -71,4 +74,20 @@ void mt_model_destroy(mt_model **pm) {
   if (m->ops && m->ops->destroy) m->ops->destroy(m);
   mt_param_table_free(&m->params);
   mt_free(pm);
+}
+
+int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint64_t purpose) {
+  for (int k = 0; k < m->params.n; k++) {
+    const mt_param *q = &m->params.p[k];
+    const mt_param *w = q->ndim >= 2 ? q : (k > 0 ? &m->params.p[k - 1] : NULL);
+    MT_CHECK(w && w->ndim >= 2, MT_ERR_STATE, "tensor %s has no weight before it to take fan-in from",
+             q->name);
+    int64_t fan_in = 1;
+    for (int d = 1; d < w->ndim; d++) fan_in *= w->shape[d];
+    float bound = (float)(1.0 / sqrt((double)fan_in));
+    uint64_t key = mt_key(seed, purpose, (uint64_t)k);
+    float *p = params + q->offset;
+    for (size_t i = 0; i < q->numel; i++) p[i] = (2.0f * mt_randu(key, i) - 1.0f) * bound;
+  }
+  return 0;
 }

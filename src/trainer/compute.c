@@ -32,11 +32,12 @@ void mt_compute_destroy(mt_trainer *t) {
   }
 }
 
-int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, mt_batch_stats *st) {
+int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, float *losses,
+               mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
   if (T == 1) {
     mt_model *m = t->model;
-    MT_CALL(m->ops->forward(m, t->params, b, NULL, st));
+    MT_CALL(m->ops->forward(m, t->params, b, losses, st));
     if (backward) MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
     return 0;
   }
@@ -49,11 +50,15 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, mt_b
     int i = omp_get_thread_num();
     int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
     mt_model *m = t->tmodel[i];
-    part[i] = (mt_batch_stats){0, 0};
+    /* this thread's rows of the per-sample outputs, if asked for */
+    part[i] = (mt_batch_stats){0};
+    part[i].pred = st->pred ? st->pred + r0 : NULL;
+    part[i].logits = st->logits ? st->logits + (int64_t)r0 * st->logits_len : NULL;
+    part[i].logits_len = st->logits_len;
     err[i] = 0;
     if (r1 > r0) {
       mt_batch sub = mt_batch_rows(b, r0, r1);
-      err[i] = m->ops->forward(m, t->params, &sub, NULL, &part[i]);
+      err[i] = m->ops->forward(m, t->params, &sub, losses ? losses + r0 : NULL, &part[i]);
       if (!err[i] && backward)
         err[i] = m->ops->backward(m, t->params, t->tgrads[i], scale, r1 - r0);
       if (err[i]) {

@@ -124,6 +124,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_loader_create(&t->train_loader, &t->train, c->micro_batch_size, c->prefetch));
   for (int i = 0; i < c->nval; i++)
     MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, c->prefetch));
+  MT_CALL(mt_eval_setup(t));
   return 0;
 }
 
@@ -131,6 +132,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_trainer *t = *pt;
   if (!t) return;
   if (t->steps) fclose(t->steps);
+  mt_eval_destroy(t);
   mt_loader_destroy(&t->train_loader);
   for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
   mt_dataset_close(&t->train);
@@ -181,9 +183,9 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   const float scale = 1.0f / (float)c->batch_size;
   for (int k = 0; k < c->accum_steps; k++) {
     mt_batch b;
-    mt_batch_stats st = {0, 0};
+    mt_batch_stats st = {0};
     MT_CALL(mt_loader_next(t->train_loader, &b));
-    MT_CALL(mt_compute(t, &b, scale, 1, &st));
+    MT_CALL(mt_compute(t, &b, scale, 1, NULL, &st));
     *loss_sum += st.loss_sum;
   }
   mt_compute_sum_grads(t);
@@ -327,7 +329,7 @@ int mt_trainer_run(mt_trainer *t) {
     for (int i = 0; i < nsets; i++) {
       double loss, acc;
       int64_t cnt;
-      MT_CALL(mt_validate(t, i, &loss, &acc, &cnt));
+      MT_CALL(mt_validate(t, i, epoch, &loss, &acc, &cnt));
       t->last_val_loss[i] = loss;
       t->last_val_acc[i] = acc;
       mt_print0("epoch %d/%d val[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", epoch + 1,
@@ -339,6 +341,7 @@ int mt_trainer_run(mt_trainer *t) {
       r.val_acc = acc;
       t->curve[t->ncurve++] = r;
     }
+    MT_CALL(mt_eval_train(t, epoch));
     if (t->sched.kind == MT_LR_PLATEAU) {
       int reduced = 0;
       MT_CALL(mt_lr_plateau_step(&t->sched, t->last_val_loss[0], &reduced));
@@ -355,10 +358,12 @@ int mt_trainer_run(mt_trainer *t) {
         (last && c->checkpoint_at_end))
       MT_CALL(mt_trainer_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
   }
+  MT_CALL(mt_eval_test(t, c->epochs));
   char path[MT_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/model_final.h5", c->output_dir);
   err = rank == 0 ? mt_h5_save_params(path, &t->model->params, t->params) : 0;
   MT_CALL(mt_agree(t->comm->world, err));
+  MT_CALL(mt_eval_report(t));
   double total = mt_now() - start;
   double rate = t->timed_seconds > 0 ? (double)t->timed_samples / t->timed_seconds : 0;
   mt_print0("done: %d epochs, %ld steps, %.1f s; train %.0f samples/s on %d rank%s x %d thread%s",

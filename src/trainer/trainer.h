@@ -49,6 +49,13 @@ typedef struct {
   int64_t start_step;
   double start_epoch_loss, elapsed_before, run_start, last_checkpoint;
   int stopped; /* a signal made the run checkpoint and stop               */
+  /* evaluation passes (validate.c): test sets, the training set's
+   * evaluation loader (-outputs train), this rank's tallies */
+  mt_dataset test[MT_MAX_VAL];
+  int ntest_open;
+  mt_loader *test_loader[MT_MAX_VAL], *train_eval_loader;
+  int64_t eval_samples;
+  double eval_seconds;
 } mt_trainer;
 
 /* Opens the data (collectively validated), creates model, backend and
@@ -58,12 +65,15 @@ int mt_trainer_run(mt_trainer *t);
 void mt_trainer_destroy(mt_trainer **t);
 
 /* Threads of a rank (compute.c): set up per-thread models and buffers;
- * forward (and backward with the gradient of scale * sum of losses) of rows
- * samples, stats added to *st; sum of the per-thread gradients into grads
- * (leaving the others zero). */
+ * forward (and backward with the gradient of scale * sum of losses) of the
+ * b->n samples, sums added to *st, per-sample losses (may be NULL) and the
+ * outputs st points to (pred, logits: rows of the whole batch, each thread
+ * filling its own); sum of the per-thread gradients into grads (leaving the
+ * others zero). */
 int mt_compute_setup(mt_trainer *t, int max_batch);
 void mt_compute_destroy(mt_trainer *t);
-int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, mt_batch_stats *st);
+int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, float *losses,
+               mt_batch_stats *st);
 void mt_compute_sum_grads(mt_trainer *t);
 
 /* Checkpoints (resume.c): SIGUSR1 and SIGTERM handlers that set a flag, the
@@ -75,8 +85,31 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
                           double elapsed);
 int mt_trainer_restart(mt_trainer *t);
 
-/* Loss and accuracy of validation set `set`, every sample counted once over
- * all ranks (at most -max_val_steps_per_epoch batches per rank). */
-int mt_validate(mt_trainer *t, int set, double *loss, double *acc, int64_t *count);
+/* Evaluation (validate.c). Each pass is forward only: rank r evaluates the
+ * contiguous block r of the set in batches of -val_batch_size (validation
+ * and training-set passes: at most -max_val_steps_per_epoch of them; test
+ * sets: all), every sample counted once over all ranks, and writes
+ * the per-sample outputs that -outputs asks for collectively into one file,
+ * OUTPUT_DIR/outputs/<set><i>-epoch<e>.h5 (src/io/outputs.h). All are
+ * collective and agree on errors.
+ *
+ * mt_eval_setup: opens the test sets (-data_test, checked like validation
+ * sets) and the loaders of the test and training-set passes; called once by
+ * mt_trainer_create. mt_eval_destroy frees them. */
+int mt_eval_setup(mt_trainer *t);
+void mt_eval_destroy(mt_trainer *t);
+/* Loss, accuracy and sample count of validation set `set` after the 0-based
+ * epoch `epoch`; its outputs written when -outputs has val. */
+int mt_validate(mt_trainer *t, int set, int epoch, double *loss, double *acc, int64_t *count);
+/* With -outputs train: the evaluation pass over the training set after
+ * epoch `epoch`, printed and written (a no-op otherwise). */
+int mt_eval_train(mt_trainer *t, int epoch);
+/* The test sets, once, with the final parameters: printed, written to
+ * OUTPUT_DIR/test.csv, outputs when -outputs has test (a no-op without
+ * -data_test). */
+int mt_eval_test(mt_trainer *t, int epochs_done);
+/* Rank 0 prints each rank's evaluated samples and evaluation time (gathered
+ * with mt_allgather_values). */
+int mt_eval_report(mt_trainer *t);
 
 #endif

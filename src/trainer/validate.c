@@ -1,40 +1,253 @@
-/* Validation: each rank evaluates a contiguous block of the set, so every
- * sample is counted exactly once; no padding is needed because a batch may
- * be short. */
+/* Evaluation passes: the validation sets after every epoch, the training set
+ * (with -outputs train), the test sets once after training. Each rank
+ * evaluates a contiguous block of the set, so every sample is counted
+ * exactly once; no padding is needed because a batch may be short. The
+ * per-sample outputs come out of the same forward as the metrics and are
+ * written collectively, each rank its rows (src/io/outputs.h). */
+#include "io/outputs.h"
 #include "trainer/trainer.h"
 
-#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
-int mt_validate(mt_trainer *t, int set, double *loss, double *acc, int64_t *count) {
+/* This rank's per-sample outputs of one pass, as columns. */
+typedef struct {
+  int64_t rows;
+  int64_t *index;
+  int32_t *label, *pred;
+  float *loss, *logits;
+  int logits_len;
+} outs;
+
+static void outs_free(outs *o) {
+  mt_free(&o->index);
+  mt_free(&o->label);
+  mt_free(&o->pred);
+  mt_free(&o->loss);
+  mt_free(&o->logits);
+}
+
+static int outs_alloc(outs *o, int64_t rows, int logits_len) {
+  size_t n = (size_t)(rows > 0 ? rows : 1);
+  o->rows = rows;
+  o->logits_len = logits_len;
+  MT_CALL(mt_calloc(&o->index, n, sizeof(int64_t), "outputs: sample indices"));
+  MT_CALL(mt_calloc(&o->label, n, sizeof(int32_t), "outputs: labels"));
+  MT_CALL(mt_calloc(&o->pred, n, sizeof(int32_t), "outputs: predictions"));
+  MT_CALL(mt_calloc(&o->loss, n, sizeof(float), "outputs: losses"));
+  if (logits_len > 0) MT_CALL(mt_calloc(&o->logits, n * (size_t)logits_len, sizeof(float), "outputs: logits"));
+  return 0;
+}
+
+typedef struct {
+  double loss, acc;
+  int64_t count;
+} result;
+
+/* This rank's batches of d: its block, in batches of -val_batch_size, at
+ * most limit of them (0: all); *rows evaluated, from sample *start. */
+static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *start,
+                int64_t *rows, int64_t *nbatches) {
   const mt_config *c = t->cfg;
-  mt_dataset *d = &t->val[set];
-  int64_t start, n;
-  mt_sampler_val_block(d->n, t->comm->rank, t->comm->size, &start, &n);
+  int64_t n;
+  mt_sampler_val_block(d->n, t->comm->rank, t->comm->size, start, &n);
   int vb = c->val_batch_size;
   int64_t nb = (n + vb - 1) / vb;
-  if (c->max_val_steps > 0 && nb > c->max_val_steps) nb = c->max_val_steps;
-  int64_t rows = nb * vb < n ? nb * vb : n;
+  if (limit > 0 && nb > limit) nb = limit;
+  *rows = nb * vb < n ? nb * vb : n;
+  *nbatches = nb;
   int64_t *idx = NULL;
   int *counts = NULL;
-  int err = mt_calloc(&idx, (size_t)(rows > 0 ? rows : 1), sizeof(int64_t), "validation plan");
-  if (!err) err = mt_calloc(&counts, (size_t)(nb > 0 ? nb : 1), sizeof(int), "validation plan");
-  for (int64_t i = 0; !err && i < rows; i++) idx[i] = start + i;
+  int err = mt_calloc(&idx, (size_t)(*rows > 0 ? *rows : 1), sizeof(int64_t), "evaluation plan");
+  if (!err) err = mt_calloc(&counts, (size_t)(nb > 0 ? nb : 1), sizeof(int), "evaluation plan");
+  for (int64_t i = 0; !err && i < *rows; i++) idx[i] = *start + i;
   for (int64_t b = 0; !err && b < nb; b++)
-    counts[b] = (int)((b + 1) * vb <= rows ? vb : rows - b * vb);
-  if (!err) err = mt_loader_start(t->val_loader[set], idx, counts, (int)nb);
-  mt_batch_stats st = {0, 0};
-  for (int64_t b = 0; !err && b < nb; b++) {
-    mt_batch bt;
-    err = mt_loader_next(t->val_loader[set], &bt);
-    if (!err) err = mt_compute(t, &bt, 0.0f, 0, &st);
-  }
+    counts[b] = (int)((b + 1) * vb <= *rows ? vb : *rows - b * vb);
+  if (!err) err = mt_loader_start(L, idx, counts, (int)nb);
   mt_free(&idx);
   mt_free(&counts);
+  return err;
+}
+
+/* Forward over this rank's block of d (at most limit batches, 0: all)
+ * through loader L, the metrics summed over all ranks into *res; o (NULL:
+ * none wanted) receives this rank's per-sample outputs (freed by the
+ * caller). Collective, agreed. */
+static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, result *res) {
+  const double t0 = mt_now();
+  int64_t start = 0, rows = 0, nb = 0, off = 0;
+  int err = plan(t, d, L, limit, &start, &rows, &nb);
+  if (!err && o) err = outs_alloc(o, rows, t->cfg->outputs_logits ? d->spec.nclasses : 0);
+  mt_batch_stats st = {0};
+  for (int64_t b = 0; !err && b < nb; b++) {
+    mt_batch bt;
+    err = mt_loader_next(L, &bt);
+    if (err) break;
+    float *losses = NULL;
+    if (o) { /* this batch's rows of the outputs */
+      if (off + bt.n > o->rows) {
+        err = MT_ERR(MT_ERR_STATE, "evaluation: batch past the %lld planned rows", (long long)o->rows);
+        break;
+      }
+      for (int i = 0; i < bt.n; i++) {
+        o->index[off + i] = start + off + i;
+        o->label[off + i] = bt.labels ? bt.labels[i] : -1;
+      }
+      st.pred = o->pred + off;
+      st.logits = o->logits ? o->logits + off * o->logits_len : NULL;
+      st.logits_len = o->logits_len;
+      losses = o->loss + off;
+    }
+    err = mt_compute(t, &bt, 0.0f, 0, losses, &st);
+    off += bt.n;
+  }
   MT_CALL(mt_agree(t->comm->world, err));
   double v[3] = {st.loss_sum, st.correct, (double)rows};
   MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, t->comm->world));
-  *loss = v[2] > 0 ? v[0] / v[2] : 0;
-  *acc = v[2] > 0 ? v[1] / v[2] : 0;
-  *count = (int64_t)v[2];
+  res->loss = v[2] > 0 ? v[0] / v[2] : 0;
+  res->acc = v[2] > 0 ? v[1] / v[2] : 0;
+  res->count = (int64_t)v[2];
+  t->eval_samples += rows;
+  t->eval_seconds += mt_now() - t0;
+  return 0;
+}
+
+/* Writes o as OUTPUT_DIR/outputs/NAME.h5. Collective. */
+static int write_outs(mt_trainer *t, const outs *o, const char *name, const char *set, int index,
+                      const mt_dataset *d, int epoch) {
+  const mt_config *c = t->cfg;
+  char path[MT_PATH_MAX];
+  int len = snprintf(path, sizeof(path), "%s/outputs/%s.h5", c->output_dir, name);
+  int err = len > 0 && (size_t)len < sizeof(path)
+                ? 0 : MT_ERR(MT_ERR_OPTION, "option -output_dir: too long for %s/outputs/%s.h5",
+                             c->output_dir, name);
+  MT_CALL(mt_agree(t->comm->world, err));
+  mt_outputs_rows r = {o->rows, o->index, o->label, o->pred, o->loss, o->logits, o->logits_len};
+  mt_outputs_meta m = {set, index, d->path, d->n, epoch, t->global_step, c->model};
+  MT_CALL(mt_outputs_write(t->comm->world, path, &m, &r));
+  return 0;
+}
+
+int mt_eval_setup(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  MPI_Comm w = t->comm->world;
+  int err = 0;
+  if (c->outputs_logits && t->train.spec.tokens)
+    err = MT_ERR(MT_ERR_OPTION, "option -outputs_logits: not offered for token data (%s)",
+                 c->data_train);
+  MT_CALL(mt_agree(w, err));
+  for (int i = 0; i < c->ntest; i++) {
+    MT_CALL(mt_dataset_open(&t->test[i], c->data_test[i], w, &t->train.spec, c->gpt_block));
+    t->ntest_open = i + 1;
+    MT_CALL(mt_agree(w, mt_loader_create(&t->test_loader[i], &t->test[i], c->val_batch_size,
+                                         c->prefetch)));
+  }
+  if (c->outputs & MT_OUTPUTS_TRAIN)
+    MT_CALL(mt_agree(w, mt_loader_create(&t->train_eval_loader, &t->train, c->val_batch_size,
+                                         c->prefetch)));
+  return 0;
+}
+
+void mt_eval_destroy(mt_trainer *t) {
+  for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->test_loader[i]);
+  mt_loader_destroy(&t->train_eval_loader);
+  for (int i = 0; i < t->ntest_open; i++) mt_dataset_close(&t->test[i]);
+  t->ntest_open = 0;
+}
+
+int mt_validate(mt_trainer *t, int set, int epoch, double *loss, double *acc, int64_t *count) {
+  const int want = epoch >= 0 && (t->cfg->outputs & MT_OUTPUTS_VAL);
+  outs o;
+  memset(&o, 0, sizeof(o));
+  result r;
+  int err = pass(t, &t->val[set], t->val_loader[set], t->cfg->max_val_steps, want ? &o : NULL, &r);
+  if (!err && want) {
+    char name[64];
+    snprintf(name, sizeof(name), "val%d-epoch%d", set, epoch + 1);
+    err = write_outs(t, &o, name, "val", set, &t->val[set], epoch + 1);
+  }
+  outs_free(&o);
+  MT_CALL(err);
+  *loss = r.loss;
+  *acc = r.acc;
+  *count = r.count;
+  return 0;
+}
+
+int mt_eval_train(mt_trainer *t, int epoch) {
+  const mt_config *c = t->cfg;
+  if (!(c->outputs & MT_OUTPUTS_TRAIN)) return 0;
+  outs o;
+  memset(&o, 0, sizeof(o));
+  result r;
+  int err = pass(t, &t->train, t->train_eval_loader, c->max_val_steps, &o, &r);
+  if (!err) {
+    mt_print0("epoch %d/%d train (evaluation pass) %s: loss %.4f accuracy %.4f (%lld samples)\n",
+              epoch + 1, c->epochs, c->data_train, r.loss, r.acc, (long long)r.count);
+    char name[64];
+    snprintf(name, sizeof(name), "train-epoch%d", epoch + 1);
+    err = write_outs(t, &o, name, "train", -1, &t->train, epoch + 1);
+  }
+  outs_free(&o);
+  MT_CALL(err);
+  return 0;
+}
+
+int mt_eval_test(mt_trainer *t, int epochs_done) {
+  const mt_config *c = t->cfg;
+  if (c->ntest == 0) return 0;
+  const int want = (c->outputs & MT_OUTPUTS_TEST) != 0;
+  mt_test_row rows[MT_MAX_VAL];
+  for (int i = 0; i < c->ntest; i++) {
+    outs o;
+    memset(&o, 0, sizeof(o));
+    result r;
+    int err = pass(t, &t->test[i], t->test_loader[i], 0, want ? &o : NULL, &r);
+    if (!err) {
+      mt_print0("test[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", i, c->data_test[i],
+                r.loss, r.acc, (long long)r.count);
+      rows[i] = (mt_test_row){i, c->data_test[i], epochs_done, t->global_step, r.loss, r.acc,
+                              r.count};
+    }
+    if (!err && want) {
+      char name[64];
+      snprintf(name, sizeof(name), "test%d", i);
+      err = write_outs(t, &o, name, "test", i, &t->test[i], epochs_done);
+    }
+    outs_free(&o);
+    MT_CALL(err);
+  }
+  int err = t->comm->rank == 0 ? mt_test_csv_write(c->output_dir, rows, c->ntest) : 0;
+  MT_CALL(mt_agree(t->comm->world, err));
+  return 0;
+}
+
+int mt_eval_report(mt_trainer *t) {
+  const int size = t->comm->size, n = 3;
+  char host[MT_VALUE_STR_MAX] = "";
+  if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
+  mt_value mine[3] = {mt_value_str(host), mt_value_i64(t->eval_samples),
+                      mt_value_f64(t->eval_seconds)};
+  mt_value *all = NULL;
+  int err = mt_calloc(&all, (size_t)size * n, sizeof(mt_value), "per-rank values");
+  MT_CALL(mt_agree(t->comm->world, err));
+  err = mt_allgather_values(t->comm->world, mine, n, all);
+  int64_t lo = 0, hi = 0, sum = 0;
+  for (int r = 0; !err && r < size; r++) {
+    int64_t k = all[r * n + 1].i;
+    lo = r == 0 || k < lo ? k : lo;
+    hi = r == 0 || k > hi ? k : hi;
+    sum += k;
+  }
+  if (!err && sum > 0) {
+    mt_print0("evaluated samples per rank: %lld to %lld, %lld in all\n", (long long)lo,
+              (long long)hi, (long long)sum);
+    for (int r = 0; r < size && r < 16; r++)
+      mt_print0("  rank %d (%s): %lld samples in %.2f s\n", r, all[r * n].s,
+                (long long)all[r * n + 1].i, all[r * n + 2].f);
+    if (size > 16) mt_print0("  ... and %d more ranks\n", size - 16);
+  }
+  mt_free(&all);
+  MT_CALL(err);
   return 0;
 }

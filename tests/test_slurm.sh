@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# mpitrain under a real workload manager: starts a private one-machine Slurm
+# cluster (munged + slurmctld + slurmd, tests/slurm/cluster.sh; one node of
+# 2 CPUs) and runs the job scripts of jobs/ on it:
+# 1. srun -n 2 --mpi=pmix mpitrain trains, and its model equals mpirun -np 2's
+#    bit for bit;
+# 2. sbatch --array=0-2 jobs/slurm-array.sh: every element finishes with its
+#    own options, in its own output folder;
+# 3. jobs/slurm-preempt.sh: SIGUSR1 to the batch shell (what --signal=B:USR1@N
+#    sends), which forwards it to the ranks; they checkpoint and exit 75; the
+#    script requeues the job; the second run resumes with -restart auto and
+#    ends with the parameters of an uninterrupted run, bit for bit; its log
+#    shows both runs;
+# 4. qsub jobs/pbs-single.sh through slurm-wlm-torque's qsub (when installed).
+#
+# Skips (exit 77) when not root, when Slurm or munge is not installed
+# (scripts/deps.sh installs them) or when the cluster does not start; with
+# MT_SLURM_REQUIRED=1 those are hard errors (99) instead. Everything it
+# starts is stopped at exit, even on failure: jobs are cancelled, daemons are
+# stopped by the pids in their pid files. Its files are in its scratch folder
+# and in one /tmp/mt-slurm.* folder for the cluster (short paths for the
+# munge socket), both removed at exit (KEEP_WORK=1 keeps them).
+. "$top_srcdir/tests/lib.sh"
+. "$top_srcdir/tests/slurm/cluster.sh"
+
+skip() {
+  if [ "${MT_SLURM_REQUIRED:-0}" = 1 ]; then
+    echo "Bail out! Slurm test cannot run (MT_SLURM_REQUIRED=1): $*"
+    exit 99
+  fi
+  echo "SKIP: Slurm test not run: $*"
+  exit 77
+}
+
+[ "$(id -u)" = 0 ] || skip "not root (the test starts munged, slurmctld and slurmd)"
+export PATH=$PATH:/usr/sbin:/sbin
+for c in munged slurmctld slurmd srun sbatch scontrol scancel squeue sinfo; do
+  command -v "$c" >/dev/null 2>&1 || skip "$c not found (apt-get install slurmctld slurmd slurm-client munge, or bash scripts/deps.sh)"
+done
+need_bin "$MPITRAIN" "$MKDATA"
+make_work
+T_START=$SECONDS
+CLUSTER=
+WATCHDOG=
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  [ -n "$CLUSTER" ] && slurm_cluster_stop "$CLUSTER"
+  if [ -n "$CLUSTER" ] && [ -d "$CLUSTER" ]; then
+    if [ "${KEEP_WORK:-0}" = 1 ]; then echo "# kept cluster folder $CLUSTER"; else rm -rf "$CLUSTER"; fi
+  fi
+  [ -n "$WATCHDOG" ] && kill -TERM "$WATCHDOG" 2>/dev/null
+  cleanup_work
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'echo "# stopped by SIGTERM (watchdog?)"; exit 143' TERM
+
+# never hang: the whole test ends after MT_SLURM_TIMEOUT seconds (every
+# command below has its own, shorter limit; this is the last resort)
+(
+  trap 'kill "$s" 2>/dev/null; exit 0' TERM
+  sleep "${MT_SLURM_TIMEOUT:-420}" &
+  s=$!
+  wait "$s"
+  echo "# test_slurm.sh: over ${MT_SLURM_TIMEOUT:-420} s, stopping"
+  kill -TERM $$
+) &
+WATCHDOG=$!
+
+CLUSTER=$(mktemp -d /tmp/mt-slurm.XXXXXX) || bail "mktemp -d /tmp/mt-slurm.XXXXXX failed"
+if ! slurm_cluster_start "$CLUSTER" 2; then
+  echo "# $SLURM_CLUSTER_WHY" | sed '2,$s/^/#   /'
+  skip "the Slurm cluster did not start: ${SLURM_CLUSTER_WHY%%$'\n'*}"
+fi
+echo "# cluster up in $((SECONDS - T_START)) s: $(timeout 10 sinfo -h -N -o '%N %C %T'), SLURM_CONF=$SLURM_CONF"
+
+# what the jobs see (sbatch and srun pass this environment on): the program,
+# Open MPI over shared memory as run_mpi uses it, temporary files here
+export MPITRAIN
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_mpi_yield_when_idle=1
+mkdir -p "$WORK/tmp" "$WORK/runs" && export TMPDIR=$WORK/tmp
+export MT_RUNS=$WORK/runs
+
+"$MKDATA" synth "$WORK/train.h5" 800 16 4 31 >/dev/null || bail "mkdata synth failed"
+"$MKDATA" synth "$WORK/val.h5" 150 16 4 32 >/dev/null || bail "mkdata synth failed"
+
+# ---- helpers
+TERMINAL='COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED'
+
+# job_field JOB FIELD: FIELD (JobState, ExitCode, Restarts, ...) of JOB;
+# one line per element for an array.
+job_field() {
+  timeout 10 scontrol show job -o "$1" 2>/dev/null | grep -oE "(^| )$2=[^ ]*" | sed "s/^ *$2=//"
+}
+
+# jobs_ended JOB: every element of JOB is in a final state.
+jobs_ended() {
+  local s
+  s=$(job_field "$1" JobState)
+  [ -n "$s" ] && ! printf '%s\n' "$s" | grep -qvxE "$TERMINAL"
+}
+
+# wait_for SECONDS COMMAND...: retries COMMAND every 0.2 s; status 1 at the limit.
+wait_for() {
+  local end=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ "$SECONDS" -lt "$end" ] || return 1
+    sleep 0.2
+  done
+}
+
+# submit OUTVAR COMMAND...: runs sbatch/qsub (in $WORK, with a limit) and
+# stores the job id; logs like run_logged.
+submit() {
+  local var=$1 id
+  shift
+  run_logged timeout 30 "$@"
+  id=$(last_output | tail -n 1)
+  id=${id%%;*}
+  id=${id%%.*}
+  if [ "$LAST_RC" = 0 ] && [[ "$id" =~ ^[0-9]+$ ]]; then
+    printf -v "$var" %s "$id"
+  else
+    printf -v "$var" %s ""
+  fi
+}
+
+same_bits() { # NAME A B: parameters equal bit for bit
+  run_logged "$MKDATA" compare "$2/model_final.h5" "$3/model_final.h5" 0
+  [ "$LAST_RC" = 0 ] && pass "$1" || fail "$1" "parameters differ"
+}
+
+# job_log NAME FILE TEXT: the job's output FILE contains TEXT (on failure,
+# no tail of FILE: the job's state check before shows it).
+job_log() {
+  LAST_LOG=
+  if grep -qF -- "$3" "$2" 2>/dev/null; then pass "$1"; else fail "$1" "$2 lacks '$3'"; fi
+}
+
+# ---- 1. srun -n 2 == mpirun -np 2
+t=$SECONDS
+small=(-backend ddp -model mlp -mlp_hidden 40,24 -data_train "$WORK/train.h5" -data_val "$WORK/val.h5"
+  -epochs 2 -batch_size 24 -lr 0.05 -momentum 0.9 -lr_schedule cosine -warmup_steps 3 -threads 1 -log_every 0)
+expect_ok "srun -n 2 --mpi=pmix mpitrain trains" \
+  timeout -k 5 90 srun -n 2 --mpi=pmix --chdir="$WORK" --time=5 --job-name=mt-srun \
+  "$MPITRAIN" "${small[@]}" -output_dir "$WORK/srun"
+expect_output "it ran as one job of 2 ranks" "2 ranks"
+expect_ok "mpirun -np 2, the same options" \
+  run_mpi 2 90 "$MPITRAIN" "${small[@]}" -output_dir "$WORK/mpirun"
+same_bits "srun's model equals mpirun's bit for bit" "$WORK/srun" "$WORK/mpirun"
+echo "# 1. srun: $((SECONDS - t)) s"
+
+# ---- 2. job array
+t=$SECONDS
+mkdir -p "$WORK/array"
+for i in 0 1 2; do
+  printf '%s\n' "-backend ddp" "-model mlp" "-mlp_hidden $((8 * (i + 1)))" "-data_train $WORK/train.h5" \
+    "-data_val $WORK/val.h5" "-epochs 2" "-batch_size 24" "-lr 0.05" "-threads 1" "-log_every 0" \
+    >"$WORK/array/$i.opts"
+done
+submit ajob env MT_ARRAY_DIR="$WORK/array" sbatch --parsable --array=0-2 --chdir="$WORK" \
+  --output="$WORK/array-%A_%a.out" "$top_srcdir/jobs/slurm-array.sh"
+if [ -z "$ajob" ]; then
+  fail "sbatch --array=0-2 jobs/slurm-array.sh" "no job id (exit $LAST_RC)"
+else
+  pass "sbatch --array=0-2 jobs/slurm-array.sh (job $ajob)"
+  if wait_for 120 jobs_ended "$ajob"; then
+    pass "the 3 array elements ended"
+  else
+    fail "the 3 array elements ended" "still not done after 120 s: $(job_field "$ajob" JobState | tr '\n' ' ')"
+  fi
+  for i in 0 1 2; do
+    log=$WORK/array-${ajob}_$i.out
+    st="$(job_field "${ajob}_$i" JobState) $(job_field "${ajob}_$i" ExitCode)"
+    LAST_LOG=$log
+    [ "$st" = "COMPLETED 0:0" ] && pass "element $i completed" || fail "element $i completed" "state: $st"
+    job_log "element $i used $i.opts" "$log" "hidden $((8 * (i + 1))))"
+    [ -f "$WORK/runs/array-$ajob/$i/model_final.h5" ] && pass "element $i wrote runs/array-$ajob/$i" ||
+      fail "element $i wrote runs/array-$ajob/$i" "no model_final.h5 there"
+  done
+fi
+echo "# 2. array: $((SECONDS - t)) s"
+
+# ---- 3. signal -> checkpoint -> exit 75 -> requeue -> -restart auto
+t=$SECONDS
+# chain_try EPOCHS: one submission of jobs/slurm-preempt.sh, signalled once
+# it trains. Status 0 when it went through stop, requeue and resume (then
+# CJOB, CLOG and COUT name the job, its log and its output folder), 2 when
+# the run had ended before the signal reached the ranks (a loaded machine:
+# try again with a longer run), 1 on anything else (reported).
+chain_try() {
+  local n=$1 st
+  CJOB= CLOG=$WORK/chain-$1.out COUT=$WORK/runs/chain-mtchain$1
+  printf '%s\n' "-backend ddp" "-model mlp" "-mlp_hidden 512,512" "-data_train $WORK/train.h5" "-epochs $n" \
+    "-batch_size 24" "-lr 0.01" "-momentum 0.9" "-threads 1" "-log_every 0" >"$WORK/chain-$n.opts"
+  submit CJOB env MT_OPTIONS="$WORK/chain-$n.opts" sbatch --parsable --chdir="$WORK" --job-name="mtchain$n" \
+    --output="$CLOG" "$top_srcdir/jobs/slurm-preempt.sh"
+  [ -n "$CJOB" ] || { fail "sbatch jobs/slurm-preempt.sh" "no job id (exit $LAST_RC)"; return 1; }
+  pass "sbatch jobs/slurm-preempt.sh ($n epochs, job $CJOB)"
+  LAST_LOG=$CLOG
+  # the ranks handle SIGUSR1 once they train: wait for the first epoch
+  if ! wait_for 90 chain_training; then
+    fail "the chain job trains" "no 'epoch 1/' in its log after 90 s: $(chain_state)"
+    return 1
+  fi
+  # what --signal=B:USR1@N does, without waiting for the time limit
+  run_logged timeout 20 scancel --batch --signal=USR1 "$CJOB"
+  [ "$LAST_RC" = 0 ] || { fail "scancel --batch --signal=USR1 $CJOB" "exit $LAST_RC"; return 1; }
+  LAST_LOG=$CLOG
+  if ! wait_for 120 chain_stopped; then
+    fail "the job requeued itself after the checkpoint" "neither requeued nor ended after 120 s: $(chain_state)"
+    return 1
+  fi
+  if ! chain_requeued; then
+    st="$(job_field "$CJOB" JobState) $(job_field "$CJOB" ExitCode)"
+    if [ "$st" = "COMPLETED 0:0" ] && ! grep -q '^stopped by signal' "$CLOG"; then
+      echo "# the $n-epoch run ended before the signal reached the ranks (a loaded machine?)"
+      return 2
+    fi
+    fail "the job requeued itself after the checkpoint" "state: $st, restarts $(job_field "$CJOB" Restarts)"
+    grep -v '^epoch ' "$CLOG" | head -n 40 | sed 's/^/#   : /'
+    return 1
+  fi
+  pass "scancel --batch --signal=USR1: the job checkpointed and requeued itself"
+  # skip Slurm's requeue delay (BeginTime = now + 120 s), but not by less
+  # than 2 s: slurmd refuses a credential of the same job issued within the
+  # second its old one was revoked ("Job credential revoked"), and the job
+  # would fail instead of starting
+  sleep 2
+  run_logged timeout 20 scontrol update JobId="$CJOB" StartTime=now
+  [ "$LAST_RC" = 0 ] || { fail "scontrol update JobId=$CJOB StartTime=now" "exit $LAST_RC"; return 1; }
+  LAST_LOG=$CLOG
+  if ! wait_for 240 jobs_ended "$CJOB"; then
+    fail "the requeued job completed" "not done after 240 s: $(chain_state)"
+    return 1
+  fi
+  st="$(job_field "$CJOB" JobState) $(job_field "$CJOB" ExitCode)"
+  if [ "$st" != "COMPLETED 0:0" ]; then
+    fail "the requeued job completed" "state: $st"
+    grep -v '^epoch ' "$CLOG" | head -n 40 | sed 's/^/#   : /'
+    return 1
+  fi
+  pass "the requeued job completed"
+  return 0
+}
+chain_state() { echo "$(job_field "$CJOB" JobState) restarts $(job_field "$CJOB" Restarts)"; }
+chain_training() { grep -q '^epoch 1/' "$CLOG" 2>/dev/null || jobs_ended "$CJOB"; }
+chain_requeued() { [ "$(job_field "$CJOB" Restarts)" = 1 ] && [ "$(job_field "$CJOB" JobState)" = PENDING ]; }
+chain_stopped() { chain_requeued || jobs_ended "$CJOB"; }
+
+# ~4 s at full speed on 2 cores; longer if that ended before the signal
+# (MT_SLURM_CHAIN_EPOCHS overrides the list)
+for epochs in ${MT_SLURM_CHAIN_EPOCHS:-150 600 2000}; do
+  chain_try "$epochs"
+  crc=$?
+  [ "$crc" = 2 ] || break
+done
+if [ "$crc" = 2 ]; then
+  fail "the chain job was stopped by the signal" "every run ended before the signal reached it"
+elif [ "$crc" = 0 ]; then
+  job_log "the log shows the first run" "$CLOG" "mpitrain-chain: job $CJOB run 0 "
+  job_log "the batch shell forwarded SIGUSR1" "$CLOG" "SIGUSR1, forwarding it to the ranks"
+  job_log "the ranks stopped after a checkpoint" "$CLOG" "stopped by signal 10"
+  job_log "the script requeued on status 75" "$CLOG" "checkpoint written, requeueing job $CJOB"
+  job_log "the log shows the second run (SLURM_RESTART_COUNT=1)" "$CLOG" "mpitrain-chain: job $CJOB run 1 "
+  job_log "the second run resumed from the checkpoint" "$CLOG" "restart from $COUT/checkpoints/"
+  job_log "the second run finished" "$CLOG" "mpitrain-chain: mpitrain ended with status 0"
+  expect_ok "uninterrupted twin (mpirun -np 2, $epochs epochs)" \
+    run_mpi 2 300 "$MPITRAIN" -options_file "$WORK/chain-$epochs.opts" -output_dir "$WORK/twin"
+  same_bits "signal + requeue + restart auto == uninterrupted, bit for bit" "$COUT" "$WORK/twin"
+fi
+echo "# 3. preemption chain: $((SECONDS - t)) s"
+
+# ---- 4. PBS syntax through slurm-wlm-torque's qsub
+t=$SECONDS
+if ! command -v qsub >/dev/null 2>&1; then
+  echo "# 4. skipped: no qsub (slurm-wlm-torque not installed)"
+else
+  printf '%s\n' "-backend ddp" "-model mlp" "-mlp_hidden 16" "-data_train $WORK/train.h5" "-epochs 2" \
+    "-batch_size 24" "-lr 0.05" "-threads 1" "-log_every 0" >"$WORK/pbs.opts"
+  submit pjob env MT_OPTIONS="$WORK/pbs.opts" qsub -o "$WORK/pbs.out" -e "$WORK/pbs.err" \
+    "$top_srcdir/jobs/pbs-single.sh"
+  if [ -z "$pjob" ]; then
+    fail "qsub jobs/pbs-single.sh" "no job id (exit $LAST_RC)"
+  else
+    pass "qsub jobs/pbs-single.sh (job $pjob)"
+    LAST_LOG=$WORK/pbs.out
+    if wait_for 90 jobs_ended "$pjob"; then
+      st="$(job_field "$pjob" JobState) $(job_field "$pjob" ExitCode)"
+      [ "$st" = "COMPLETED 0:0" ] && pass "the PBS job completed" || fail "the PBS job completed" "state: $st"
+    else
+      fail "the PBS job completed" "not done after 90 s: $(job_field "$pjob" JobState)"
+    fi
+    job_log "the PBS job ran 2 ranks" "$WORK/pbs.out" "2 ranks x 1 thread"
+    [ -f "$WORK/runs/pbs-$pjob/model_final.h5" ] && pass "the PBS job wrote runs/pbs-$pjob" ||
+      fail "the PBS job wrote runs/pbs-$pjob" "no model_final.h5 there"
+  fi
+  echo "# 4. qsub: $((SECONDS - t)) s"
+fi
+echo "# total $((SECONDS - T_START)) s"
+finish
