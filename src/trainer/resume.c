@@ -134,10 +134,23 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   mt_ckpt_state st = {0};
   mt_ckpt_buf bufs[4];
   mt_ckpt_tensors ts;
-  char opts[4096];
   const mt_config *c = t->cfg;
-  snprintf(opts, sizeof(opts), "-backend %s -model %s -batch_size %d -seed %llu -optimizer %s",
-           c->backend, c->model, c->batch_size, (unsigned long long)c->seed, c->optimizer);
+  /* the resolved configuration, as printed at start-up */
+  char *opts = NULL;
+  size_t optlen = 0;
+  FILE *mf = open_memstream(&opts, &optlen);
+  MT_CHECK(mf, MT_ERR_MEM, "cannot format the options for the checkpoint");
+  mt_config_print(c, mf);
+  fclose(mf);
+  /* rank 0's text: threads per rank may differ between nodes */
+  int len = (int)optlen + 1;
+  MT_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, t->comm->world));
+  char *o = realloc(opts, (size_t)len);
+  if (!o) free(opts);
+  MT_CHECK(o, MT_ERR_MEM, "cannot format the options for the checkpoint");
+  opts = o;
+  MT_MPI(MPI_Bcast(opts, len, MPI_CHAR, 0, t->comm->world));
+  opts[len - 1] = '\0';
   mt_ckpt_meta meta = {c->backend, opts};
   MT_MPI(MPI_Bcast(&elapsed, 1, MPI_DOUBLE, 0, t->comm->world)); /* rank 0's clock */
   int err = fill_state(t, epoch, step, epoch_loss, elapsed, &st);
@@ -148,6 +161,7 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
     err = mt_ckpt_save(t->comm->world, c->checkpoint_dir, t->global_step, c->checkpoint_keep,
                        &ts, &meta, &st, path, sizeof(path));
   mt_ckpt_state_free(&st);
+  free(opts);
   MT_CALL(err);
   mt_print0("checkpoint %s: epoch %d, step %lld of %lld, global step %ld (%.2f s)\n", path,
             epoch + 1, (long long)step, (long long)t->steps_per_epoch, t->global_step,
