@@ -12,7 +12,7 @@
 #PBS -l nodes=1:ppn=2,walltime=01:00:00
 #PBS -j oe
 set -uo pipefail
-cd "${PBS_O_WORKDIR:-$PWD}"
+cd "${PBS_O_WORKDIR:-$PWD}" || exit 1
 np=${PBS_NP:-}
 [ -n "$np" ] || { [ -f "${PBS_NODEFILE:-}" ] && np=$(wc -l <"$PBS_NODEFILE"); } || true
 [ -n "$np" ] && [ "$np" -gt 0 ] 2>/dev/null || np=${SLURM_NTASKS:-2}

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential autoconf automake pkg-config libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev libpetsc-real-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist
-  slurmctld slurmd slurm-client munge slurm-wlm-torque) # the last line: tests/test_slurm.sh
+  slurmctld slurmd slurm-client munge slurm-wlm-torque) # last line: for tests/test_slurm.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -3,7 +3,7 @@
 # cluster (munged + slurmctld + slurmd, tests/slurm/cluster.sh; one node of
 # 2 CPUs) and runs the job scripts of jobs/ on it:
 # 1. srun -n 2 --mpi=pmix mpitrain trains, and its model equals mpirun -np 2's
-#    bit for bit;
+#    bit for bit; sbatch jobs/slurm-single.sh runs;
 # 2. sbatch --array=0-2 jobs/slurm-array.sh: every element finishes with its
 #    own options, in its own output folder;
 # 3. jobs/slurm-preempt.sh: SIGUSR1 to the batch shell (what --signal=B:USR1@N
@@ -114,8 +114,8 @@ wait_for() {
   done
 }
 
-# submit OUTVAR COMMAND...: runs sbatch/qsub (in $WORK, with a limit) and
-# stores the job id; logs like run_logged.
+# submit OUTVAR COMMAND...: runs sbatch or qsub (with a limit) and stores
+# the job id in OUTVAR (empty on failure); logs like run_logged.
 submit() {
   local var=$1 id
   shift
@@ -153,7 +153,23 @@ expect_output "it ran as one job of 2 ranks" "2 ranks"
 expect_ok "mpirun -np 2, the same options" \
   run_mpi 2 90 "$MPITRAIN" "${small[@]}" -output_dir "$WORK/mpirun"
 same_bits "srun's model equals mpirun's bit for bit" "$WORK/srun" "$WORK/mpirun"
-echo "# 1. srun: $((SECONDS - t)) s"
+# the single-run script, with more options after it
+printf '%s\n' "${small[@]}" | paste -d' ' - - >"$WORK/single.opts"
+submit sjob env MT_OPTIONS="$WORK/single.opts" sbatch --parsable --chdir="$WORK" --output="$WORK/single.out" \
+  "$top_srcdir/jobs/slurm-single.sh" -epochs 1
+if [ -z "$sjob" ]; then
+  fail "sbatch jobs/slurm-single.sh" "no job id (exit $LAST_RC)"
+else
+  LAST_LOG=$WORK/single.out
+  wait_for 90 jobs_ended "$sjob"
+  st="$(job_field "$sjob" JobState) $(job_field "$sjob" ExitCode)"
+  [ "$st" = "COMPLETED 0:0" ] && pass "sbatch jobs/slurm-single.sh completed" ||
+    fail "sbatch jobs/slurm-single.sh completed" "state: $st"
+  job_log "its extra options came last (-epochs 1)" "$WORK/single.out" "epoch 1/1 done"
+  [ -f "$WORK/runs/slurm-$sjob/model_final.h5" ] && pass "it wrote runs/slurm-$sjob" ||
+    fail "it wrote runs/slurm-$sjob" "no model_final.h5 there"
+fi
+echo "# 1. srun and jobs/slurm-single.sh: $((SECONDS - t)) s"
 
 # ---- 2. job array
 t=$SECONDS
@@ -191,11 +207,11 @@ t=$SECONDS
 # chain_try EPOCHS: one submission of jobs/slurm-preempt.sh, signalled once
 # it trains. Status 0 when it went through stop, requeue and resume (then
 # CJOB, CLOG and COUT name the job, its log and its output folder), 2 when
-# the run had ended before the signal reached the ranks (a loaded machine:
+# the run had ended before the test could hold its ranks (a loaded machine:
 # try again with a longer run), 1 on anything else (reported).
 chain_try() {
   local n=$1 st
-  CJOB= CLOG=$WORK/chain-$1.out COUT=$WORK/runs/chain-mtchain$1
+  CJOB='' CLOG=$WORK/chain-$1.out COUT=$WORK/runs/chain-mtchain$1
   printf '%s\n' "-backend ddp" "-model mlp" "-mlp_hidden 512,512" "-data_train $WORK/train.h5" "-epochs $n" \
     "-batch_size 24" "-lr 0.01" "-momentum 0.9" "-threads 1" "-log_every 0" >"$WORK/chain-$n.opts"
   submit CJOB env MT_OPTIONS="$WORK/chain-$n.opts" sbatch --parsable --chdir="$WORK" --job-name="mtchain$n" \
@@ -203,15 +219,51 @@ chain_try() {
   [ -n "$CJOB" ] || { fail "sbatch jobs/slurm-preempt.sh" "no job id (exit $LAST_RC)"; return 1; }
   pass "sbatch jobs/slurm-preempt.sh ($n epochs, job $CJOB)"
   LAST_LOG=$CLOG
-  # the ranks handle SIGUSR1 once they train: wait for the first epoch
-  if ! wait_for 90 chain_training; then
-    fail "the chain job trains" "no 'epoch 1/' in its log after 90 s: $(chain_state)"
-    return 1
+  # the ranks handle SIGUSR1 once they train: wait for the first epoch (a
+  # fast poll of curve.csv, which rank 0 writes a row to per epoch, and of
+  # the log, which srun relays and a loaded machine delays; the ranks' pids
+  # and the job's state now and then)
+  local i=0 end=$((SECONDS + 90))
+  RANKS=
+  until chain_trains; do
+    i=$((i + 1))
+    [ "$(echo $RANKS | wc -w)" = 2 ] || [ $((i % 4)) != 0 ] || RANKS=$(chain_ranks)
+    if [ "$SECONDS" -ge "$end" ] || { [ $((i % 40)) = 0 ] && jobs_ended "$CJOB"; }; then
+      fail "the chain job trains" "no 'epoch 1/' in its log: $(chain_state)"
+      return 1
+    fi
+    sleep 0.05
+  done
+  # Hold the ranks still (SIGSTOP, by pid) while the signal travels, so the
+  # run cannot end before it arrives however loaded the machine is; they
+  # take it when they go on (SIGCONT).
+  [ "$(echo $RANKS | wc -w)" = 2 ] || RANKS=$(chain_ranks)
+  if [ "$(echo $RANKS | wc -w)" != 2 ]; then
+    chain_too_fast "ranks: '$(echo $RANKS)'"
+    return
   fi
+  kill -STOP $RANKS 2>/dev/null
+  echo "# job $CJOB: ranks $(echo $RANKS) held after $(($(wc -l <"$COUT/curve.csv" 2>/dev/null || echo 1) - 1)) of $n epochs"
   # what --signal=B:USR1@N does, without waiting for the time limit
   run_logged timeout 20 scancel --batch --signal=USR1 "$CJOB"
-  [ "$LAST_RC" = 0 ] || { fail "scancel --batch --signal=USR1 $CJOB" "exit $LAST_RC"; return 1; }
+  if [ "$LAST_RC" != 0 ]; then
+    kill -CONT $RANKS 2>/dev/null
+    fail "scancel --batch --signal=USR1 $CJOB" "exit $LAST_RC"
+    return 1
+  fi
   LAST_LOG=$CLOG
+  wait_for 60 chain_held
+  local held=0
+  chain_ranks_signalled && held=1
+  kill -CONT $RANKS 2>/dev/null
+  if [ "$held" = 0 ]; then
+    if chain_ranks_gone; then # they had ended before the SIGSTOP
+      chain_too_fast "a rank is gone"
+      return
+    fi
+    fail "the batch shell forwarded SIGUSR1 to the ranks" "no SIGUSR1 pending at the ranks after 60 s"
+    return 1
+  fi
   if ! wait_for 120 chain_stopped; then
     fail "the job requeued itself after the checkpoint" "neither requeued nor ended after 120 s: $(chain_state)"
     return 1
@@ -219,8 +271,9 @@ chain_try() {
   if ! chain_requeued; then
     st="$(job_field "$CJOB" JobState) $(job_field "$CJOB" ExitCode)"
     if [ "$st" = "COMPLETED 0:0" ] && ! grep -q '^stopped by signal' "$CLOG"; then
-      echo "# the $n-epoch run ended before the signal reached the ranks (a loaded machine?)"
-      return 2
+      # held after their last step: a signal there does not stop them
+      chain_too_fast "held after the last step"
+      return
     fi
     fail "the job requeued itself after the checkpoint" "state: $st, restarts $(job_field "$CJOB" Restarts)"
     grep -v '^epoch ' "$CLOG" | head -n 40 | sed 's/^/#   : /'
@@ -248,20 +301,58 @@ chain_try() {
   pass "the requeued job completed"
   return 0
 }
+# chain_too_fast WHY: the run was (nearly) done before the test could hold
+# its ranks: status 2 (try a longer one) once the job has completed, else 1.
+chain_too_fast() {
+  local st
+  wait_for 120 jobs_ended "$CJOB"
+  st="$(job_field "$CJOB" JobState) $(job_field "$CJOB" ExitCode)"
+  if [ "$st" = "COMPLETED 0:0" ]; then
+    echo "# the run of job $CJOB was done before the test could hold it ($1; a loaded machine?)"
+    return 2
+  fi
+  LAST_LOG=$CLOG
+  fail "the chain job trains" "$1, then state: $st"
+  grep -v '^epoch ' "$CLOG" | head -n 40 | sed 's/^/#   : /'
+  return 1
+}
+# chain_trains: the chain's ranks have done their first epoch.
+chain_trains() {
+  local rows
+  rows=$(wc -l <"$COUT/curve.csv" 2>/dev/null) && [ "$rows" -ge 2 ] && return 0
+  grep -q '^epoch 1/' "$CLOG" 2>/dev/null
+}
+# chain_ranks: pids of the tasks of step 0 (the ranks) of the chain job.
+chain_ranks() {
+  timeout 10 scontrol listpids "$CJOB" 2>/dev/null | awk '$3 == "0" && $4 != "-" && $1 > 0 { print $1 }'
+}
+# chain_ranks_signalled: every rank has SIGUSR1 pending (it is stopped).
+chain_ranks_signalled() {
+  local pid m
+  for pid in $RANKS; do
+    m=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
+    [ -n "$m" ] && (((0x$m >> 9) & 1)) || return 1
+  done
+}
+chain_ranks_gone() {
+  local pid
+  for pid in $RANKS; do kill -0 "$pid" 2>/dev/null || return 0; done
+  return 1
+}
+chain_held() { chain_ranks_signalled || chain_ranks_gone; }
 chain_state() { echo "$(job_field "$CJOB" JobState) restarts $(job_field "$CJOB" Restarts)"; }
-chain_training() { grep -q '^epoch 1/' "$CLOG" 2>/dev/null || jobs_ended "$CJOB"; }
 chain_requeued() { [ "$(job_field "$CJOB" Restarts)" = 1 ] && [ "$(job_field "$CJOB" JobState)" = PENDING ]; }
 chain_stopped() { chain_requeued || jobs_ended "$CJOB"; }
 
-# ~4 s at full speed on 2 cores; longer if that ended before the signal
-# (MT_SLURM_CHAIN_EPOCHS overrides the list)
-for epochs in ${MT_SLURM_CHAIN_EPOCHS:-150 600 2000}; do
+# ~1.5 s at full speed on 2 cores; longer if that ended before the test
+# could hold it (MT_SLURM_CHAIN_EPOCHS overrides the list)
+for epochs in ${MT_SLURM_CHAIN_EPOCHS:-60 240 960}; do
   chain_try "$epochs"
   crc=$?
   [ "$crc" = 2 ] || break
 done
 if [ "$crc" = 2 ]; then
-  fail "the chain job was stopped by the signal" "every run ended before the signal reached it"
+  fail "the chain job was stopped by the signal" "every run ended before the test could hold it"
 elif [ "$crc" = 0 ]; then
   job_log "the log shows the first run" "$CLOG" "mpitrain-chain: job $CJOB run 0 "
   job_log "the batch shell forwarded SIGUSR1" "$CLOG" "SIGUSR1, forwarding it to the ranks"
@@ -283,7 +374,7 @@ if ! command -v qsub >/dev/null 2>&1; then
 else
   printf '%s\n' "-backend ddp" "-model mlp" "-mlp_hidden 16" "-data_train $WORK/train.h5" "-epochs 2" \
     "-batch_size 24" "-lr 0.05" "-threads 1" "-log_every 0" >"$WORK/pbs.opts"
-  submit pjob env MT_OPTIONS="$WORK/pbs.opts" qsub -o "$WORK/pbs.out" -e "$WORK/pbs.err" \
+  submit pjob env MT_OPTIONS="$WORK/pbs.opts" qsub -wd "$WORK" -o "$WORK/pbs.out" -e "$WORK/pbs.err" \
     "$top_srcdir/jobs/pbs-single.sh"
   if [ -z "$pjob" ]; then
     fail "qsub jobs/pbs-single.sh" "no job id (exit $LAST_RC)"

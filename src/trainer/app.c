@@ -27,7 +27,6 @@ static int run(mt_comm *comm, int *stopped) {
   omp_set_num_threads(cfg.threads);
   if (comm->rank == 0) mt_config_print(&cfg, stdout);
   mt_trainer *t = NULL;
-  mt_trainer_signals_install();
   int err = mt_trainer_create(&t, &cfg, comm);
   if (!err) err = mt_trainer_run(t);
   if (!err && t->stopped) *stopped = 1;
@@ -37,6 +36,9 @@ static int run(mt_comm *comm, int *stopped) {
 
 int mt_main(int argc, char **argv) {
   int provided;
+  /* before MPI, PMIx, OpenMP and the loader start threads: they inherit
+   * the mask, and one signal thread takes SIGUSR1/SIGTERM (resume.c) */
+  mt_trainer_signals_install();
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "mpitrain: error: MPI_Init_thread failed\n");
     return 1;
@@ -83,10 +85,7 @@ int mt_main(int argc, char **argv) {
     }
   }
   mt_comm_destroy(&comm);
-  PetscFinalize();
-  /* PetscFinalize resets SIGTERM/SIGUSR1 to their default action; a late
-   * second signal must not turn a clean stop (75) into a kill (143) */
-  mt_trainer_signals_install();
+  PetscFinalize(); /* the signals stay blocked: a late one cannot kill a clean stop */
   MPI_Finalize();
   return rc;
 }

@@ -9,24 +9,53 @@
 #include "io/checkpoint.h"
 #include "trainer/trainer.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ----------------------------------------------------------------- signals */
 
+/* SIGUSR1 and SIGTERM are never delivered to a computing thread: oneDNN's JIT
+ * GEMM kernels use the stack pointer as a general register pointing into the
+ * heap, so a signal frame pushed while one runs corrupts the heap (seen as
+ * "corrupted size vs. prev_size" in a later free). mt_main blocks both
+ * signals before MPI and every other thread start (threads inherit the mask),
+ * and one thread takes them with sigwait() and sets the flag. */
 static volatile sig_atomic_t stop_signal_;
+static int signals_started_;
 
-static void on_signal(int sig) { stop_signal_ = sig; }
+static sigset_t stop_set(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+static void *signal_thread(void *arg) {
+  (void)arg;
+  sigset_t set = stop_set();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0) stop_signal_ = sig;
+  }
+  return NULL;
+}
+
+void mt_trainer_signals_block(void) {
+  sigset_t set = stop_set();
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
 
 void mt_trainer_signals_install(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  if (signals_started_) return;
+  mt_trainer_signals_block();
+  pthread_t th;
+  if (pthread_create(&th, NULL, signal_thread, NULL) == 0) {
+    pthread_detach(th);
+    signals_started_ = 1;
+  }
 }
 
 int mt_trainer_signal(void) { return (int)stop_signal_; }

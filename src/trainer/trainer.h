@@ -79,6 +79,7 @@ void mt_compute_sum_grads(mt_trainer *t);
 /* Checkpoints (resume.c): SIGUSR1 and SIGTERM handlers that set a flag, the
  * signal seen (0 if none); a checkpoint of the position (epoch, step in
  * epoch) with the epoch's global loss so far; a restart per -restart. */
+void mt_trainer_signals_block(void); /* this thread and those it starts   */
 void mt_trainer_signals_install(void);
 int mt_trainer_signal(void);
 int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,

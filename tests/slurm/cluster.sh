@@ -25,8 +25,8 @@ SLURM_CLUSTER_WHY=
 
 # _sc_free_port: prints a TCP port nobody listens on (20000-59999).
 _sc_free_port() {
-  local p i
-  for i in $(seq 1 50); do
+  local p _
+  for _ in $(seq 1 50); do
     p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
     if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
       echo "$p"
