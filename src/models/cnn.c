@@ -121,23 +121,6 @@ static const float *P(const mt_model *m, const float *params, int k) {
   return params + m->params.p[k].offset;
 }
 
-/* The per-sample outputs st asks for (pred, logits) from logits (B, C). */
-static int put_outputs(mt_batch_stats *st, const float *logits, int B, int C) {
-  if (st->logits) {
-    MT_CHECK(st->logits_len == C, MT_ERR_ARG,
-             "model cnn: logits rows of %d asked for, it has %d classes", st->logits_len, C);
-    memcpy(st->logits, logits, (size_t)B * C * sizeof(float));
-  }
-  for (int i = 0; st->pred && i < B; i++) {
-    const float *l = logits + (size_t)i * C;
-    int arg = 0;
-    for (int j = 1; j < C; j++)
-      if (l[j] > l[arg]) arg = j;
-    st->pred[i] = arg;
-  }
-  return 0;
-}
-
 static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
                        mt_batch_stats *st) {
   cnn *s = m->data;
@@ -167,7 +150,7 @@ static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   double sum = mt_softmax_xent_forward(s->probs, losses, &correct, s->logits, s->y, B, s->classes);
   st->loss_sum += sum;
   st->correct += (double)correct;
-  MT_CALL(put_outputs(st, s->logits, B, s->classes));
+  MT_CALL(mt_model_put_outputs("cnn", st, s->logits, B, s->classes));
   return 0;
 }
 

@@ -67,23 +67,6 @@ static const float *W(const mt_model *m, const float *params, int l) {
   return params + m->params.p[2 * l].offset;
 }
 
-/* The per-sample outputs st asks for (pred, logits) from logits (B, C). */
-static int put_outputs(mt_batch_stats *st, const float *logits, int B, int C) {
-  if (st->logits) {
-    MT_CHECK(st->logits_len == C, MT_ERR_ARG,
-             "model mlp: logits rows of %d asked for, it has %d classes", st->logits_len, C);
-    memcpy(st->logits, logits, (size_t)B * C * sizeof(float));
-  }
-  for (int i = 0; st->pred && i < B; i++) {
-    const float *l = logits + (size_t)i * C;
-    int arg = 0;
-    for (int j = 1; j < C; j++)
-      if (l[j] > l[arg]) arg = j;
-    st->pred[i] = arg;
-  }
-  return 0;
-}
-
 static int mlp_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
                        mt_batch_stats *st) {
   mlp *s = m->data;
@@ -108,7 +91,7 @@ static int mlp_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   if (st) {
     st->loss_sum += sum;
     st->correct += (double)correct;
-    MT_CALL(put_outputs(st, s->act[s->nl - 1], B, s->dim[s->nl]));
+    MT_CALL(mt_model_put_outputs("mlp", st, s->act[s->nl - 1], B, s->dim[s->nl]));
   }
   return 0;
 }

@@ -21,4 +21,8 @@ int mt_gpt_set(int layers, int heads, int embd, int block, int gelu_tanh);
  * counter-based generator keyed by (seed, purpose, tensor index). */
 int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint64_t purpose);
 
+/* The per-sample outputs st asks for (pred = argmax, logits) from a
+ * classifier's logits (B, C); model names the model in errors. */
+int mt_model_put_outputs(const char *model, mt_batch_stats *st, const float *logits, int B, int C);
+
 #endif

@@ -91,3 +91,19 @@ int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint6
   }
   return 0;
 }
+
+int mt_model_put_outputs(const char *model, mt_batch_stats *st, const float *logits, int B, int C) {
+  if (st->logits) {
+    MT_CHECK(st->logits_len == C, MT_ERR_ARG,
+             "model %s: logits rows of %d asked for, it has %d classes", model, st->logits_len, C);
+    memcpy(st->logits, logits, (size_t)B * C * sizeof(float));
+  }
+  for (int i = 0; st->pred && i < B; i++) {
+    const float *l = logits + (size_t)i * C;
+    int arg = 0;
+    for (int j = 1; j < C; j++)
+      if (l[j] > l[arg]) arg = j;
+    st->pred[i] = arg;
+  }
+  return 0;
+}
