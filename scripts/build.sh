@@ -6,11 +6,16 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-build}
 shift || true
 cd "$top"
+# several builds (build/, build-asan/, a helper's) may start together: one at
+# a time regenerates the shared configure and Makefile.in
+exec 9>"$top/.build.lock"
+flock 9
 [ -x configure ] && [ configure -nt configure.ac ] && [ Makefile.in -nt Makefile.am ] || autoreconf -fi >/dev/null
 mkdir -p "$dir"
 cd "$dir"
 if [ ! -f Makefile ] || [ "$top/configure" -nt Makefile ] || [ $# -gt 0 ]; then
   "$top/configure" -q "$@"
 fi
+flock -u 9
 make -j"$(nproc)" >/dev/null
 echo "build: $top/$dir"
