@@ -185,6 +185,96 @@ int mt_lr_plateau_step(mt_lr_schedule *s, double metric, int *reduced);
 void mt_lr_state_pack(const mt_lr_schedule *s, double out[MT_LR_STATE_N]);
 int mt_lr_state_unpack(mt_lr_schedule *s, const double in[MT_LR_STATE_N]);
 
+/* ------------------------------------------------------------ loss scaler */
+
+/* Dynamic loss scaling for fp16 training, torch.cuda.amp.GradScaler's rule
+ * (PyTorch 1.13, _amp_update_scale_), with DeepSpeed's hysteresis and a
+ * minimum scale added. The trainer multiplies the loss by mt_scaler_scale(),
+ * unscales the gradients by mt_scaler_inv_scale(), asks mt_has_nonfinite()
+ * (nn/precision.h) whether they overflowed (agreed over all ranks), then
+ * calls mt_scaler_update once per optimizer step, which says whether to skip
+ * that step. The scale is an fp32 number, as in PyTorch.
+ *
+ * Update with found_inf (after u = ++nupdates):
+ *   found_inf: the step is skipped (nskipped++) and growth_tracker = 0;
+ *     then if hysteresis_left > 1 it only counts down, else the scale backs
+ *     off (hysteresis_left stays 1, so further overflows back off at once):
+ *       at min_scale already: MT_ERR_NUMERIC (see below);
+ *       else scale = max((float)(scale * backoff_factor), min_scale).
+ *   clean: with consecutive_hysteresis, hysteresis_left = hysteresis;
+ *     growth_tracker++ and when it reaches growth_interval it is reset to 0,
+ *     hysteresis_left = hysteresis and scale = (float)(scale *
+ *     growth_factor) unless that is inf (the scale then stays).
+ * (Products in double rounded to float, as PyTorch's kernel does.) With
+ * hysteresis 1 (the default) this is exactly PyTorch's sequence of scales
+ * as long as the scale stays >= min_scale; PyTorch has no minimum. With
+ * hysteresis H > 1 it is DeepSpeed's DynamicLossScaler(delayed_shift = H,
+ * consecutive_hysteresis): the first H - 1 overflows (since the last growth;
+ * in a row with consecutive_hysteresis) keep the scale, every one after
+ * backs off; every overflow skips its step. (DeepSpeed divides by its
+ * scale_factor; here it is multiplied by backoff_factor.)
+ *
+ * An overflow that would back off a scale already at min_scale cannot be
+ * cured: mt_scaler_update returns MT_ERR_NUMERIC with a message naming the
+ * update number, sets *skip_step and leaves the state unchanged (stop
+ * there; DeepSpeed raises the same way). Static mode (dynamic = 0) keeps
+ * the scale at init_scale forever and only skips steps that overflow.
+ *
+ * Option names in messages: -loss_scale_init, -loss_scale_growth_factor,
+ * -loss_scale_backoff_factor, -loss_scale_growth_interval,
+ * -loss_scale_hysteresis, -loss_scale_min. */
+typedef struct {
+  double init_scale;          /* 65536 (2^16)                                */
+  double growth_factor;       /* 2, > 1                                      */
+  double backoff_factor;      /* 0.5, in (0, 1)                              */
+  long growth_interval;       /* 2000 clean steps before growth, >= 1        */
+  long hysteresis;            /* 1 (PyTorch); overflows before a back-off    */
+  int consecutive_hysteresis; /* 0 (DeepSpeed's default); 1: clean refills   */
+  double min_scale;           /* 1, in (0, init_scale]                       */
+  int dynamic;                /* 1; 0: static scale init_scale               */
+} mt_scaler_opts;
+
+typedef struct {
+  mt_scaler_opts o;
+  float scale;          /* the current loss scale                          */
+  long growth_tracker;  /* clean steps since the last overflow or growth   */
+  long hysteresis_left; /* overflows still absorbed before a back-off      */
+  long nupdates;        /* mt_scaler_update calls (optimizer steps tried)  */
+  long nskipped;        /* steps skipped for inf/NaN gradients             */
+  long nbackoffs;       /* times the scale was reduced                     */
+  int ready;            /* set by mt_scaler_init                           */
+} mt_scaler;
+
+/* GradScaler's defaults plus hysteresis 1, min_scale 1, dynamic. */
+mt_scaler_opts mt_scaler_defaults(void);
+/* MT_ERR_OPTION naming the option when a value is out of range (above), or
+ * init_scale / min_scale are not finite fp32 numbers. */
+int mt_scaler_check(const mt_scaler_opts *o);
+/* Checks o (NULL: the defaults) and starts at scale = (float)init_scale,
+ * hysteresis_left = hysteresis, counters 0. s is unchanged on error. */
+int mt_scaler_init(mt_scaler *s, const mt_scaler_opts *o);
+/* One update per optimizer step (rule above). found_inf: nonzero when any
+ * gradient of the step, on any rank, was inf or NaN. *skip_step (may be
+ * NULL) is set to 1 when the optimizer must not step, else 0. Returns 0,
+ * MT_ERR_NUMERIC at the minimum scale (above), MT_ERR_STATE before init. */
+int mt_scaler_update(mt_scaler *s, int found_inf, int *skip_step);
+/* The scale, and 1/scale as PyTorch's unscale_ forms it:
+ * (float)(1.0 / (double)scale). */
+float mt_scaler_scale(const mt_scaler *s);
+float mt_scaler_inv_scale(const mt_scaler *s);
+
+/* The state as MT_SCALER_STATE_N doubles (one checkpoint attribute): scale,
+ * growth_tracker, hysteresis_left, nupdates, nskipped, nbackoffs. Unpack
+ * needs an initialized s (its options stay: those of the resumed run),
+ * checks the values (MT_ERR_DATA when they cannot come from pack; a scale
+ * below the current min_scale, a growth_tracker or hysteresis_left beyond
+ * the current options are clamped to them, so changed options take effect
+ * at once) and leaves s unchanged on error. In static mode only the
+ * counters are restored; the scale stays init_scale. */
+#define MT_SCALER_STATE_N 6
+void mt_scaler_state_pack(const mt_scaler *s, double out[MT_SCALER_STATE_N]);
+int mt_scaler_state_unpack(mt_scaler *s, const double in[MT_SCALER_STATE_N]);
+
 /* -------------------------------------------------------------- clipping */
 
 /* Global L2 norm of n floats (accumulated in double). */
