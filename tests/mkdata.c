@@ -1,8 +1,10 @@
 /* mkdata: data files and checks for the test scripts.
  *
  *   mkdata synth OUT.h5 N D C SEED [uint8|image]  learnable synthetic classes
+ *   mkdata regress OUT.h5 N D K SEED         float targets y (N,K) of x (N,D)
  *   mkdata bad KIND OUT.h5                   a small file broken in one way
- *   mkdata compare A.h5 B.h5 RTOL            float32 datasets of A vs B
+ *   mkdata compare A.h5 B.h5 RTOL [SKIP]     float32 datasets of A vs B (names
+ *                                            containing SKIP left out)
  *   mkdata stats FILE.h5                     shapes, label histogram, mean x
  *   mkdata outstats FILE.h5 [N]              an outputs file (src/io/outputs.h):
  *                                            rows in order, mean loss, accuracy
@@ -121,7 +123,7 @@ typedef struct {
   int has_x, has_y, has_scale, has_nclasses;
   int xrank;   /* 2: (nx, d); 1: (nx); 4: (nx, 1, s, s) with d = s*s */
   char xtype;  /* 'f' float32, 'u' uint8 (+scale), 'l' int64 */
-  char ytype;  /* 'i' int32, 'f' float32 */
+  char ytype;  /* 'i' int32, 'f' float32, 'b' 32-bit bitfield */
 } layout;
 
 static int write_set(const char *path, const layout *L, const float *x, const int32_t *y,
@@ -164,8 +166,9 @@ static int write_set(const char *path, const layout *L, const float *x, const in
   if (L->has_y) {
     hsize_t n = (hsize_t)L->ny;
     hid_t ft = H5T_STD_I32LE, mt = H5T_NATIVE_INT32;
-    if (L->ytype == 'i') {
+    if (L->ytype == 'i' || L->ytype == 'b') {
       memcpy(yb, y, (size_t)n * sizeof(int32_t));
+      if (L->ytype == 'b') ft = H5T_STD_B32LE, mt = H5T_NATIVE_B32; /* neither class */
     } else {
       ft = H5T_IEEE_F32LE, mt = H5T_NATIVE_FLOAT;
       for (hsize_t i = 0; i < n; i++) ((float *)yb)[i] = (float)y[i];
@@ -225,6 +228,55 @@ static int cmd_synth(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* Regression data: x uniform in [-1, 1] (N,D) float32, y (N,K) float32 with
+ * y_k = sum_j w_kj x_j + 0.5 tanh(x_k x_{k+1}); w is the same for every
+ * file (one function), SEED draws the inputs. */
+static int cmd_regress(int argc, char **argv) {
+  long n, d, k, seed;
+  if (argc != 5 || parse_long(argv[1], 1, 1L << 26, "N", &n) ||
+      parse_long(argv[2], 2, 1L << 16, "D", &d) || parse_long(argv[3], 1, 1L << 10, "K", &k) ||
+      parse_long(argv[4], 0, LONG_MAX, "SEED", &seed)) {
+    fail("usage: mkdata regress OUT.h5 N D K SEED (D >= 2)");
+    return 2;
+  }
+  float *x = calloc((size_t)(n * d), sizeof(float)), *y = calloc((size_t)(n * k), sizeof(float));
+  float *w = calloc((size_t)(k * d), sizeof(float));
+  if (!x || !y || !w) {
+    fail("regress: out of memory");
+    return 1;
+  }
+  uint64_t fw = 12345, st = (uint64_t)seed; /* one function; SEED draws the inputs */
+  for (long i = 0; i < k * d; i++) w[i] = (float)((2.0 * uniform01(&fw) - 1.0) / sqrt((double)d));
+  for (long i = 0; i < n * d; i++) x[i] = (float)(2.0 * uniform01(&st) - 1.0);
+  for (long i = 0; i < n; i++)
+    for (long q = 0; q < k; q++) {
+      const float *r = x + i * d;
+      double v = 0.5 * tanh((double)r[q % d] * r[(q + 1) % d]);
+      for (long j = 0; j < d; j++) v += (double)w[q * d + j] * r[j];
+      y[i * k + q] = (float)v;
+    }
+  hid_t f = H5Fcreate(argv[0], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  int rc = f < 0;
+  hsize_t dx[2] = {(hsize_t)n, (hsize_t)d}, dy[2] = {(hsize_t)n, (hsize_t)k};
+  const char *names[2] = {"x", "y"};
+  const hsize_t *dims[2] = {dx, dy};
+  const float *data[2] = {x, y};
+  for (int t = 0; t < 2 && !rc; t++) {
+    hid_t sp = H5Screate_simple(2, dims[t], NULL);
+    hid_t ds = H5Dcreate2(f, names[t], H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    rc = ds < 0 || H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data[t]) < 0;
+    if (ds >= 0) H5Dclose(ds);
+    H5Sclose(sp);
+  }
+  if (f >= 0 && H5Fclose(f) < 0) rc = 1;
+  if (rc) fail("regress: cannot write %s", argv[0]);
+  else printf("%s: %ld samples, %ld inputs, %ld targets\n", argv[0], n, d, k);
+  free(x);
+  free(y);
+  free(w);
+  return rc;
+}
+
 static const char *const bad_kinds[] = {"nox",       "noy",       "xdtype", "ydtype",
                                         "xrank",     "nmismatch", "label_high", "label_neg",
                                         "empty",     "garbage",   "noclasses",  "noscale",
@@ -266,7 +318,7 @@ static int cmd_bad(int argc, char **argv) {
   if (!strcmp(kind, "nox")) L.has_x = 0;
   if (!strcmp(kind, "noy")) L.has_y = 0;
   if (!strcmp(kind, "xdtype")) L.xtype = 'l';
-  if (!strcmp(kind, "ydtype")) L.ytype = 'f';
+  if (!strcmp(kind, "ydtype")) L.ytype = 'b'; /* float /y is regression now */
   if (!strcmp(kind, "xrank")) L.xrank = 1;
   if (!strcmp(kind, "nmismatch")) L.ny = 60;
   if (!strcmp(kind, "label_high")) y[37] = 4;
@@ -333,6 +385,7 @@ typedef struct {
   const char *fa, *fb;
   double rtol;
   int seen, bad;
+  const char *skip; /* names containing it are not compared */
 } cmp_ctx;
 
 static void shape_str(char *s, size_t len, int rank, const hsize_t *dims) {
@@ -347,6 +400,10 @@ static herr_t cmp_one(hid_t a, const char *name, const H5L_info_t *info, void *o
   cmp_ctx *c = op;
   size_t sa, sb;
   if (dset_class(a, name, &sa) != H5T_FLOAT || sa != 4) return 0; /* float32 only */
+  if (c->skip && strstr(name, c->skip)) {
+    printf("%-40s skipped\n", name);
+    return 0;
+  }
   c->seen++;
   if (dset_class(c->b, name, &sb) != H5T_FLOAT) {
     printf("%-40s MISSING (no float dataset of that name in %s)\n", name, c->fb);
@@ -393,9 +450,9 @@ static herr_t cmp_one(hid_t a, const char *name, const H5L_info_t *info, void *o
 
 static int cmd_compare(int argc, char **argv) {
   char *end;
-  double rtol = argc == 3 ? strtod(argv[2], &end) : -1;
-  if (argc != 3 || *end || !(rtol >= 0)) {
-    fail("usage: mkdata compare A.h5 B.h5 RTOL (RTOL >= 0)");
+  double rtol = argc == 3 || argc == 4 ? strtod(argv[2], &end) : -1;
+  if ((argc != 3 && argc != 4) || *end || !(rtol >= 0)) {
+    fail("usage: mkdata compare A.h5 B.h5 RTOL [SKIP] (RTOL >= 0)");
     return 2;
   }
   hid_t a = H5Fopen(argv[0], H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -405,7 +462,7 @@ static int cmd_compare(int argc, char **argv) {
     if (a >= 0) H5Fclose(a);
     return 1;
   }
-  cmp_ctx c = {.b = b, .fa = argv[0], .fb = argv[1], .rtol = rtol};
+  cmp_ctx c = {.b = b, .fa = argv[0], .fb = argv[1], .rtol = rtol, .skip = argc == 4 ? argv[3] : NULL};
   hsize_t idx = 0;
   herr_t st = H5Literate(a, H5_INDEX_NAME, H5_ITER_INC, &idx, cmp_one, &c);
   H5Fclose(a);
@@ -695,6 +752,7 @@ int main(int argc, char **argv) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   if (argc >= 2 && !strcmp(argv[1], "synth")) return cmd_synth(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "bad")) return cmd_bad(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "regress")) return cmd_regress(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "compare")) return cmd_compare(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "stats")) return cmd_stats(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "outstats")) return cmd_outstats(argc - 2, argv + 2);
@@ -702,9 +760,10 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "outindex")) return cmd_outindex(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: mkdata synth OUT.h5 N D C SEED [uint8|image]\n"
+          "       mkdata regress OUT.h5 N D K SEED\n"
           "       mkdata bad KIND OUT.h5   (KIND: nox noy xdtype ydtype xrank nmismatch\n"
           "                                 label_high label_neg empty garbage noclasses noscale)\n"
-          "       mkdata compare A.h5 B.h5 RTOL\n"
+          "       mkdata compare A.h5 B.h5 RTOL [SKIP]\n"
           "       mkdata stats FILE.h5\n"
           "       mkdata outstats FILE.h5 [N]\n"
           "       mkdata rows A.h5 B.h5 RTOL [subset]\n"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mpitrain against PyTorch 1.13: from the same weights (-init_from
 # validation/curves/MODEL_init.h5) and the same data order, 50 steps of cnn
-# (SGD, Fashion-MNIST) and gpt (AdamW, byte tokens of GPL-3) give the loss
+# (SGD, Fashion-MNIST), cnnbn (the same with batch norm, whose running
+# statistics must also end as PyTorch's) and gpt (AdamW, byte tokens of GPL-3) give the loss
 # curves PyTorch gave (validation/curves/MODEL_torch.csv, made by
 # validation/compare_torch.py) within 1e-4 relative at every step; at 1 rank
 # (sp) and 2 (ddp). This part needs no Python.
@@ -12,7 +13,7 @@
 # the interpreter (default /usr/bin/python3, Debian's python3-torch).
 . "$top_srcdir/tests/lib.sh"
 make_work
-need_bin "$MPITRAIN" "$MT_DATA"
+need_bin "$MPITRAIN" "$MT_DATA" "$MKDATA"
 curves=${MT_CURVES_DIR:-$top_srcdir/validation/curves}
 tol=1e-4
 fm_src=/usr/share/datasets/fashion-mnist
@@ -72,8 +73,8 @@ py=${MT_TORCH_PYTHON:-/usr/bin/python3}
 have_torch=0
 if "$py" -c 'import torch, h5py' >/dev/null 2>&1; then have_torch=1; fi
 
-for m in cnn gpt; do
-  if [ $m = cnn ]; then
+for m in cnn cnnbn gpt; do
+  if [ $m != gpt ]; then
     [ $have_cnn = 1 ] || continue
     train=$fmnist/fashion-mnist-train.h5 val=$fmnist/fashion-mnist-test.h5
   else
@@ -83,7 +84,11 @@ for m in cnn gpt; do
   for f in "$m.opts" "${m}_init.h5" "${m}_torch.csv"; do
     [ -f "$curves/$f" ] || bail "missing $curves/$f"
   done
-  for run in sp:1 ddp:2; do
+  runs="sp:1 ddp:2"
+  # batch norm under ddp normalises each rank's half batch (as PyTorch DDP
+  # without SyncBatchNorm), not PyTorch's whole one: tests/test_model_features.sh
+  [ $m = cnnbn ] && runs=sp:1
+  for run in $runs; do
     set -- "${run%:*}" "${run#*:}" # backend, ranks
     o=$WORK/$m-$1
     run_logged run_mpi "$2" 120 "$MPITRAIN" -options_file "$curves/$m.opts" -backend "$1" \
@@ -95,6 +100,11 @@ for m in cnn gpt; do
     fi
     compare_curve "$m: -backend $1 at $2 rank(s): 50 losses within $tol of PyTorch's" \
       "$o/steps.csv" "$curves/${m}_torch.csv"
+    if [ -f "$curves/${m}_torch_buffers.h5" ]; then # batch norm's running statistics
+      run_logged "$MKDATA" compare "$curves/${m}_torch_buffers.h5" "$o/model_final.h5" "$tol"
+      [ "$LAST_RC" = 0 ] && pass "$m: -backend $1: running statistics within $tol of PyTorch's" ||
+        fail "$m: -backend $1: running statistics within $tol of PyTorch's" "$(last_output | grep FAIL)"
+    fi
   done
 
   o=$WORK/$m-sp

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Loss curves of mpitrain against PyTorch from the same weights and data.
 
-For each model (cnn, gpt) the configuration is validation/curves/MODEL.opts
+For each curve (cnn, cnnbn: cnn with batch norm, gpt) the configuration is validation/curves/MODEL.opts
 (mpitrain's options file). This script
 
   1. builds the PyTorch twin (validation/torch_models.py) and either loads
@@ -44,7 +44,7 @@ import torch_models as tm  # noqa: E402
 CURVES = os.path.join(HERE, "curves")
 FMNIST_SRC = "/usr/share/datasets/fashion-mnist"
 GPL = "/usr/share/common-licenses/GPL-3"
-TORCH_SEED = {"cnn": 1234, "gpt": 5678, "mlp": 4321}  # torch.manual_seed of the init
+TORCH_SEED = {"cnn": 1234, "gpt": 5678, "mlp": 4321, "cnnbn": 2468}  # torch.manual_seed of the init
 
 
 def read_opts(path):
@@ -57,6 +57,12 @@ def read_opts(path):
                 continue
             opts[line[0].lstrip("-")] = line[1] if len(line) > 1 else True
     return opts
+
+
+def flag(opts, name):
+    """A boolean option: given bare (True) or with a value 1/0, true/false."""
+    v = opts.get(name, False)
+    return v is True or str(v).lower() in ("1", "true", "yes", "on")
 
 
 def data_file(model, data_dir, mt_data):
@@ -106,7 +112,8 @@ def build(model, opts, data):
     if model == "cnn":
         ch = [int(c) for c in str(opts.get("cnn_channels", "32,64")).split(",")]
         return tm.CNN(data.sample_shape(), ch, int(opts.get("cnn_kernel", 3)),
-                      int(opts.get("cnn_hidden", 128)), data.classes)
+                      int(opts.get("cnn_hidden", 128)), data.classes,
+                      batchnorm=flag(opts, "cnn_batchnorm"))
     if model == "gpt":
         return tm.GPT(data.vocab, int(opts["gpt_block"]), int(opts["gpt_layers"]),
                       int(opts["gpt_heads"]), int(opts["gpt_embd"]), opts.get("gpt_gelu", "tanh"))
@@ -130,8 +137,8 @@ def optimizer(params, opts):
                            nesterov=bool(opts.get("nesterov", False)))
 
 
-def torch_curve(model_name, opts, data, init_path, write_init):
-    torch.manual_seed(TORCH_SEED.get(model_name, 0))
+def torch_curve(model_name, opts, data, init_path, write_init, seed_name=None):
+    torch.manual_seed(TORCH_SEED.get(seed_name or model_name, 0))
     net = build(model_name, opts, data)
     if model_name == "gpt":
         net.init_gpt2()
@@ -151,7 +158,7 @@ def torch_curve(model_name, opts, data, init_path, write_init):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return losses
+    return losses, net
 
 
 def read_curve(path, column="loss"):
@@ -168,6 +175,19 @@ def write_curve(path, losses):
 
 def rel_diffs(a, b):
     return [abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b)]
+
+
+def compare_buffers(net, model_file, tol):
+    """mpitrain's final running statistics against torch's."""
+    ok = True
+    with h5py.File(model_file, "r") as f:
+        for name, b in tm.mpitrain_buffers(net):
+            got = np.asarray(f[name], dtype=np.float64)
+            want = b.numpy().astype(np.float64)
+            rel = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+            ok &= rel <= tol
+            print(f"  buffer {name}: max relative difference {rel:.3g}")
+    return ok
 
 
 def run_mpitrain(binary, opts_path, init_path, data_path, out_dir, mpirun):
@@ -195,7 +215,7 @@ def report(label, a, b, tol):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="cnn,gpt")
+    ap.add_argument("--models", default="cnn,cnnbn,gpt")
     ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "mpitrain-validation-data"))
     ap.add_argument("--mt-data", help="mt-data program, to make missing data files")
     ap.add_argument("--mpitrain", help="mpitrain program: run it and compare")
@@ -209,11 +229,19 @@ def main():
     for m in args.models.split(","):
         opts_path = os.path.join(CURVES, f"{m}.opts")
         opts = read_opts(opts_path)
+        kind = opts.get("model", m)  # a curve's name (cnnbn) and its model (cnn)
         init_path = os.path.join(CURVES, f"{m}_init.h5")
         exp_path = os.path.join(CURVES, f"{m}_torch.csv")
-        dpath = data_file(m, args.data, args.mt_data)
+        dpath = data_file(kind, args.data, args.mt_data)
         data = Data(dpath, opts)
-        losses = torch_curve(m, opts, data, init_path, args.write)
+        losses, net = torch_curve(kind, opts, data, init_path, args.write, seed_name=m)
+        bufs = tm.mpitrain_buffers(net)
+        buf_path = os.path.join(CURVES, f"{m}_torch_buffers.h5")
+        if bufs and (args.write or not os.path.exists(buf_path)):
+            with h5py.File(buf_path, "w") as f:  # running statistics after the steps
+                for name, b in bufs:
+                    f.create_dataset(name, data=b.numpy().astype(np.float32))
+            print(f"  wrote {os.path.relpath(buf_path)}")
         print(f"{m}: PyTorch {torch.__version__}, {len(losses)} steps, loss {losses[0]:.6f} -> {losses[-1]:.6f}")
         if args.write or not os.path.exists(exp_path):
             write_curve(exp_path, losses)
@@ -223,6 +251,8 @@ def main():
         if args.mpitrain:
             with tempfile.TemporaryDirectory() as tmp:
                 mt = run_mpitrain(args.mpitrain, opts_path, init_path, dpath, tmp, args.mpirun)
+                if bufs:
+                    ok &= compare_buffers(net, os.path.join(tmp, "model_final.h5"), args.tol)
             ok &= report("mpitrain vs PyTorch", mt, losses, args.tol)
             if args.per_step:
                 for s, (a, b, d) in enumerate(zip(mt, losses, rel_diffs(mt, losses))):

@@ -2,8 +2,9 @@
 """Load an mpitrain model file into its torch.nn module and evaluate it.
 
 An mpitrain model file (OUTPUT_DIR/model_final.h5, or an -init_from file)
-holds every parameter as a float32 dataset at the root, under its PyTorch
-name and in PyTorch's layout. So the whole loading is:
+holds every parameter and buffer (batch norm's running_mean/var) as a
+float32 dataset at the root, under its PyTorch name and in PyTorch's layout
+(num_batches_tracked is not kept). So the whole loading is:
 
     import h5py, torch
     from torch_models import GPT                    # validation/torch_models.py
@@ -59,13 +60,15 @@ def build_from_file(f, heads, gelu):
         L = len({m.group(1) for n in names for m in [re.match(r"transformer\.h\.(\d+)\.", n)] if m})
         return "gpt", tm.GPT(V, T, L, heads, C, gelu)
     if "features.0.weight" in names:
-        convs = sorted(int(m.group(1)) for n in names for m in [re.match(r"features\.(\d+)\.weight$", n)] if m)
+        idx = sorted(int(m.group(1)) for n in names for m in [re.match(r"features\.(\d+)\.weight$", n)] if m)
+        convs = [i for i in idx if len(f[f"features.{i}.weight"].shape) == 4]
+        batchnorm = "features.1.running_mean" in names
         ch = [f[f"features.{i}.weight"].shape[0] for i in convs]
         ic, k = f["features.0.weight"].shape[1], f["features.0.weight"].shape[2]
         hidden, flat = f["classifier.1.weight"].shape
         classes = f["classifier.3.weight"].shape[0]
         side = int(round((flat // ch[-1]) ** 0.5)) << len(ch)  # square inputs
-        return "cnn", tm.CNN((ic, side, side), ch, k, hidden, classes)
+        return "cnn", tm.CNN((ic, side, side), ch, k, hidden, classes, batchnorm=batchnorm)
     if "layers.0.weight" in names:
         idx = sorted(int(m.group(1)) for n in names for m in [re.match(r"layers\.(\d+)\.weight$", n)] if m)
         dims = [f[f"layers.{i}.weight"].shape for i in idx]
@@ -77,7 +80,8 @@ def load(path, heads=4, gelu="tanh"):
     """(kind, module) with the tensors of an mpitrain model file."""
     with h5py.File(path, "r") as f:
         kind, net = build_from_file(f, heads, gelu)
-        sd = {name: torch.from_numpy(np.asarray(f[name], dtype=np.float32)) for name in f}
+        sd = dict(net.state_dict())  # num_batches_tracked stays as made
+        sd.update({name: torch.from_numpy(np.asarray(f[name], dtype=np.float32)) for name in f})
     if kind == "gpt":
         sd["lm_head.weight"] = sd["transformer.wte.weight"]
     net.load_state_dict(sd, strict=True)

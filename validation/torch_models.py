@@ -112,22 +112,33 @@ class MLP(nn.Module):
 
 
 class CNN(nn.Module):
-    def __init__(self, in_shape, channels, kernel, hidden, classes):
+    """features = (Conv2d, [BatchNorm2d,] ReLU, MaxPool2d) per block;
+    classifier = (Flatten, Linear, ReLU, Linear) with dropout (functional,
+    so no index moves) after the ReLU, as mpitrain's -cnn_dropout."""
+
+    def __init__(self, in_shape, channels, kernel, hidden, classes, batchnorm=False, dropout=0.0):
         super().__init__()
         c, h, w = in_shape if len(in_shape) == 3 else (1,) + tuple(in_shape)
         mods = []
         for oc in channels:
-            mods += [nn.Conv2d(c, oc, kernel, padding=kernel // 2), nn.ReLU(), nn.MaxPool2d(2)]
+            mods += [nn.Conv2d(c, oc, kernel, padding=kernel // 2)]
+            if batchnorm:
+                mods += [nn.BatchNorm2d(oc)]
+            mods += [nn.ReLU(), nn.MaxPool2d(2)]
             c, h, w = oc, h // 2, w // 2
         self.features = nn.Sequential(*mods)
         self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, hidden), nn.ReLU(),
                                         nn.Linear(hidden, classes))
+        self.dropout = dropout
         self.in_shape = (1, h, w) if len(in_shape) == 2 else tuple(in_shape)
 
     def forward(self, x):
         if x.dim() == 3:  # (B,H,W) samples read as one channel
             x = x.unsqueeze(1)
-        return self.classifier(self.features(x))
+        c = self.classifier
+        x = c[2](c[1](c[0](self.features(x))))
+        x = F.dropout(x, self.dropout, self.training)
+        return c[3](x)
 
 
 class CausalSelfAttention(nn.Module):
@@ -233,13 +244,20 @@ def mpitrain_names(model):
     return [(n, p) for n, p in model.named_parameters()]
 
 
+def mpitrain_buffers(model):
+    """Buffers as mpitrain stores them (batch norm's running statistics);
+    num_batches_tracked is not kept (it only matters for momentum=None)."""
+    return [(n, b) for n, b in model.named_buffers() if not n.endswith("num_batches_tracked")]
+
+
 def load_state_from_h5(model, path):
     """Fill `model` from an mpitrain HDF5 model or -init_from file (every
-    parameter a float32 dataset at the root under its PyTorch name)."""
+    parameter and buffer a float32 dataset at the root under its PyTorch
+    name)."""
     import h5py
-    sd = {}
+    sd = dict(model.state_dict())
     with h5py.File(path, "r") as f:
-        for name, _ in mpitrain_names(model):
+        for name, _ in mpitrain_names(model) + mpitrain_buffers(model):
             if name not in f:
                 raise KeyError(f"{path} has no tensor {name}")
             sd[name] = torch.from_numpy(np.asarray(f[name], dtype=np.float32))
@@ -252,5 +270,5 @@ def load_state_from_h5(model, path):
 def save_state_to_h5(model, path):
     import h5py
     with h5py.File(path, "w") as f:
-        for name, p in mpitrain_names(model):
+        for name, p in mpitrain_names(model) + mpitrain_buffers(model):
             f.create_dataset(name, data=p.detach().cpu().numpy().astype(np.float32))

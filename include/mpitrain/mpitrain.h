@@ -141,6 +141,8 @@ typedef struct {
   int64_t sample_numel;
   int nclasses;           /* > 0 for class labels; the vocabulary for tokens */
   int tokens;             /* 1: token windows of sample_numel + 1 tokens     */
+  int ntargets;           /* > 0: regression, that many float targets per
+                             sample (/y float (N) or (N,K)); nclasses is 0   */
 } mt_data_spec;
 
 /* A batch of n samples handed to a model. Each present array is row-major
@@ -151,7 +153,19 @@ typedef struct {
   const int32_t *labels; /* (n) class labels                                 */
   const int32_t *tokens; /* (n, tokens_len) token windows: a language-model
                             sample is T+1 tokens, inputs [0,T), targets [1,T] */
-  int64_t x_len, tokens_len;
+  const float *targets;  /* (n, targets_len) regression targets             */
+  int64_t x_len, tokens_len, targets_len;
+  /* Where the rows come from and what the pass is, for layers that draw
+   * random numbers (dropout) or keep statistics (batch norm):
+   * ids: each row's index in its data set (NULL: row numbers); train: 1 in
+   * a training forward (dropout on, batch statistics used and the running
+   * ones updated), 0 in evaluation; key: the step's random key. A layer
+   * draws sample ids[i]'s numbers from (key, ids[i]), so the masks do not
+   * depend on how the rows are split over ranks, threads or micro-batches,
+   * and a restarted run draws the same ones. */
+  const int64_t *ids;
+  int train;
+  uint64_t key;
 } mt_batch;
 
 /* Rows [r0, r1) of b (no copy). */
@@ -161,6 +175,8 @@ static inline mt_batch mt_batch_rows(const mt_batch *b, int r0, int r1) {
   if (s.x) s.x += (int64_t)r0 * b->x_len;
   if (s.labels) s.labels += r0;
   if (s.tokens) s.tokens += (int64_t)r0 * b->tokens_len;
+  if (s.targets) s.targets += (int64_t)r0 * b->targets_len;
+  if (s.ids) s.ids += r0;
   return s;
 }
 
@@ -209,6 +225,16 @@ typedef struct {
 struct mt_model {
   const mt_model_ops *ops;
   mt_param_table params;
+  /* State that is not trained but belongs to the model (batch norm's
+   * running statistics, PyTorch's buffers): a table the setup op fills like
+   * params, and its flat buffer, allocated by mt_model_create after setup
+   * and filled by the init op. It is saved with the model and in
+   * checkpoints; under data parallelism rank 0's values are broadcast
+   * after every step (PyTorch DDP's broadcast_buffers=True). A model with
+   * buffers runs each forward over the whole batch of a rank (no batch
+   * split over threads), so its statistics are those of that batch. */
+  mt_param_table buffers;
+  float *buf;
   mt_data_spec spec;
   int max_batch;
   void *data; /* implementation state                                      */

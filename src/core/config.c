@@ -230,6 +230,18 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   if (c->cnn_kernel % 2 == 0) bad("option -cnn_kernel: %d must be odd (allowed: 1, 3, ..., 31)", c->cnn_kernel);
   PetscCall(opt_int(PetscOptionsObject, "-cnn_hidden", "cnn: hidden units of the classifier", 128,
                     1, 1 << 20, &c->cnn_hidden));
+  PetscCall(opt_bool(PetscOptionsObject, "-cnn_batchnorm",
+                     "cnn: BatchNorm2d after each convolution (running statistics; under ddp "
+                     "rank 0's are broadcast every step)", 0, &c->cnn_batchnorm));
+  PetscCall(opt_real(PetscOptionsObject, "-cnn_dropout",
+                     "cnn: dropout probability after the hidden layer", 0, 0, 0, 0.999999,
+                     &c->cnn_dropout));
+  PetscCall(opt_real(PetscOptionsObject, "-mlp_dropout",
+                     "mlp: dropout probability after each hidden layer", 0, 0, 0, 0.999999,
+                     &c->mlp_dropout));
+  PetscCall(opt_real(PetscOptionsObject, "-gpt_dropout",
+                     "gpt: dropout probability of the embedding and of the projections into the "
+                     "residual stream", 0, 0, 0, 0.999999, &c->gpt_dropout));
   PetscCall(opt_int(PetscOptionsObject, "-gpt_layers", "gpt: transformer blocks", 4, 1, 1024,
                     &c->gpt_layers));
   PetscCall(opt_int(PetscOptionsObject, "-gpt_heads", "gpt: attention heads", 4, 1, 1024,
@@ -263,7 +275,22 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
       snprintf(c->data_val[c->nval++], MT_PATH_MAX, "%s", tok);
     }
   }
-  PetscCall(opt_int(PetscOptionsObject, "-epochs", "Number of epochs", 1, 1, 1000000, &c->epochs));
+  PetscCall(opt_int(PetscOptionsObject, "-epochs",
+                    "Number of epochs (0: only evaluate the validation and test sets)", 1, 0,
+                    1000000, &c->epochs));
+  PetscCall(opt_real(PetscOptionsObject, "-val_smoothing",
+                     "Smoothed validation loss s = a s + (1 - a) loss over epochs (first set); "
+                     "it drives -lr_schedule plateau, the best model and early stopping (0: raw)",
+                     0, 0, 0, 0.999999, &c->val_smoothing));
+  PetscCall(opt_int(PetscOptionsObject, "-early_stop_patience",
+                    "Stop after this many epochs without a better smoothed validation loss (0: off)",
+                    0, 0, INT_MAX, &c->early_stop_patience));
+  PetscCall(opt_real(PetscOptionsObject, "-early_stop_min_delta",
+                     "Improvement of the smoothed validation loss that counts as better", 0, 0, 0,
+                     1e30, &c->early_stop_min_delta));
+  PetscCall(opt_bool(PetscOptionsObject, "-restore_best",
+                     "After training, continue with the best model (lowest smoothed validation "
+                     "loss): test sets and model_final.h5 use it", 0, &c->restore_best));
   PetscCall(opt_int(PetscOptionsObject, "-batch_size", "Global batch size (all ranks, all micro-steps)",
                     128, 1, 1 << 24, &c->batch_size));
   PetscCall(opt_int(PetscOptionsObject, "-micro_batch_size",
@@ -450,6 +477,9 @@ static void derive(mt_config *c) {
     bad("option -outputs: 'val' needs validation sets (-data_val)");
   if ((c->outputs & MT_OUTPUTS_TEST) && c->ntest == 0)
     bad("option -outputs: 'test' needs test sets (-data_test)");
+  if ((c->early_stop_patience > 0 || c->restore_best) && c->nval == 0)
+    bad("option %s: needs a validation set (-data_val) to watch",
+        c->restore_best ? "-restore_best" : "-early_stop_patience");
   if (c->outputs_logits && !c->outputs)
     bad("option -outputs_logits: needs -outputs (val, train or test)");
   if (c->micro_batch_size == 0) return; /* reported above */
@@ -530,6 +560,12 @@ void mt_config_print(const mt_config *c, FILE *f) {
           "schedule %s warmup %d; clip_grad_norm %g; seed %llu\n",
           c->optimizer, c->lr, c->momentum, c->dampening, c->nesterov, c->weight_decay,
           c->lr_schedule, c->warmup_steps, c->clip_grad_norm, (unsigned long long)c->seed);
+  if (!strcmp(c->model, "cnn"))
+    fprintf(f, "  cnn: channels %d blocks, kernel %d, hidden %d, batchnorm %d, dropout %g\n",
+            c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden, c->cnn_batchnorm, c->cnn_dropout);
+  if (c->val_smoothing > 0 || c->early_stop_patience > 0 || c->restore_best)
+    fprintf(f, "  validation: smoothing %g, early stop patience %d (min delta %g), restore best %d\n",
+            c->val_smoothing, c->early_stop_patience, c->early_stop_min_delta, c->restore_best);
   fprintf(f, "  output_dir %s", c->output_dir);
   for (int i = 0; i < c->ntest; i++) fprintf(f, "%s%s", i ? ", " : "; test ", c->data_test[i]);
   if (c->outputs)

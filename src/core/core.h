@@ -21,8 +21,9 @@ typedef struct {
   int mlp_hidden[MT_MAX_HIDDEN];
   int mlp_nhidden;
   int cnn_channels[8];
-  int cnn_nblocks, cnn_kernel, cnn_hidden;
+  int cnn_nblocks, cnn_kernel, cnn_hidden, cnn_batchnorm;
   int gpt_layers, gpt_heads, gpt_embd, gpt_block;
+  double mlp_dropout, cnn_dropout, gpt_dropout;
   char gpt_gelu[8];
   char data_train[MT_PATH_MAX];
   char data_val[MT_MAX_VAL][MT_PATH_MAX];
@@ -49,6 +50,11 @@ typedef struct {
   double onecycle_pct_start, onecycle_div_factor, onecycle_final_div_factor;
   int plateau_patience, plateau_cooldown;
   double plateau_threshold;
+  /* validation loss smoothing (EMA factor), best model, early stop */
+  double val_smoothing;
+  int early_stop_patience; /* epochs without improvement, 0 = off         */
+  double early_stop_min_delta;
+  int restore_best;
   double clip_grad_norm;  /* 0 = off                                        */
   double clip_grad_value; /* 0 = off                                        */
   uint64_t seed;

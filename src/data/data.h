@@ -8,7 +8,8 @@
 
 /* A data set: either classification, /x (N, ...) float32 or uint8
  * (+ attribute `scale`, default 1/255) and /y (N) integer labels
- * (+ attribute `nclasses`); or a language-model token file, /tokens (M)
+ * (+ attribute `nclasses`); or regression, the same /x and /y float (N) or
+ * (N,K) targets; or a language-model token file, /tokens (M)
  * integers (+ attribute `vocab_size`, default 256), whose samples are the
  * N = floor((M - 1) / T) windows tokens[iT, iT + T] of T + 1 tokens. */
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
   int x_uint8;
   float scale;
   int32_t *labels; /* all N labels, read once (classification)            */
+  float *targets;  /* all N x K targets, read once (regression)           */
   int window;      /* T (tokens)                                          */
 } mt_dataset;
 
@@ -32,10 +34,10 @@ void mt_dataset_close(mt_dataset *d);
 /* Bytes of scratch mt_dataset_read needs for n rows. */
 size_t mt_dataset_scratch_size(const mt_dataset *d, int n);
 /* Reads rows idx[0..n) (ascending): classification into x (n, sample_numel)
- * and y (n); tokens into tokens (n, T + 1), each checked against the
+ * and y (n); regression into x and targets (n, ntargets); tokens into tokens (n, T + 1), each checked against the
  * vocabulary. Takes the HDF5 lock. */
 int mt_dataset_read(mt_dataset *d, const int64_t *idx, int n, float *x, int32_t *y,
-                    int32_t *tokens, void *scratch);
+                    float *targets, int32_t *tokens, void *scratch);
 
 /* The per-epoch permutation of 0..n-1 from (seed, epoch): Fisher-Yates driven
  * by the counter-based generator, identical on every rank. */

@@ -3,6 +3,7 @@
 #include "data/data.h"
 #include "io/io.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,6 +49,31 @@ static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like
   d->spec.sample_numel = window;
   d->spec.nclasses = vocab;
   d->spec.tokens = 1;
+  return 0;
+}
+
+/* /y float (N) or (N,K): regression targets, read whole (like labels). */
+static int open_targets(mt_dataset *d, hid_t dy, const char *path, const mt_data_spec *like,
+                        int ndy, const hsize_t *ydims) {
+  if (ndy != 1 && ndy != 2)
+    FAIL("data file %s: float /y has %d dimensions; expected (N) or (N,K) targets", path, ndy);
+  if ((int64_t)ydims[0] != d->n)
+    FAIL("data file %s: /x has %lld samples but /y has %lld targets", path, (long long)d->n,
+         (long long)ydims[0]);
+  int k = ndy == 2 ? (int)ydims[1] : 1;
+  if (k < 1) FAIL("data file %s: /y has rows of 0 targets", path);
+  if (like && like->ntargets != k)
+    FAIL("data file %s: /y has %d targets per sample, the training set's has %s%d", path, k,
+         like->ntargets ? "" : "class labels, not targets: ", like->ntargets);
+  MT_CALL(mt_calloc(&d->targets, (size_t)d->n * (size_t)k, sizeof(float), "targets"));
+  if (H5Dread(dy, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->targets) < 0)
+    FAIL("data file %s: cannot read /y", path);
+  for (int64_t i = 0; i < d->n * k; i++)
+    if (!isfinite(d->targets[i]))
+      FAIL("data file %s: target %lld of sample %lld is not finite", path, (long long)(i % k),
+           (long long)(i / k));
+  d->spec.ntargets = k;
+  d->spec.nclasses = 0;
   return 0;
 }
 
@@ -128,10 +154,17 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   H5Sclose(sp);
   H5Tclose(ty);
   int err = 0;
+  if (cls == H5T_FLOAT) {
+    err = open_targets(d, dy, path, like, ndy, ydims);
+    H5Dclose(dy);
+    return err;
+  }
+  MT_CHECK(!like || !like->ntargets, MT_ERR_DATA,
+           "data file %s: /y holds class labels but the training set's /y holds float targets", path);
   if (ndy != 1)
     err = MT_ERR(MT_ERR_DATA, "data file %s: /y has %d dimensions; expected (N) class labels", path, ndy);
   else if (cls != H5T_INTEGER)
-    err = MT_ERR(MT_ERR_DATA, "data file %s: /y must hold integer class labels", path);
+    err = MT_ERR(MT_ERR_DATA, "data file %s: /y must hold integer class labels or float targets", path);
   else if ((int64_t)ydims[0] != d->n)
     err = MT_ERR(MT_ERR_DATA, "data file %s: /x has %lld samples but /y has %lld labels", path,
                  (long long)d->n, (long long)ydims[0]);
@@ -181,6 +214,7 @@ void mt_dataset_close(mt_dataset *d) {
   mt_h5_unlock();
   d->dx = d->file = H5I_INVALID_HID;
   mt_free(&d->labels);
+  mt_free(&d->targets);
 }
 
 static int read_rows(mt_dataset *d, const int64_t *idx, int n, void *buf) {
@@ -244,7 +278,7 @@ static int read_windows(mt_dataset *d, const int64_t *idx, int n, int32_t *token
 }
 
 int mt_dataset_read(mt_dataset *d, const int64_t *idx, int n, float *x, int32_t *y,
-                    int32_t *tokens, void *scratch) {
+                    float *targets, int32_t *tokens, void *scratch) {
   if (n == 0) return 0;
   if (d->spec.tokens) {
     for (int i = 0; i < n; i++)
@@ -258,8 +292,11 @@ int mt_dataset_read(mt_dataset *d, const int64_t *idx, int n, float *x, int32_t 
   for (int i = 0; i < n; i++) {
     MT_CHECK(idx[i] >= 0 && idx[i] < d->n && (i == 0 || idx[i] > idx[i - 1]), MT_ERR_ARG,
              "sample index %lld invalid or unsorted for %s", (long long)idx[i], d->path);
-    y[i] = d->labels[idx[i]];
+    if (d->labels) y[i] = d->labels[idx[i]];
   }
+  const int k = d->spec.ntargets;
+  for (int i = 0; i < n && k > 0; i++)
+    memcpy(targets + (size_t)i * k, d->targets + (size_t)idx[i] * k, (size_t)k * sizeof(float));
   mt_h5_lock();
   int err = read_rows(d, idx, n, d->x_uint8 ? scratch : (void *)x);
   mt_h5_unlock();

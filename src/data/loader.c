@@ -18,6 +18,7 @@ struct mt_loader {
   /* slots */
   float *x[2];
   int32_t *y[2];
+  float *t[2];
   int32_t *tok[2];
   void *scratch[2];
   int slot_batch[2]; /* batch held by the slot, -1 if none               */
@@ -34,7 +35,7 @@ struct mt_loader {
 
 static int read_batch(mt_loader *L, int b, int slot) {
   return mt_dataset_read(L->d, L->idx + L->off[b], L->counts[b], L->x[slot], L->y[slot],
-                         L->tok[slot], L->scratch[slot]);
+                         L->t[slot], L->tok[slot], L->scratch[slot]);
 }
 
 static void *reader(void *arg) {
@@ -81,6 +82,8 @@ int mt_loader_create(mt_loader **out, mt_dataset *d, int max_rows, int prefetch)
     } else {
       MT_CALL(mt_calloc(&L->x[s], rows * feat, sizeof(float), "input batch"));
       MT_CALL(mt_calloc(&L->y[s], rows, sizeof(int32_t), "label batch"));
+      if (d->spec.ntargets)
+        MT_CALL(mt_calloc(&L->t[s], rows * (size_t)d->spec.ntargets, sizeof(float), "target batch"));
     }
     size_t scratch = mt_dataset_scratch_size(d, max_rows);
     if (scratch) MT_CALL(mt_calloc(&L->scratch[s], scratch, 1, "read buffer"));
@@ -155,12 +158,16 @@ int mt_loader_next(mt_loader *L, mt_batch *bt) {
     if (err) return MT_ERR(err, "%s", L->errmsg);
   }
   L->handed++;
-  if (L->d->spec.tokens)
-    *bt = (mt_batch){.n = L->counts[b], .tokens = L->tok[slot],
-                     .tokens_len = L->d->spec.sample_numel + 1};
+  const mt_data_spec *sp = &L->d->spec;
+  if (sp->tokens)
+    *bt = (mt_batch){.n = L->counts[b], .tokens = L->tok[slot], .tokens_len = sp->sample_numel + 1};
+  else if (sp->ntargets)
+    *bt = (mt_batch){.n = L->counts[b], .x = L->x[slot], .targets = L->t[slot],
+                     .x_len = sp->sample_numel, .targets_len = sp->ntargets};
   else
     *bt = (mt_batch){.n = L->counts[b], .x = L->x[slot], .labels = L->y[slot],
-                     .x_len = L->d->spec.sample_numel};
+                     .x_len = sp->sample_numel};
+  bt->ids = L->idx + L->off[b];
   return 0;
 }
 
@@ -179,6 +186,7 @@ void mt_loader_destroy(mt_loader **pL) {
   for (int s = 0; s < 2; s++) {
     mt_free(&L->x[s]);
     mt_free(&L->y[s]);
+    mt_free(&L->t[s]);
     mt_free(&L->tok[s]);
     mt_free(&L->scratch[s]);
   }

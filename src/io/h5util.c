@@ -50,22 +50,25 @@ int mt_h5_attr_string(hid_t loc, const char *name, const char *v) {
   return 0;
 }
 
-static int save_params_locked(const char *tmp, const mt_param_table *t, const float *params) {
+static int save_params_locked(const char *tmp, const mt_model *m, const float *params) {
   hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) return MT_ERR(MT_ERR_FILE, "cannot create %s", tmp);
   int err = 0;
+  const mt_param_table *t = &m->params, *b = &m->buffers;
   for (int i = 0; i < t->n && !err; i++)
     err = mt_h5_write_floats(f, t->p[i].name, t->p[i].ndim, t->p[i].shape, params + t->p[i].offset);
+  for (int i = 0; i < b->n && !err; i++)
+    err = mt_h5_write_floats(f, b->p[i].name, b->p[i].ndim, b->p[i].shape, m->buf + b->p[i].offset);
   if (!err) err = mt_h5_attr_string(f, "format", "mpitrain-params-1");
   if (H5Fclose(f) < 0 && !err) err = MT_ERR(MT_ERR_FILE, "closing %s failed", tmp);
   return err;
 }
 
-int mt_h5_save_params(const char *path, const mt_param_table *t, const float *params) {
+int mt_h5_save_model(const char *path, const mt_model *m, const float *params) {
   char tmp[MT_PATH_MAX + 64];
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   mt_h5_lock();
-  int err = save_params_locked(tmp, t, params);
+  int err = save_params_locked(tmp, m, params);
   mt_h5_unlock();
   if (err) {
     unlink(tmp);
@@ -128,11 +131,12 @@ static int load_params_locked(hid_t f, const char *path, const mt_param_table *t
   return 0;
 }
 
-int mt_h5_load_params(const char *path, const mt_param_table *t, float *params) {
+int mt_h5_load_model(const char *path, mt_model *m, float *params) {
   mt_h5_lock();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   int err = f < 0 ? MT_ERR(MT_ERR_FILE, "option -init_from: cannot open %s as HDF5", path)
-                  : load_params_locked(f, path, t, params);
+                  : load_params_locked(f, path, &m->params, params);
+  if (!err && m->buffers.n) err = load_params_locked(f, path, &m->buffers, m->buf);
   if (f >= 0) H5Fclose(f);
   mt_h5_unlock();
   return err;

@@ -25,14 +25,16 @@ int mt_h5_write_floats(hid_t loc, const char *name, int ndim, const int64_t *sha
 int mt_h5_attr_double(hid_t loc, const char *name, double v);
 int mt_h5_attr_string(hid_t loc, const char *name, const char *v);
 
-/* Writes every tensor of the table from the flat buffer into a new file
- * (serial, call on one rank), via a temporary name and a rename. */
-int mt_h5_save_params(const char *path, const mt_param_table *t, const float *params);
+/* Writes every tensor of the model's table from the flat buffer params,
+ * and its buffers (m->buf), into a new file (serial, call on one rank), via
+ * a temporary name and a rename. */
+int mt_h5_save_model(const char *path, const mt_model *m, const float *params);
 
-/* Reads every tensor of the table by name from path (PyTorch names and
- * layouts, float32 or any float type) into the flat buffer; a missing tensor
- * or another shape is an error naming the tensor and both shapes. */
-int mt_h5_load_params(const char *path, const mt_param_table *t, float *params);
+/* Reads every tensor of the model's table by name from path (PyTorch names
+ * and layouts, float32 or any float type) into the flat buffer params, and
+ * its buffers into m->buf; a missing tensor or another shape is an error
+ * naming the tensor and both shapes. */
+int mt_h5_load_model(const char *path, mt_model *m, float *params);
 
 /* The learning curve: one row per epoch and validation set. */
 typedef struct {

@@ -20,12 +20,15 @@
 
 static int L_ = 4, NH_ = 4, C_ = 128, T_ = 64;
 static mt_gelu_kind gelu_ = MT_GELU_TANH;
+static float dropout_ = 0.0f;
 
-int mt_gpt_set(int layers, int heads, int embd, int block, int gelu_tanh) {
+int mt_gpt_set(int layers, int heads, int embd, int block, int gelu_tanh, double dropout) {
   MT_CHECK(embd % heads == 0, MT_ERR_OPTION, "option -gpt_embd: %d is not a multiple of -gpt_heads %d",
            embd, heads);
+  MT_CHECK(dropout >= 0 && dropout < 1, MT_ERR_OPTION, "option -gpt_dropout: %g is not in [0, 1)", dropout);
   L_ = layers, NH_ = heads, C_ = embd, T_ = block;
   gelu_ = gelu_tanh ? MT_GELU_TANH : MT_GELU_ERF;
+  dropout_ = (float)dropout;
   return 0;
 }
 
@@ -40,7 +43,11 @@ typedef struct {
   block_acts a[64], d[64]; /* activations and their gradients            */
   float *enc, *denc, *lnf, *lnf_mean, *lnf_rstd, *dlnf, *logits, *dlogits;
   int32_t *inp, *tgt;       /* (B,T) inputs and targets                  */
-  int B;
+  /* dropout (nanoGPT's, without the one on attention weights): masks of
+   * the embedding and of each block's two projections into the stream */
+  float drop;
+  uint8_t *mask_enc, *mask_att[64], *mask_fc[64];
+  int B, dropped;
 } gpt;
 
 /* parameter index of tensor k of block l, and of the outer tensors */
@@ -108,6 +115,14 @@ static int gpt_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
     MT_CALL(mt_calloc(f[i], n[i], sizeof(float), "gpt activations"));
   MT_CALL(mt_calloc(&s->inp, N, sizeof(int32_t), "gpt inputs"));
   MT_CALL(mt_calloc(&s->tgt, N, sizeof(int32_t), "gpt targets"));
+  s->drop = dropout_;
+  if (s->drop > 0) {
+    MT_CALL(mt_calloc(&s->mask_enc, N * C, 1, "gpt dropout masks"));
+    for (int l = 0; l < s->L; l++) {
+      MT_CALL(mt_calloc(&s->mask_att[l], N * C, 1, "gpt dropout masks"));
+      MT_CALL(mt_calloc(&s->mask_fc[l], N * C, 1, "gpt dropout masks"));
+    }
+  }
   return 0;
 }
 
@@ -153,13 +168,16 @@ static int gpt_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   MT_CHECK(!st->logits, MT_ERR_ARG, "model gpt offers no per-sample logits (token data)");
   for (int b = 0; st->pred && b < B; b++) st->pred[b] = -1; /* no class per sample */
   s->B = B;
+  s->dropped = bt->train && s->drop > 0;
   if (B == 0) return 0;
   const int N = B * T;
+  const int64_t row = (int64_t)T * C; /* a sample's activations */
   for (int b = 0; b < B; b++) {
     memcpy(s->inp + b * T, bt->tokens + (int64_t)b * (T + 1), (size_t)T * sizeof(int32_t));
     memcpy(s->tgt + b * T, bt->tokens + (int64_t)b * (T + 1) + 1, (size_t)T * sizeof(int32_t));
   }
   MT_CALL(mt_embedding_forward(s->enc, s->inp, PW(WTE), PW(WPE), B, T, C, V));
+  if (s->dropped) mt_model_dropout(s->enc, s->mask_enc, s->drop, bt, 0, row);
   const float *res = s->enc;
   for (int l = 0; l < s->L; l++) {
     block_acts *a = &s->a[l];
@@ -167,11 +185,13 @@ static int gpt_forward(mt_model *m, const float *params, const mt_batch *bt, flo
     MT_CALL(mt_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C, 3 * C));
     MT_CALL(mt_attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH));
     MT_CALL(mt_linear_forward(a->attproj, a->atty, PW(bidx(l, PROJW)), PW(bidx(l, PROJB)), N, C, C));
+    if (s->dropped) mt_model_dropout(a->attproj, s->mask_att[l], s->drop, bt, 1 + 2 * l, row);
     mt_residual_forward(a->res2, res, a->attproj, (int64_t)N * C);
     mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(bidx(l, LN2W)), PW(bidx(l, LN2B)), N, C, 1e-5f);
     MT_CALL(mt_linear_forward(a->fch, a->ln2, PW(bidx(l, FCW)), PW(bidx(l, FCB)), N, C, 4 * C));
     mt_gelu_forward(a->fch_gelu, a->fch, (int64_t)N * 4 * C, gelu_);
     MT_CALL(mt_linear_forward(a->fcproj, a->fch_gelu, PW(bidx(l, FCPW)), PW(bidx(l, FCPB)), N, 4 * C, C));
+    if (s->dropped) mt_model_dropout(a->fcproj, s->mask_fc[l], s->drop, bt, 2 + 2 * l, row);
     mt_residual_forward(a->res3, a->res2, a->fcproj, (int64_t)N * C);
     res = a->res3;
   }
@@ -220,6 +240,7 @@ static int gpt_backward(mt_model *m, const float *params, float *grads, float sc
     const float *res = l ? s->a[l - 1].res3 : s->enc;
     float *dres = l ? s->d[l - 1].res3 : s->denc;
     mt_residual_backward(d->res2, d->fcproj, d->res3, (int64_t)N * C);
+    if (s->dropped) mt_model_dropout_backward(d->fcproj, s->mask_fc[l], s->drop, (int64_t)N * C);
     MT_CALL(mt_linear_backward(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj, a->fch_gelu,
                                PW(bidx(l, FCPW)), N, 4 * C, C));
     mt_gelu_backward(d->fch, d->fch_gelu, a->fch, (int64_t)N * 4 * C, gelu_);
@@ -228,6 +249,7 @@ static int gpt_backward(mt_model *m, const float *params, float *grads, float sc
     mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
                           PW(bidx(l, LN2W)), a->ln2_mean, a->ln2_rstd, N, C);
     mt_residual_backward(dres, d->attproj, d->res2, (int64_t)N * C);
+    if (s->dropped) mt_model_dropout_backward(d->attproj, s->mask_att[l], s->drop, (int64_t)N * C);
     MT_CALL(mt_linear_backward(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj, a->atty,
                                PW(bidx(l, PROJW)), N, C, C));
     MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH));
@@ -236,6 +258,7 @@ static int gpt_backward(mt_model *m, const float *params, float *grads, float sc
     mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
                           PW(bidx(l, LN1W)), a->ln1_mean, a->ln1_rstd, N, C);
   }
+  if (s->dropped) mt_model_dropout_backward(s->denc, s->mask_enc, s->drop, (int64_t)N * C);
   mt_embedding_backward(GW(WTE), GW(WPE), s->denc, s->inp, B, T, C);
   return 0;
 }
@@ -254,7 +277,10 @@ static void gpt_destroy(mt_model *m) {
   for (int l = 0; l < 64; l++) {
     free_acts(&s->a[l]);
     free_acts(&s->d[l]);
+    mt_free(&s->mask_att[l]);
+    mt_free(&s->mask_fc[l]);
   }
+  mt_free(&s->mask_enc);
   float **f[] = {&s->enc, &s->denc, &s->lnf, &s->dlnf, &s->logits, &s->dlogits, &s->lnf_mean, &s->lnf_rstd};
   for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) mt_free(f[i]);
   mt_free(&s->inp);

@@ -1,6 +1,7 @@
 /* Models by name: the built-ins plus any a user registers. */
 #include "core/core.h"
 #include "models/models.h"
+#include "nn/nn.h"
 
 #include <math.h>
 
@@ -65,6 +66,8 @@ int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, m
   m->max_batch = max_batch;
   *out = m;
   MT_CALL(ops->setup(m, spec, max_batch));
+  if (m->buffers.total)
+    MT_CALL(mt_calloc(&m->buf, m->buffers.total, sizeof(float), "model buffers"));
   return 0;
 }
 
@@ -73,13 +76,16 @@ void mt_model_destroy(mt_model **pm) {
   if (!m) return;
   if (m->ops && m->ops->destroy) m->ops->destroy(m);
   mt_param_table_free(&m->params);
+  mt_param_table_free(&m->buffers);
+  mt_free(&m->buf);
   mt_free(pm);
 }
 
 int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint64_t purpose) {
   for (int k = 0; k < m->params.n; k++) {
     const mt_param *q = &m->params.p[k];
-    const mt_param *w = q->ndim >= 2 ? q : (k > 0 ? &m->params.p[k - 1] : NULL);
+    const mt_param *w = q;
+    for (int j = k - 1; w->ndim < 2 && j >= 0; j--) w = &m->params.p[j];
     MT_CHECK(w && w->ndim >= 2, MT_ERR_STATE, "tensor %s has no weight before it to take fan-in from",
              q->name);
     int64_t fan_in = 1;
@@ -106,4 +112,22 @@ int mt_model_put_outputs(const char *model, mt_batch_stats *st, const float *log
     st->pred[i] = arg;
   }
   return 0;
+}
+
+void mt_model_dropout(float *x, uint8_t *mask, float p, const mt_batch *b, int layer,
+                      int64_t row_len) {
+  if (!b->train || p <= 0.0f) return;
+  for (int i = 0; i < b->n; i++) {
+    uint64_t id = b->ids ? (uint64_t)b->ids[i] : (uint64_t)i;
+    uint64_t key = mt_key(b->key, (uint64_t)layer + 1, id);
+    float *r = x + (int64_t)i * row_len;
+    mt_dropout_forward(r, mask + (int64_t)i * row_len, r, p, key, 0, 1, row_len);
+  }
+}
+
+void mt_model_dropout_backward(float *d, const uint8_t *mask, float p, int64_t n) {
+  if (p <= 0.0f) return;
+  const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) d[i] = mask[i] ? d[i] * scale : 0.0f;
 }

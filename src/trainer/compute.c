@@ -12,7 +12,9 @@
 
 int mt_compute_setup(mt_trainer *t, int max_batch) {
   const mt_config *c = t->cfg;
-  t->nthr = (!strcmp(c->thread_split, "batch") && c->threads > 1) ? c->threads : 1;
+  /* a model with running statistics sees its rank's whole batch */
+  t->nthr = (!strcmp(c->thread_split, "batch") && c->threads > 1 && !t->model->buffers.n)
+                ? c->threads : 1;
   if (t->nthr > MT_MAX_THREADS) t->nthr = MT_MAX_THREADS;
   t->tmodel[0] = t->model;
   t->tgrads[0] = t->grads;

@@ -62,7 +62,9 @@ int mt_trainer_signal(void) { return (int)stop_signal_; }
 
 /* --------------------------------------------------------------- tensors */
 
-/* The flat buffers of this run: parameters and optimizer state. */
+/* The flat buffers of this run: parameters, optimizer state and (with
+ * -restore_best) the best parameters; at most TENSOR_BUFS. */
+#define TENSOR_BUFS 6
 static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
   int n = 0;
   bufs[n++] = (mt_ckpt_buf){"params", t->params};
@@ -74,6 +76,7 @@ static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
   } else if (t->mom) {
     bufs[n++] = (mt_ckpt_buf){"momentum_buffer", t->mom};
   }
+  if (t->best_params) bufs[n++] = (mt_ckpt_buf){"best_params", t->best_params};
   *ts = (mt_ckpt_tensors){&t->model->params, bufs, n, mt_ckpt_replicated()};
   return 0;
 }
@@ -134,6 +137,24 @@ static int get_curve(mt_trainer *t, const mt_ckpt_state *st) {
 
 /* ----------------------------------------------------------------- save */
 
+static int put_floats(mt_ckpt_state *st, const char *key, const float *v, size_t n) {
+  double *d = NULL;
+  MT_CALL(mt_calloc(&d, n ? n : 1, sizeof(double), "checkpoint state"));
+  for (size_t i = 0; i < n; i++) d[i] = v[i];
+  int err = mt_ckpt_state_set_f64s(st, key, d, n);
+  mt_free(&d);
+  return err;
+}
+
+static int get_floats(const mt_ckpt_state *st, const char *key, float *v, size_t n) {
+  const double *d;
+  size_t m;
+  MT_CALL(mt_ckpt_state_get_f64s(st, key, &d, &m));
+  MT_CHECK(m == n, MT_ERR_DATA, "checkpoint: %s has %zu values, the model has %zu", key, m, n);
+  for (size_t i = 0; i < n; i++) v[i] = (float)d[i];
+  return 0;
+}
+
 static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch_loss,
                       double elapsed, mt_ckpt_state *st) {
   const mt_config *c = t->cfg;
@@ -155,13 +176,20 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
   MT_CALL(mt_ckpt_state_set_f64s(st, "last_val_loss", t->last_val_loss, MT_MAX_VAL));
   MT_CALL(mt_ckpt_state_set_f64s(st, "last_val_acc", t->last_val_acc, MT_MAX_VAL));
   MT_CALL(put_curve(t, st));
+  double best[MT_BEST_STATE_N];
+  mt_best_pack(t, best);
+  MT_CALL(mt_ckpt_state_set_f64s(st, "best_state", best, MT_BEST_STATE_N));
+  /* model buffers (running statistics), small: as state (float -> double
+   * is exact) */
+  MT_CALL(put_floats(st, "model_buffers", t->model->buf, t->model->buffers.total));
+  if (t->best_buf) MT_CALL(put_floats(st, "best_buffers", t->best_buf, t->model->buffers.total));
   return 0;
 }
 
 int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,
                           double elapsed) {
   mt_ckpt_state st = {0};
-  mt_ckpt_buf bufs[4];
+  mt_ckpt_buf bufs[TENSOR_BUFS];
   mt_ckpt_tensors ts;
   const mt_config *c = t->cfg;
   /* the resolved configuration, as printed at start-up */
@@ -192,9 +220,13 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   mt_ckpt_state_free(&st);
   free(opts);
   MT_CALL(err);
-  mt_print0("checkpoint %s: epoch %d, step %lld of %lld, global step %ld (%.2f s)\n", path,
-            epoch + 1, (long long)step, (long long)t->steps_per_epoch, t->global_step,
-            mt_now() - t0);
+  if (step == 0) /* at an epoch's end: `epoch` epochs are done */
+    mt_print0("checkpoint %s: after epoch %d, global step %ld (%.2f s)\n", path, epoch,
+              t->global_step, mt_now() - t0);
+  else
+    mt_print0("checkpoint %s: epoch %d, step %lld of %lld, global step %ld (%.2f s)\n", path,
+              epoch + 1, (long long)step, (long long)t->steps_per_epoch, t->global_step,
+              mt_now() - t0);
   t->last_checkpoint = mt_now();
   return 0;
 }
@@ -232,7 +264,7 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err && strcmp(s, c->optimizer))
     err = MT_ERR(MT_ERR_OPTION, "checkpoint %s: written with -optimizer %s, this run has %s", path,
                  s, c->optimizer);
-  mt_ckpt_buf bufs[4];
+  mt_ckpt_buf bufs[TENSOR_BUFS];
   mt_ckpt_tensors ts;
   if (!err) err = tensors(t, bufs, &ts);
   if (!err) err = mt_ckpt_read(t->comm->world, path, &ts, NULL, NULL);
@@ -255,6 +287,10 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = mt_ckpt_state_get_f64s(&st, "last_val_acc", &d, &n);
   for (size_t i = 0; !err && i < n && i < MT_MAX_VAL; i++) t->last_val_acc[i] = d[i];
   if (!err) err = get_curve(t, &st);
+  if (!err) err = mt_ckpt_state_get_f64s(&st, "best_state", &d, &n);
+  if (!err && n == MT_BEST_STATE_N) mt_best_unpack(t, d);
+  if (!err) err = get_floats(&st, "model_buffers", t->model->buf, t->model->buffers.total);
+  if (!err && t->best_buf) err = get_floats(&st, "best_buffers", t->best_buf, t->model->buffers.total);
   if (!err)
     mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "
               "step %ld; read in %.2f s, ready %.2f s after launch\n", path, info.world_size,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #define WARMUP_STEPS_UNTIMED 5
+#define MT_PURPOSE_STEP 11 /* the random key of a training step (dropout) */
 
 static int grow_curve(mt_trainer *t) {
   if (t->ncurve < t->capcurve) return 0;
@@ -77,24 +78,44 @@ static int setup_optimizer(mt_trainer *t) {
 /* Model(s) of this rank, parameters initialised from the seed, buffers. */
 static int create_model(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  MT_CALL(mt_mlp_set_hidden(c->mlp_hidden, c->mlp_nhidden));
-  MT_CALL(mt_cnn_set(c->cnn_channels, c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden));
+  MT_CALL(mt_mlp_set(c->mlp_hidden, c->mlp_nhidden, c->mlp_dropout));
+  MT_CALL(mt_cnn_set(c->cnn_channels, c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden,
+                     c->cnn_batchnorm, c->cnn_dropout));
   MT_CALL(mt_gpt_set(c->gpt_layers, c->gpt_heads, c->gpt_embd, c->gpt_block,
-                     !strcmp(c->gpt_gelu, "tanh")));
+                     !strcmp(c->gpt_gelu, "tanh"), c->gpt_dropout));
   int max_batch = c->micro_batch_size > c->val_batch_size ? c->micro_batch_size : c->val_batch_size;
   /* With the batch split over threads every model runs on one thread, and
    * oneDNN primitives fix their thread count when they are made. */
   int split = !strcmp(c->thread_split, "batch") && c->threads > 1;
   if (split) omp_set_num_threads(1);
   int err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
+  if (!err && split && t->model->buffers.n) {
+    /* batch statistics are those of the rank's whole batch: no split */
+    mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all threads)\n",
+              c->model);
+    mt_model_destroy(&t->model);
+    omp_set_num_threads(c->threads);
+    split = 0;
+    err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
+  }
   size_t n = err ? 0 : t->model->params.total;
   if (!err) err = mt_calloc(&t->params, n, sizeof(float), "parameters");
   if (!err) err = mt_calloc(&t->grads, n, sizeof(float), "gradients");
   if (!err) err = t->model->ops->init(t->model, t->params, c->seed);
-  if (!err && c->init_from[0]) err = mt_h5_load_params(c->init_from, &t->model->params, t->params);
+  if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, t->model, t->params);
   if (!err) err = mt_compute_setup(t, max_batch);
   if (split) omp_set_num_threads(c->threads);
   return err;
+}
+
+/* Model buffers (batch norm's running statistics): rank 0's win, as in
+ * PyTorch DDP with broadcast_buffers=True (there before every forward;
+ * here after every step and at start, which every later forward sees). */
+static int sync_buffers(mt_trainer *t) {
+  const mt_model *m = t->model;
+  if (m->buffers.total == 0 || t->comm->size == 1) return 0;
+  MT_MPI(MPI_Bcast(m->buf, (int)m->buffers.total, MPI_FLOAT, 0, t->comm->world));
+  return 0;
 }
 
 int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm) {
@@ -114,6 +135,8 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
   MT_CALL(mt_agree(comm->world, err));
   if (t->backend->ops->sync_params) MT_CALL(t->backend->ops->sync_params(t->backend, t->params, n));
+  MT_CALL(sync_buffers(t));
+  MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
 
   MT_CALL(mt_agree(comm->world, setup_optimizer(t)));
 
@@ -138,6 +161,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_dataset_close(&t->train);
   for (int i = 0; i < t->nval_open; i++) mt_dataset_close(&t->val[i]);
   mt_compute_destroy(t);
+  mt_best_destroy(t);
   mt_model_destroy(&t->model);
   mt_backend_destroy(&t->backend);
   mt_free(&t->params);
@@ -185,6 +209,8 @@ static int train_step(mt_trainer *t, double *loss_sum) {
     mt_batch b;
     mt_batch_stats st = {0};
     MT_CALL(mt_loader_next(t->train_loader, &b));
+    b.train = 1;
+    b.key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
     MT_CALL(mt_compute(t, &b, scale, 1, NULL, &st));
     *loss_sum += st.loss_sum;
   }
@@ -199,6 +225,7 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   else
     MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, t->global_step == 0, &t->sgd,
                         all_decay, lr));
+  MT_CALL(sync_buffers(t));
   t->global_step++;
   return 0;
 }
@@ -288,6 +315,22 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
   return 0;
 }
 
+/* -epochs 0: the validation sets once, with the initial (or -init_from)
+ * model; the test sets follow as after training. */
+static int evaluate_only(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  for (int i = 0; i < c->nval; i++) {
+    double loss, acc;
+    int64_t cnt;
+    MT_CALL(mt_validate(t, i, -1, &loss, &acc, &cnt));
+    t->last_val_loss[i] = loss;
+    t->last_val_acc[i] = acc;
+    mt_print0("evaluation val[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", i, c->data_val[i],
+              loss, acc, (long long)cnt);
+  }
+  return 0;
+}
+
 int mt_trainer_run(mt_trainer *t) {
   const mt_config *c = t->cfg;
   int rank = t->comm->rank;
@@ -305,7 +348,11 @@ int mt_trainer_run(mt_trainer *t) {
   double start = mt_now() - t->elapsed_before;
   t->run_start = mt_now();
   t->last_checkpoint = mt_now();
-  for (int epoch = t->start_epoch; epoch < c->epochs; epoch++) {
+  int done = t->start_epoch; /* epochs trained */
+  if (c->epochs == 0) MT_CALL(evaluate_only(t));
+  /* a run restarted after its early stop does not train on */
+  int early = c->early_stop_patience > 0 && t->bad_epochs >= c->early_stop_patience;
+  for (int epoch = t->start_epoch; epoch < c->epochs && !early; epoch++) {
     double train_loss = 0, secs = 1;
     int stopped = 0;
     int64_t first = epoch == t->start_epoch ? t->start_step : 0;
@@ -342,9 +389,11 @@ int mt_trainer_run(mt_trainer *t) {
       t->curve[t->ncurve++] = r;
     }
     MT_CALL(mt_eval_train(t, epoch));
+    if (nsets > 0) MT_CALL(mt_best_update(t, epoch, t->last_val_loss[0], &early));
+    done = epoch + 1;
     if (t->sched.kind == MT_LR_PLATEAU) {
       int reduced = 0;
-      MT_CALL(mt_lr_plateau_step(&t->sched, t->last_val_loss[0], &reduced));
+      MT_CALL(mt_lr_plateau_step(&t->sched, t->smooth_loss, &reduced));
       if (reduced)
         mt_print0("epoch %d/%d: validation loss plateaued, lr now %.4g\n", epoch + 1, c->epochs,
                   t->sched.plateau.lr);
@@ -353,21 +402,22 @@ int mt_trainer_run(mt_trainer *t) {
                                      (char(*)[MT_PATH_MAX])c->data_val, c->nval)
                     : 0;
     MT_CALL(mt_agree(t->comm->world, err));
-    int last = epoch + 1 == c->epochs;
+    int last = epoch + 1 == c->epochs || early;
     if ((c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
         (last && c->checkpoint_at_end))
       MT_CALL(mt_trainer_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
   }
-  MT_CALL(mt_eval_test(t, c->epochs));
+  if (c->restore_best) MT_CALL(mt_best_restore(t));
+  MT_CALL(mt_eval_test(t, done));
   char path[MT_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/model_final.h5", c->output_dir);
-  err = rank == 0 ? mt_h5_save_params(path, &t->model->params, t->params) : 0;
+  err = rank == 0 ? mt_h5_save_model(path, t->model, t->params) : 0;
   MT_CALL(mt_agree(t->comm->world, err));
   MT_CALL(mt_eval_report(t));
   double total = mt_now() - start;
   double rate = t->timed_seconds > 0 ? (double)t->timed_samples / t->timed_seconds : 0;
   mt_print0("done: %d epochs, %ld steps, %.1f s; train %.0f samples/s on %d rank%s x %d thread%s",
-            c->epochs, t->global_step, total, rate, c->world_size, c->world_size > 1 ? "s" : "",
+            done, t->global_step, total, rate, c->world_size, c->world_size > 1 ? "s" : "",
             c->threads, c->threads > 1 ? "s" : "");
   for (int i = 0; i < c->nval; i++)
     mt_print0("; val[%d] accuracy %.4f loss %.4f", i, t->last_val_acc[i], t->last_val_loss[i]);

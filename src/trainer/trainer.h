@@ -56,6 +56,12 @@ typedef struct {
   mt_loader *test_loader[MT_MAX_VAL], *train_eval_loader;
   int64_t eval_samples;
   double eval_seconds;
+  /* smoothed validation loss, best model, early stop (best.c) */
+  double smooth_loss; /* NAN before the first validation                  */
+  double best_loss;   /* lowest smoothed loss so far (INFINITY: none)      */
+  int best_epoch;     /* 1-based epoch of best_loss, 0: none               */
+  int bad_epochs;     /* epochs since the last improvement                 */
+  float *best_params, *best_buf; /* with -restore_best: the best model     */
 } mt_trainer;
 
 /* Opens the data (collectively validated), creates model, backend and
@@ -85,6 +91,23 @@ int mt_trainer_signal(void);
 int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,
                           double elapsed);
 int mt_trainer_restart(mt_trainer *t);
+
+/* Best model and early stop (best.c). After each epoch's validation,
+ * mt_best_update folds the first set's loss into the smoothed loss
+ * (-val_smoothing), and when it improved on the best by more than
+ * -early_stop_min_delta, records it, writes OUTPUT_DIR/model_best.h5 and
+ * (with -restore_best) keeps a copy of the model; *stop is set once
+ * -early_stop_patience epochs passed without improvement. Collective.
+ * mt_best_restore puts the kept copy back (with -restore_best).
+ * Checkpoints carry the state: mt_best_pack / mt_best_unpack of
+ * MT_BEST_STATE_N doubles. */
+#define MT_BEST_STATE_N 4
+int mt_best_setup(mt_trainer *t);
+void mt_best_destroy(mt_trainer *t);
+int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop);
+int mt_best_restore(mt_trainer *t);
+void mt_best_pack(const mt_trainer *t, double *v);
+void mt_best_unpack(mt_trainer *t, const double *v);
 
 /* Evaluation (validate.c). Each pass is forward only: rank r evaluates the
  * contiguous block r of the set in batches of -val_batch_size (validation

@@ -7,6 +7,7 @@
 #include "io/outputs.h"
 #include "trainer/trainer.h"
 
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -105,7 +106,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   double v[3] = {st.loss_sum, st.correct, (double)rows};
   MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, t->comm->world));
   res->loss = v[2] > 0 ? v[0] / v[2] : 0;
-  res->acc = v[2] > 0 ? v[1] / v[2] : 0;
+  res->acc = d->spec.ntargets ? NAN : v[2] > 0 ? v[1] / v[2] : 0; /* regression: none */
   res->count = (int64_t)v[2];
   t->eval_samples += rows;
   t->eval_seconds += mt_now() - t0;
@@ -156,7 +157,7 @@ void mt_eval_destroy(mt_trainer *t) {
 }
 
 int mt_validate(mt_trainer *t, int set, int epoch, double *loss, double *acc, int64_t *count) {
-  const int want = epoch >= 0 && (t->cfg->outputs & MT_OUTPUTS_VAL);
+  const int want = t->cfg->outputs & MT_OUTPUTS_VAL; /* epoch -1 (-epochs 0): "epoch0" */
   outs o;
   memset(&o, 0, sizeof(o));
   result r;
