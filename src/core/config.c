@@ -403,6 +403,9 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                     "none", c->restart, sizeof(c->restart), NULL));
   PetscCall(opt_real(PetscOptionsObject, "-ddp_bucket_mb", "ddp: all-reduce bucket size in MiB",
                      16, 0, 1, 4096, &c->ddp_bucket_mb));
+  PetscCall(opt_real(PetscOptionsObject, "-comm_timeout",
+                     "Hang guard: abort, naming the ranks that did not arrive, after this many "
+                     "seconds without progress (0: off)", 300, 0, 0, 1e9, &c->comm_timeout));
   PetscCall(opt_bool(PetscOptionsObject, "-prefetch", "Read the next batch while this one computes",
                      1, &c->prefetch));
   PetscCall(opt_str(PetscOptionsObject, "-data_test",

@@ -69,6 +69,7 @@ typedef struct {
   double checkpoint_every_minutes;
   char restart[MT_PATH_MAX]; /* none | auto | FILE                          */
   double ddp_bucket_mb;
+  double comm_timeout; /* hang guard: seconds without progress, 0 = off   */
   int prefetch;
   /* derived */
   int world_size;

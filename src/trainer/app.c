@@ -39,7 +39,8 @@ int mt_main(int argc, char **argv) {
   /* before MPI, PMIx, OpenMP and the loader start threads: they inherit
    * the mask, and one signal thread takes SIGUSR1/SIGTERM (resume.c) */
   mt_trainer_signals_install();
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  /* MULTIPLE: the hang guard's thread sends heartbeats (src/comm/guard.h) */
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "mpitrain: error: MPI_Init_thread failed\n");
     return 1;
   }

@@ -214,6 +214,7 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   if (!err) err = tensors(t, bufs, &ts);
   char path[MT_PATH_MAX + 64] = "";
   double t0 = mt_now();
+  mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_CHECKPOINT);
   if (!err)
     err = mt_ckpt_save(t->comm->world, c->checkpoint_dir, t->global_step, c->checkpoint_keep,
                        &ts, &meta, &st, path, sizeof(path));

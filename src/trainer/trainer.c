@@ -154,6 +154,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
 void mt_trainer_destroy(mt_trainer **pt) {
   mt_trainer *t = *pt;
   if (!t) return;
+  mt_guard_stop(&t->guard);
   if (t->steps) fclose(t->steps);
   mt_eval_destroy(t);
   mt_loader_destroy(&t->train_loader);
@@ -208,6 +209,7 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   for (int k = 0; k < c->accum_steps; k++) {
     mt_batch b;
     mt_batch_stats st = {0};
+    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
     MT_CALL(mt_loader_next(t->train_loader, &b));
     b.train = 1;
     b.key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
@@ -237,16 +239,34 @@ static int global_sum(const mt_trainer *t, double *v, int n) {
 
 /* After each step all ranks agree, in one small all-reduce, on the step's
  * global loss (so every rank sums the epoch's loss in the same order, which
- * a checkpoint can carry exactly), on a stop signal seen by any rank, and on
- * rank 0's clock for -checkpoint_every_minutes. */
+ * a checkpoint can carry exactly), on a stop signal seen by any rank, on
+ * rank 0's clock for -checkpoint_every_minutes, and on where they are: a
+ * 20-bit fingerprint f of (epoch, step, accumulation, configuration hash)
+ * and f^2 are summed too, and all f are equal exactly when
+ * size * sum(f^2) == sum(f)^2 (exact in doubles below 4096 ranks). */
 #define FLAG_MINUTES 1024.0
 static int step_agree(mt_trainer *t, double local_loss, double *global_loss, int *sig, int *timed) {
   const mt_config *c = t->cfg;
-  double v[2] = {local_loss, mt_trainer_signal() ? 1.0 : 0.0};
+  const int64_t where[4] = {t->epoch, t->global_step, c->accum_steps, (int64_t)t->cfg_hash};
+  const double f = (double)(mt_hash_bytes(where, sizeof(where), 0) & 0xFFFFF);
+  double v[4] = {local_loss, mt_trainer_signal() ? 1.0 : 0.0, f, f * f};
   if (t->comm->rank == 0 && c->checkpoint_every_minutes > 0 &&
       mt_now() - t->last_checkpoint >= 60.0 * c->checkpoint_every_minutes)
     v[1] += FLAG_MINUTES;
-  if (t->comm->size > 1) MT_CALL(global_sum(t, v, 2));
+  if (t->comm->size > 1) MT_CALL(global_sum(t, v, 4));
+  if (v[3] * t->comm->size != v[2] * v[2]) {
+    /* only on a mismatch: find out who is where */
+    int64_t all[4 * 4096];
+    int n = t->comm->size > 4096 ? 4096 : t->comm->size;
+    if (t->comm->size <= 4096)
+      MT_MPI(MPI_Allgather(where, 4, MPI_INT64_T, all, 4, MPI_INT64_T, t->comm->world));
+    char list[512] = "";
+    for (int r = 0; r < n && strlen(list) + 64 < sizeof(list); r++)
+      snprintf(list + strlen(list), sizeof(list) - strlen(list), "%srank %d: epoch %lld step %lld",
+               r ? "; " : "", r, (long long)all[4 * r] + 1, (long long)all[4 * r + 1]);
+    return MT_ERR(MT_ERR_STATE, "ranks disagree on where training is after global step %ld (%s)",
+                  t->global_step, list);
+  }
   *global_loss = v[0];
   *timed = v[1] >= FLAG_MINUTES;
   *sig = v[1] - (*timed ? FLAG_MINUTES : 0.0) > 0;
@@ -345,6 +365,8 @@ int mt_trainer_run(mt_trainer *t) {
   }
   MT_CALL(mt_agree(t->comm->world, err));
   MT_CALL(mt_trainer_restart(t));
+  t->cfg_hash = mt_hash_bytes(c, sizeof(*c), mt_option_hash());
+  MT_CALL(mt_agree(t->comm->world, mt_guard_start(&t->guard, t->comm->world, c->comm_timeout)));
   double start = mt_now() - t->elapsed_before;
   t->run_start = mt_now();
   t->last_checkpoint = mt_now();
@@ -353,6 +375,7 @@ int mt_trainer_run(mt_trainer *t) {
   /* a run restarted after its early stop does not train on */
   int early = c->early_stop_patience > 0 && t->bad_epochs >= c->early_stop_patience;
   for (int epoch = t->start_epoch; epoch < c->epochs && !early; epoch++) {
+    t->epoch = epoch;
     double train_loss = 0, secs = 1;
     int stopped = 0;
     int64_t first = epoch == t->start_epoch ? t->start_step : 0;

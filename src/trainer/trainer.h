@@ -5,6 +5,7 @@
 #define MT_TRAINER_H
 
 #include "comm/comm.h"
+#include "comm/guard.h"
 #include "core/core.h"
 #include "data/data.h"
 #include "io/io.h"
@@ -62,6 +63,9 @@ typedef struct {
   int best_epoch;     /* 1-based epoch of best_loss, 0: none               */
   int bad_epochs;     /* epochs since the last improvement                 */
   float *best_params, *best_buf; /* with -restore_best: the best model     */
+  mt_guard *guard;    /* hang guard (-comm_timeout), NULL when off          */
+  uint64_t cfg_hash;  /* of the resolved configuration, for step agreement  */
+  int epoch;          /* the epoch running (0-based), for the guard's marks */
 } mt_trainer;
 
 /* Opens the data (collectively validated), creates model, backend and

@@ -82,6 +82,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   mt_batch_stats st = {0};
   for (int64_t b = 0; !err && b < nb; b++) {
     mt_batch bt;
+    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_VALIDATE);
     err = mt_loader_next(L, &bt);
     if (err) break;
     float *losses = NULL;

@@ -1,0 +1,192 @@
+/* The hang guard's watchdog (see guard.h). */
+#include "comm/guard.h"
+#include "core/core.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define TAG_HEARTBEAT 7101
+#define HB_N 4 /* epoch, step, phase, progress counter */
+
+static const char *const phase_name[MT_PHASE_COUNT_] = {"set-up", "training", "validation",
+                                                         "checkpoint", "finishing"};
+
+struct mt_guard {
+  MPI_Comm comm;
+  int rank, size, multiple;
+  double timeout, period;
+  /* the main thread's progress */
+  _Atomic long epoch, step, phase, count;
+  _Atomic double since; /* mt_now() of the last change                   */
+  _Atomic int quit;
+  pthread_t th;
+  int has_thread;
+  /* the watchdog's view of the others (rank 0: all; others: rank 0) */
+  double *heard;        /* mt_now() of the last heartbeat from each rank  */
+  long (*state)[HB_N];  /* their last (epoch, step, phase, count)         */
+  long out[HB_N];       /* the heartbeat being sent                       */
+  MPI_Request *sends;
+};
+
+void mt_guard_mark(mt_guard *g, int epoch, long step, mt_guard_phase phase) {
+  if (!g) return;
+  atomic_store(&g->epoch, epoch);
+  atomic_store(&g->step, step);
+  atomic_store(&g->phase, (long)phase);
+  atomic_fetch_add(&g->count, 1);
+  atomic_store(&g->since, mt_now());
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* Heartbeats out: rank 0 to every rank, the others to rank 0. A send that
+ * has not completed (its receiver stopped) is not repeated. */
+static void send_heartbeats(mt_guard *g) {
+  int done = 1;
+  for (int r = 0; r < g->size; r++) {
+    if (g->sends[r] == MPI_REQUEST_NULL) continue;
+    int flag = 0;
+    MPI_Test(&g->sends[r], &flag, MPI_STATUS_IGNORE);
+    done &= flag;
+  }
+  if (!done) return; /* out[] is still in use */
+  g->out[0] = atomic_load(&g->epoch);
+  g->out[1] = atomic_load(&g->step);
+  g->out[2] = atomic_load(&g->phase);
+  g->out[3] = atomic_load(&g->count);
+  for (int r = 0; r < g->size; r++)
+    if (r != g->rank && (g->rank == 0 || r == 0))
+      MPI_Isend(g->out, HB_N, MPI_LONG, r, TAG_HEARTBEAT, g->comm, &g->sends[r]);
+}
+
+static void receive_heartbeats(mt_guard *g) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_HEARTBEAT, g->comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+    long in[HB_N];
+    MPI_Recv(in, HB_N, MPI_LONG, st.MPI_SOURCE, TAG_HEARTBEAT, g->comm, MPI_STATUS_IGNORE);
+    memcpy(g->state[st.MPI_SOURCE], in, sizeof(in));
+    g->heard[st.MPI_SOURCE] = mt_now();
+  }
+}
+
+/* Appends "r (why)" for each rank that looks absent or behind. */
+static int name_missing(const mt_guard *g, double now, char *buf, size_t len) {
+  const long e = atomic_load(&g->epoch), s = atomic_load(&g->step), p = atomic_load(&g->phase);
+  const double silent = fmax(2.5 * g->period, 0.5 * g->timeout);
+  int n = 0;
+  size_t k = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < g->size && k + 96 < len; r++) {
+    if (r == g->rank || (g->rank != 0 && r != 0)) continue;
+    const long *q = g->state[r];
+    double quiet = now - g->heard[r];
+    if (quiet > silent)
+      k += (size_t)snprintf(buf + k, len - k, "%s%d (silent for %.0f s: stopped, dead or cut off)",
+                            n++ ? ", " : "", r, quiet);
+    else if (q[0] != e || q[1] != s || q[2] != p)
+      k += (size_t)snprintf(buf + k, len - k, "%s%d (at epoch %ld, global step %ld, %s)",
+                            n++ ? ", " : "", r, q[0] + 1, q[1],
+                            q[2] >= 0 && q[2] < MT_PHASE_COUNT_ ? phase_name[q[2]] : "?");
+  }
+  return n;
+}
+
+static void fire(mt_guard *g, double stuck, const char *who) {
+  fprintf(stderr,
+          "mpitrain: error: hang guard (rank %d): no progress for %.0f s (-comm_timeout %g) at "
+          "epoch %ld, global step %ld, %s; %s\n",
+          g->rank, stuck, g->timeout, atomic_load(&g->epoch) + 1, atomic_load(&g->step),
+          phase_name[atomic_load(&g->phase)], who);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void *watchdog(void *arg) {
+  mt_guard *g = arg;
+  char who[2048], list[1800];
+  while (!atomic_load(&g->quit)) {
+    sleep_s(g->period);
+    if (atomic_load(&g->quit)) break;
+    const double now = mt_now();
+    if (g->multiple) {
+      send_heartbeats(g);
+      receive_heartbeats(g);
+    }
+    const double stuck = now - atomic_load(&g->since);
+    if (stuck <= g->timeout || atomic_load(&g->phase) == MT_PHASE_FINISH) continue;
+    if (!g->multiple) {
+      fire(g, stuck, "the other ranks cannot be named (MPI without MPI_THREAD_MULTIPLE)");
+    } else if (g->rank == 0) {
+      int n = name_missing(g, now, list, sizeof(list));
+      if (n)
+        snprintf(who, sizeof(who), "rank%s that did not arrive: %s", n > 1 ? "s" : "", list);
+      else
+        snprintf(who, sizeof(who), "every rank is alive at the same step: a collective that "
+                 "does not complete (MPI or network trouble)");
+      fire(g, stuck, who);
+    } else if (name_missing(g, now, list, sizeof(list)) && strstr(list, "silent")) {
+      snprintf(who, sizeof(who), "rank that did not arrive: %s", list);
+      fire(g, stuck, who);
+    } else if (stuck > 1.5 * g->timeout) { /* rank 0 lives but did not act */
+      fire(g, stuck, "rank 0 is alive but did not name the missing ranks");
+    }
+  }
+  return NULL;
+}
+
+int mt_guard_start(mt_guard **out, MPI_Comm world, double timeout) {
+  *out = NULL;
+  if (timeout <= 0) return 0;
+  int level = MPI_THREAD_SINGLE;
+  MT_MPI(MPI_Query_thread(&level));
+  const int thread_multiple = level >= MPI_THREAD_MULTIPLE;
+  mt_guard *g;
+  MT_CALL(mt_calloc(&g, 1, sizeof(*g), "hang guard"));
+  MT_MPI(MPI_Comm_dup(world, &g->comm));
+  MPI_Comm_rank(g->comm, &g->rank);
+  MPI_Comm_size(g->comm, &g->size);
+  g->multiple = thread_multiple && g->size > 1;
+  g->timeout = timeout;
+  g->period = fmin(fmax(timeout / 4.0, 0.05), 5.0);
+  MT_CALL(mt_calloc(&g->heard, (size_t)g->size, sizeof(double), "hang guard"));
+  MT_CALL(mt_calloc(&g->state, (size_t)g->size, sizeof(*g->state), "hang guard"));
+  MT_CALL(mt_calloc(&g->sends, (size_t)g->size, sizeof(MPI_Request), "hang guard"));
+  const double now = mt_now();
+  for (int r = 0; r < g->size; r++) {
+    g->heard[r] = now;
+    g->sends[r] = MPI_REQUEST_NULL;
+  }
+  atomic_store(&g->since, now);
+  *out = g;
+  MT_CHECK(pthread_create(&g->th, NULL, watchdog, g) == 0, MT_ERR_STATE,
+           "cannot start the hang guard's thread");
+  g->has_thread = 1;
+  return 0;
+}
+
+void mt_guard_stop(mt_guard **pg) {
+  mt_guard *g = *pg;
+  if (!g) return;
+  atomic_store(&g->quit, 1);
+  if (g->has_thread) pthread_join(g->th, NULL);
+  for (int r = 0; g->sends && r < g->size; r++) {
+    int flag = 0;
+    if (g->sends[r] == MPI_REQUEST_NULL) continue;
+    MPI_Test(&g->sends[r], &flag, MPI_STATUS_IGNORE);
+    if (!flag) MPI_Request_free(&g->sends[r]); /* delivered in the background */
+  }
+  if (g->comm != MPI_COMM_NULL && g->comm) MPI_Comm_free(&g->comm);
+  mt_free(&g->heard);
+  mt_free(&g->state);
+  mt_free(&g->sends);
+  mt_free(pg);
+}
