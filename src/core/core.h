@@ -70,6 +70,7 @@ typedef struct {
   char restart[MT_PATH_MAX]; /* none | auto | FILE                          */
   double ddp_bucket_mb;
   double comm_timeout; /* hang guard: seconds without progress, 0 = off   */
+  double peak_gflops;  /* a core's fp32 GEMM peak, for the shares printed */
   int prefetch;
   /* derived */
   int world_size;

@@ -39,10 +39,17 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
   const int T = t->nthr, rows = b->n;
   if (T == 1) {
     mt_model *m = t->model;
+    if (backward) mt_ev_begin(MT_EV_FORWARD);
     MT_CALL(m->ops->forward(m, t->params, b, losses, st));
-    if (backward) MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
+    if (backward) {
+      mt_ev_end(MT_EV_FORWARD);
+      mt_ev_begin(MT_EV_BACKWARD);
+      MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
+      mt_ev_end(MT_EV_BACKWARD);
+    }
     return 0;
   }
+  if (backward) mt_ev_begin(MT_EV_FORWARD); /* threads: forward and backward as one */
   mt_batch_stats part[MT_MAX_THREADS];
   int err[MT_MAX_THREADS];
   char msg[1024] = "";
@@ -70,6 +77,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
       }
     }
   }
+  if (backward) mt_ev_end(MT_EV_FORWARD);
   for (int i = 0; i < T; i++) {
     if (err[i]) return MT_ERR(err[i], "thread %d: %s", i, msg);
     st->loss_sum += part[i].loss_sum;

@@ -215,9 +215,11 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   char path[MT_PATH_MAX + 64] = "";
   double t0 = mt_now();
   mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_CHECKPOINT);
+  mt_ev_begin(MT_EV_CKPT);
   if (!err)
     err = mt_ckpt_save(t->comm->world, c->checkpoint_dir, t->global_step, c->checkpoint_keep,
                        &ts, &meta, &st, path, sizeof(path));
+  mt_ev_end(MT_EV_CKPT);
   mt_ckpt_state_free(&st);
   free(opts);
   MT_CALL(err);

@@ -210,24 +210,30 @@ static int train_step(mt_trainer *t, double *loss_sum) {
     mt_batch b;
     mt_batch_stats st = {0};
     mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
+    mt_ev_begin(MT_EV_DATA);
     MT_CALL(mt_loader_next(t->train_loader, &b));
+    mt_ev_end(MT_EV_DATA);
     b.train = 1;
     b.key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
     MT_CALL(mt_compute(t, &b, scale, 1, NULL, &st));
     *loss_sum += st.loss_sum;
   }
   mt_compute_sum_grads(t);
+  mt_ev_begin(MT_EV_COMM);
   MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
+  mt_ev_end(MT_EV_COMM);
   if (c->clip_grad_value > 0) MT_CALL(mt_clip_grad_value(t->grads, n, c->clip_grad_value));
   if (c->clip_grad_norm > 0) mt_clip_grad_norm(t->grads, n, c->clip_grad_norm);
   double lr = mt_lr_at(&t->sched, t->global_step);
   int all_decay = !c->weight_decay_skip_1d;
+  mt_ev_begin(MT_EV_OPTIM);
   if (t->adamw)
     MT_CALL(mt_adamw_step(&m->params, t->params, t->grads, &t->adam_state, &t->adam, all_decay, lr));
   else
     MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, t->global_step == 0, &t->sgd,
                         all_decay, lr));
   MT_CALL(sync_buffers(t));
+  mt_ev_end(MT_EV_OPTIM);
   t->global_step++;
   return 0;
 }
@@ -371,6 +377,8 @@ int mt_trainer_run(mt_trainer *t) {
   t->run_start = mt_now();
   t->last_checkpoint = mt_now();
   int done = t->start_epoch; /* epochs trained */
+  double bytes0 = t->backend->comm_bytes;
+  MT_CALL(mt_profile_init());
   if (c->epochs == 0) MT_CALL(evaluate_only(t));
   /* a run restarted after its early stop does not train on */
   int early = c->early_stop_patience > 0 && t->bad_epochs >= c->early_stop_patience;
@@ -391,6 +399,8 @@ int mt_trainer_run(mt_trainer *t) {
     double rate = (double)t->steps_per_epoch * c->batch_size / secs;
     mt_print0("epoch %d/%d done: train loss %.4f, %.1f s, %.0f samples/s\n", epoch + 1, c->epochs,
               train_loss, secs, rate);
+    mt_profile_epoch(t, epoch, secs, t->backend->comm_bytes - bytes0);
+    bytes0 = t->backend->comm_bytes;
     int nsets = c->nval ? c->nval : 0;
     MT_CALL(grow_curve(t));
     mt_curve_row base = {epoch + 1, t->global_step, train_loss,

@@ -113,6 +113,20 @@ int mt_best_restore(mt_trainer *t);
 void mt_best_pack(const mt_trainer *t, double *v);
 void mt_best_unpack(mt_trainer *t, const double *v);
 
+/* Profiling (profile.c): PETSc logging events for -log_view and rank 0's
+ * per-epoch shares of the epoch's time, GFLOP/s against -peak_gflops per
+ * core, tokens/s for token data, and bytes all-reduced. Events are begun
+ * and ended on the main thread only; with the batch split over threads the
+ * forward event covers forward and backward. */
+typedef enum {
+  MT_EV_DATA, MT_EV_FORWARD, MT_EV_BACKWARD, MT_EV_COMM, MT_EV_OPTIM, MT_EV_CKPT, MT_EV_VALID,
+  MT_EV_COUNT
+} mt_event;
+int mt_profile_init(void);
+void mt_ev_begin(mt_event e);
+void mt_ev_end(mt_event e);
+void mt_profile_epoch(const mt_trainer *t, int epoch, double secs, double bytes);
+
 /* Evaluation (validate.c). Each pass is forward only: rank r evaluates the
  * contiguous block r of the set in batches of -val_batch_size (validation
  * and training-set passes: at most -max_val_steps_per_epoch of them; test

@@ -76,6 +76,7 @@ static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *
  * caller). Collective, agreed. */
 static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, result *res) {
   const double t0 = mt_now();
+  mt_ev_begin(MT_EV_VALID);
   int64_t start = 0, rows = 0, nb = 0, off = 0;
   int err = plan(t, d, L, limit, &start, &rows, &nb);
   if (!err && o) err = outs_alloc(o, rows, t->cfg->outputs_logits ? d->spec.nclasses : 0);
@@ -111,6 +112,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   res->count = (int64_t)v[2];
   t->eval_samples += rows;
   t->eval_seconds += mt_now() - t0;
+  mt_ev_end(MT_EV_VALID);
   return 0;
 }
 

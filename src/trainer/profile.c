@@ -1,0 +1,65 @@
+/* Where a step's time goes: PETSc logging events (so -log_view prints them
+ * per rank and over ranks at the end) and mpitrain's own per-epoch tallies
+ * of the same phases, printed by rank 0 after every epoch with the achieved
+ * GFLOP/s, its share of the measured peak, and the bytes communicated. */
+#include "trainer/trainer.h"
+
+#include <petscsys.h>
+#include <string.h>
+
+static const char *const ev_name[MT_EV_COUNT] = {
+    "mtData", "mtForward", "mtBackward", "mtCommExposed", "mtOptimizer", "mtCheckpoint",
+    "mtValidation"};
+static const char *const ev_label[MT_EV_COUNT] = {
+    "data", "forward", "backward", "exposed comm", "optimizer", "checkpoint", "validation"};
+static PetscLogEvent ev_[MT_EV_COUNT];
+static int registered_;
+static double start_[MT_EV_COUNT], total_[MT_EV_COUNT]; /* this epoch */
+
+int mt_profile_init(void) {
+  if (registered_) return 0;
+  PetscClassId cid;
+  if (PetscClassIdRegister("mpitrain", &cid)) return MT_ERR(MT_ERR_LIB, "PetscClassIdRegister failed");
+  for (int e = 0; e < MT_EV_COUNT; e++)
+    if (PetscLogEventRegister(ev_name[e], cid, &ev_[e]))
+      return MT_ERR(MT_ERR_LIB, "PetscLogEventRegister %s failed", ev_name[e]);
+  registered_ = 1;
+  return 0;
+}
+
+void mt_ev_begin(mt_event e) {
+  if (registered_) (void)PetscLogEventBegin(ev_[e], 0, 0, 0, 0);
+  start_[e] = mt_now();
+}
+
+void mt_ev_end(mt_event e) {
+  total_[e] += mt_now() - start_[e];
+  if (registered_) (void)PetscLogEventEnd(ev_[e], 0, 0, 0, 0);
+}
+
+void mt_profile_epoch(const mt_trainer *t, int epoch, double secs, double bytes) {
+  const mt_config *c = t->cfg;
+  const mt_model *m = t->model;
+  char line[512];
+  size_t k = 0;
+  k += (size_t)snprintf(line, sizeof(line), "epoch %d/%d time:", epoch + 1, c->epochs);
+  for (int e = 0; e < MT_EV_COUNT && k < sizeof(line); e++) {
+    if (total_[e] <= 0) continue;
+    k += (size_t)snprintf(line + k, sizeof(line) - k, " %s %.1f%%", ev_label[e],
+                          secs > 0 ? 100.0 * total_[e] / secs : 0.0);
+  }
+  const double samples = (double)t->steps_per_epoch * c->batch_size;
+  const double flops = m->ops->flops_per_sample ? m->ops->flops_per_sample(m) * samples : 0;
+  const double peak = c->peak_gflops * c->threads * c->world_size;
+  if (k < sizeof(line) && flops > 0 && secs > 0)
+    k += (size_t)snprintf(line + k, sizeof(line) - k, "; %.1f GFLOP/s, %.1f%% of %.0f (-peak_gflops %g x %d cores)",
+                          flops / secs / 1e9, 100.0 * flops / secs / 1e9 / peak, peak,
+                          c->peak_gflops, c->threads * c->world_size);
+  if (k < sizeof(line) && m->spec.tokens && secs > 0)
+    k += (size_t)snprintf(line + k, sizeof(line) - k, "; %.0f tokens/s",
+                          samples * (double)m->spec.sample_numel / secs);
+  if (k < sizeof(line) && bytes > 0)
+    snprintf(line + k, sizeof(line) - k, "; %.1f MB all-reduced", bytes / 1e6);
+  mt_print0("%s\n", line);
+  memset(total_, 0, sizeof(total_));
+}
