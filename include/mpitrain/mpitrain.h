@@ -235,10 +235,21 @@ struct mt_model {
    * split over threads), so its statistics are those of that batch. */
   mt_param_table buffers;
   float *buf;
+  /* Set by the trainer when a backend overlaps communication with the
+   * backward pass (NULL otherwise): backward calls mt_model_unit_done(m, u)
+   * as soon as the gradients of every tensor of unit u (mt_param.unit) are
+   * final for this backward, so their all-reduce can start. */
+  void (*unit_done)(void *ctx, int unit);
+  void *unit_ctx;
   mt_data_spec spec;
   int max_batch;
   void *data; /* implementation state                                      */
 };
+
+/* A model's backward reports a finished unit (see mt_model.unit_done). */
+static inline void mt_model_unit_done(const mt_model *m, int unit) {
+  if (m->unit_done) m->unit_done(m->unit_ctx, unit);
+}
 
 /* Registers a model under ops->name for -model (replacing one of the same
  * name). The ops must outlive use. */
@@ -264,6 +275,10 @@ typedef struct {
   int (*sync_params)(mt_backend *b, float *params, size_t n);
   /* Sums grads over all ranks, in place (grads already carry 1/global_batch). */
   int (*reduce_grads)(mt_backend *b, float *grads, size_t n);
+  /* Optional, for overlap: during the last backward of a step, unit
+   * `unit`'s gradients are final (in b->table's layout); the backend may
+   * start reducing them. reduce_grads then finishes the step's reduction. */
+  int (*unit_ready)(mt_backend *b, float *grads, int unit);
   void (*destroy)(mt_backend *b);
 } mt_backend_ops;
 
@@ -272,6 +287,9 @@ struct mt_backend {
   MPI_Comm comm;       /* the data-parallel communicator                   */
   int rank, size;
   double bucket_mb;    /* ddp: bucket size                                 */
+  double first_bucket_mb; /* ddp: the first bucket (the last layers)        */
+  int overlap;         /* ddp: start buckets during the backward pass      */
+  const mt_param_table *table; /* the model's layout (set before setup)    */
   double comm_seconds; /* time spent in gradient communication             */
   double comm_bytes;   /* bytes all-reduced                                */
   void *data;

@@ -1,13 +1,104 @@
 /* ddp: every rank holds the whole model; gradients are summed over ranks in
  * contiguous buckets of the flat gradient buffer (each already carries the
- * 1/global_batch factor, so the sum is the global-batch mean). */
+ * 1/global_batch factor, so the sum is the global-batch mean).
+ *
+ * Buckets are planned once, from the top of the buffer down (the last
+ * layers' gradients are ready first): a small first bucket
+ * (-ddp_first_bucket_mb, PyTorch's 1 MB), then -ddp_bucket_mb each. With
+ * overlap (-ddp_overlap 1) the model's backward reports each finished unit
+ * (mt_model_unit_done -> unit_ready); a bucket whose units are all done gets
+ * its MPI_Iallreduce started at once, and every later report drives the
+ * started ones on with MPI_Test (OpenMPI progresses non-blocking
+ * collectives only inside MPI calls); reduce_grads starts what is left and
+ * waits. Without overlap the same buckets are reduced with MPI_Allreduce
+ * after the backward. At 2 ranks both give the same bits (a + b). */
 #include "backends/backends.h"
 #include "core/core.h"
 
-static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
-  (void)params, (void)grads, (void)n;
-  MT_CHECK(b->bucket_mb > 0, MT_ERR_OPTION, "option -ddp_bucket_mb must be > 0");
+#include <string.h>
+
+typedef struct {
+  int nb;              /* buckets, index 0 = the top of the buffer          */
+  size_t *lo, *hi;     /* bucket k is [lo[k], hi[k])                        */
+  int *started;
+  MPI_Request *req;
+  int nunits;
+  size_t *ulo, *uhi;   /* the span of each unit in the buffer               */
+  int *udone;
+  int active;          /* unit_ready was called this step                   */
+  int nstarted;
+} ddp;
+
+static void ddp_free(ddp *d) {
+  if (!d) return;
+  mt_free(&d->lo);
+  mt_free(&d->hi);
+  mt_free(&d->started);
+  mt_free(&d->req);
+  mt_free(&d->ulo);
+  mt_free(&d->uhi);
+  mt_free(&d->udone);
+}
+
+static int plan(mt_backend *b, size_t n) {
+  ddp *d = b->data;
+  size_t bucket = (size_t)(b->bucket_mb * 1048576.0 / sizeof(float));
+  size_t first = (size_t)(b->first_bucket_mb * 1048576.0 / sizeof(float));
+  if (bucket < 1024) bucket = 1024;
+  if (first < 1024 || first > bucket) first = bucket;
+  int nb = 0;
+  for (size_t end = n, k = 0; end > 0; k++, nb++) {
+    size_t sz = k == 0 ? first : bucket;
+    end = end > sz ? end - sz : 0;
+  }
+  MT_CALL(mt_calloc(&d->lo, (size_t)nb, sizeof(size_t), "ddp buckets"));
+  MT_CALL(mt_calloc(&d->hi, (size_t)nb, sizeof(size_t), "ddp buckets"));
+  MT_CALL(mt_calloc(&d->started, (size_t)nb, sizeof(int), "ddp buckets"));
+  MT_CALL(mt_calloc(&d->req, (size_t)nb, sizeof(MPI_Request), "ddp buckets"));
+  size_t end = n;
+  for (int k = 0; k < nb; k++) {
+    size_t sz = k == 0 ? first : bucket;
+    d->hi[k] = end;
+    d->lo[k] = end > sz ? end - sz : 0;
+    end = d->lo[k];
+    d->req[k] = MPI_REQUEST_NULL;
+  }
+  d->nb = nb;
+  const mt_param_table *t = b->table;
+  if (!t || !b->overlap) return 0;
+  int nu = 0;
+  for (int i = 0; i < t->n; i++) nu = t->p[i].unit + 1 > nu ? t->p[i].unit + 1 : nu;
+  MT_CALL(mt_calloc(&d->ulo, (size_t)nu, sizeof(size_t), "ddp units"));
+  MT_CALL(mt_calloc(&d->uhi, (size_t)nu, sizeof(size_t), "ddp units"));
+  MT_CALL(mt_calloc(&d->udone, (size_t)nu, sizeof(int), "ddp units"));
+  for (int u = 0; u < nu; u++) d->ulo[u] = n;
+  for (int i = 0; i < t->n; i++) {
+    const mt_param *q = &t->p[i];
+    MT_CHECK(q->unit >= 0, MT_ERR_STATE, "tensor %s has no unit", q->name);
+    if (q->offset < d->ulo[q->unit]) d->ulo[q->unit] = q->offset;
+    if (q->offset + q->numel > d->uhi[q->unit]) d->uhi[q->unit] = q->offset + q->numel;
+  }
+  d->nunits = nu;
   return 0;
+}
+
+static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
+  (void)params, (void)grads;
+  MT_CHECK(b->bucket_mb > 0, MT_ERR_OPTION, "option -ddp_bucket_mb must be > 0");
+  ddp *d;
+  MT_CALL(mt_calloc(&d, 1, sizeof(*d), "ddp"));
+  b->data = d;
+  MT_CALL(plan(b, n));
+  return 0;
+}
+
+static void ddp_destroy(mt_backend *b) {
+  ddp *d = b->data;
+  if (d)
+    for (int k = 0; k < d->nb; k++)
+      if (d->req[k] != MPI_REQUEST_NULL) MPI_Wait(&d->req[k], MPI_STATUS_IGNORE);
+  ddp_free(d);
+  mt_free(&b->data);
 }
 
 static int ddp_sync(mt_backend *b, float *params, size_t n) {
@@ -18,21 +109,63 @@ static int ddp_sync(mt_backend *b, float *params, size_t n) {
   return 0;
 }
 
+static int start(mt_backend *b, ddp *d, float *grads, int k) {
+  MT_MPI(MPI_Iallreduce(MPI_IN_PLACE, grads + d->lo[k], (int)(d->hi[k] - d->lo[k]), MPI_FLOAT,
+                        MPI_SUM, b->comm, &d->req[k]));
+  d->started[k] = 1;
+  d->nstarted++;
+  return 0;
+}
+
+/* Bucket k is ready when every unit that overlaps it is done. */
+static int ready(const ddp *d, int k) {
+  for (int u = 0; u < d->nunits; u++)
+    if (!d->udone[u] && d->ulo[u] < d->hi[k] && d->uhi[u] > d->lo[k]) return 0;
+  return 1;
+}
+
+static int ddp_unit_ready(mt_backend *b, float *grads, int unit) {
+  ddp *d = b->data;
+  if (b->size == 1 || !d->udone) return 0;
+  MT_CHECK(unit >= 0 && unit < d->nunits, MT_ERR_ARG, "ddp: unit %d of %d", unit, d->nunits);
+  const double t0 = mt_now();
+  d->active = 1;
+  d->udone[unit] = 1;
+  /* start in bucket order only: every rank must start the same sequence */
+  for (int k = d->nstarted; k < d->nb && ready(d, k); k++) MT_CALL(start(b, d, grads, k));
+  for (int k = 0; k < d->nstarted; k++) /* drive the started ones on */
+    if (d->req[k] != MPI_REQUEST_NULL) {
+      int flag;
+      MT_MPI(MPI_Test(&d->req[k], &flag, MPI_STATUS_IGNORE));
+    }
+  b->comm_seconds += mt_now() - t0;
+  return 0;
+}
+
 static int ddp_reduce(mt_backend *b, float *grads, size_t n) {
+  ddp *d = b->data;
   if (b->size == 1) return 0;
   double t0 = mt_now();
-  size_t bucket = (size_t)(b->bucket_mb * 1048576.0 / sizeof(float));
-  if (bucket < 1024) bucket = 1024;
-  /* buckets in reverse order: the last layers' gradients are ready first */
-  for (size_t end = n; end > 0;) {
-    size_t start = end > bucket ? end - bucket : 0;
-    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, grads + start, (int)(end - start), MPI_FLOAT, MPI_SUM, b->comm));
-    end = start;
+  if (d->active) {
+    for (int k = d->nstarted; k < d->nb; k++) MT_CALL(start(b, d, grads, k));
+    MT_MPI(MPI_Waitall(d->nb, d->req, MPI_STATUSES_IGNORE));
+    memset(d->udone, 0, (size_t)d->nunits * sizeof(int));
+    memset(d->started, 0, (size_t)d->nb * sizeof(int));
+    d->nstarted = 0;
+    d->active = 0;
+  } else {
+    for (int k = 0; k < d->nb; k++)
+      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, grads + d->lo[k], (int)(d->hi[k] - d->lo[k]), MPI_FLOAT,
+                           MPI_SUM, b->comm));
   }
   b->comm_seconds += mt_now() - t0;
   b->comm_bytes += (double)n * sizeof(float);
   return 0;
 }
 
-const mt_backend_ops mt_ddp_ops = {
-    .name = "ddp", .setup = ddp_setup, .sync_params = ddp_sync, .reduce_grads = ddp_reduce};
+const mt_backend_ops mt_ddp_ops = {.name = "ddp",
+                                   .setup = ddp_setup,
+                                   .sync_params = ddp_sync,
+                                   .reduce_grads = ddp_reduce,
+                                   .unit_ready = ddp_unit_ready,
+                                   .destroy = ddp_destroy};

@@ -71,6 +71,8 @@ typedef struct {
   double ddp_bucket_mb;
   double comm_timeout; /* hang guard: seconds without progress, 0 = off   */
   double peak_gflops;  /* a core's fp32 GEMM peak, for the shares printed */
+  double ddp_first_bucket_mb;
+  int ddp_overlap;
   int prefetch;
   /* derived */
   int world_size;

@@ -234,12 +234,14 @@ static int cnn_backward(mt_model *m, const float *params, float *grads, float sc
   float *dlast = s->dp[s->nb - 1];
   MT_CALL(mt_linear_backward(s->dh, G(m, grads, k + 2), G(m, grads, k + 3), s->dlogits, s->h,
                              P(m, params, k + 2), B, s->hidden, s->classes));
+  mt_model_unit_done(m, s->nb + 1);
   /* h is after ReLU and dropout: positive exactly where both kept it */
   if (s->dropped) mt_model_dropout_backward(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
   mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
   memset(dlast, 0, (size_t)B * s->flat * sizeof(float));
   MT_CALL(mt_linear_backward(dlast, G(m, grads, k), G(m, grads, k + 1), s->dh, last,
                              P(m, params, k), B, s->flat, s->hidden));
+  mt_model_unit_done(m, s->nb);
   for (int l = s->nb - 1; l >= 0; l--) {
     mt_pool2d_shape ps = s->pool[l];
     ps.B = B;
@@ -265,6 +267,7 @@ static int cnn_backward(mt_model *m, const float *params, float *grads, float sc
     const int kc = s->pconv[l];
     MT_CALL(mt_conv2d_backward(dinp, G(m, grads, kc), G(m, grads, kc + 1), dconv, in,
                                P(m, params, kc), B, &s->conv[l]));
+    mt_model_unit_done(m, l);
   }
   return 0;
 }

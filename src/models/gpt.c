@@ -235,6 +235,7 @@ static int gpt_backward(mt_model *m, const float *params, float *grads, float sc
   float *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
   mt_layernorm_backward(dlast, GW(lnf_idx(s, 0)), GW(lnf_idx(s, 1)), s->dlnf, last,
                         PW(lnf_idx(s, 0)), s->lnf_mean, s->lnf_rstd, N, C);
+  mt_model_unit_done(m, s->L + 1);
   for (int l = s->L - 1; l >= 0; l--) {
     block_acts *a = &s->a[l], *d = &s->d[l];
     const float *res = l ? s->a[l - 1].res3 : s->enc;
@@ -257,9 +258,11 @@ static int gpt_backward(mt_model *m, const float *params, float *grads, float sc
                                PW(bidx(l, QKVW)), N, C, 3 * C));
     mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
                           PW(bidx(l, LN1W)), a->ln1_mean, a->ln1_rstd, N, C);
+    mt_model_unit_done(m, l + 1);
   }
   if (s->dropped) mt_model_dropout_backward(s->denc, s->mask_enc, s->drop, (int64_t)N * C);
   mt_embedding_backward(GW(WTE), GW(WPE), s->denc, s->inp, B, T, C);
+  mt_model_unit_done(m, 0); /* wte: the tied head's gradient came first */
   return 0;
 }
 

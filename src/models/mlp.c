@@ -154,6 +154,7 @@ static int mlp_backward(mt_model *m, const float *params, float *grads, float sc
     float *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
     MT_CALL(mt_linear_backward(l ? s->dact[l - 1] : NULL, dw, db, dout, in, W(m, params, l), B,
                                s->dim[l], s->dim[l + 1]));
+    mt_model_unit_done(m, l);
   }
   return 0;
 }

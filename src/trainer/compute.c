@@ -34,6 +34,12 @@ void mt_compute_destroy(mt_trainer *t) {
   }
 }
 
+/* The model's finished units go to the backend (overlap, see ddp.c). */
+static void unit_done(void *ctx, int unit) {
+  mt_trainer *t = ctx;
+  if (!t->overlap_err) t->overlap_err = t->backend->ops->unit_ready(t->backend, t->grads, unit);
+}
+
 int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, float *losses,
                mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
@@ -44,7 +50,15 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
     if (backward) {
       mt_ev_end(MT_EV_FORWARD);
       mt_ev_begin(MT_EV_BACKWARD);
-      MT_CALL(m->ops->backward(m, t->params, t->grads, scale, rows));
+      /* the step's last backward on one thread: units reported as done */
+      int hook = t->last_micro && t->backend->overlap && t->backend->ops->unit_ready;
+      m->unit_done = hook ? unit_done : NULL;
+      m->unit_ctx = t;
+      t->overlap_err = 0;
+      int err = m->ops->backward(m, t->params, t->grads, scale, rows);
+      m->unit_done = NULL;
+      MT_CALL(err);
+      MT_CALL(t->overlap_err);
       mt_ev_end(MT_EV_BACKWARD);
     }
     return 0;

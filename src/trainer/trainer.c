@@ -132,6 +132,9 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
   MT_CALL(mt_backend_create(c->backend, comm->world, c->ddp_bucket_mb, &t->backend));
+  t->backend->first_bucket_mb = c->ddp_first_bucket_mb;
+  t->backend->overlap = c->ddp_overlap;
+  t->backend->table = &t->model->params;
   int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
   MT_CALL(mt_agree(comm->world, err));
   if (t->backend->ops->sync_params) MT_CALL(t->backend->ops->sync_params(t->backend, t->params, n));
@@ -215,6 +218,7 @@ static int train_step(mt_trainer *t, double *loss_sum) {
     mt_ev_end(MT_EV_DATA);
     b.train = 1;
     b.key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
+    t->last_micro = k == c->accum_steps - 1; /* its backward may overlap the reduction */
     MT_CALL(mt_compute(t, &b, scale, 1, NULL, &st));
     *loss_sum += st.loss_sum;
   }

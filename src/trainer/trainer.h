@@ -66,6 +66,8 @@ typedef struct {
   mt_guard *guard;    /* hang guard (-comm_timeout), NULL when off          */
   uint64_t cfg_hash;  /* of the resolved configuration, for step agreement  */
   int epoch;          /* the epoch running (0-based), for the guard's marks */
+  int last_micro;     /* the micro-step running is the step's last one      */
+  int overlap_err;    /* an error of the backend's unit_ready in a backward */
 } mt_trainer;
 
 /* Opens the data (collectively validated), creates model, backend and
