@@ -6,5 +6,9 @@
 
 extern const mt_backend_ops mt_sp_ops;
 extern const mt_backend_ops mt_ddp_ops;
+/* DP-SGD (dp.c): sp-dp, ddp-dp; 1 when name is a DP backend ("-dp" suffix). */
+extern const mt_backend_ops mt_sp_dp_ops;
+extern const mt_backend_ops mt_ddp_dp_ops;
+int mt_backend_is_dp(const char *name);
 
 #endif

@@ -12,6 +12,8 @@ static void builtins(void) {
   if (nbackends_) return;
   backends_[nbackends_++] = &mt_sp_ops;
   backends_[nbackends_++] = &mt_ddp_ops;
+  backends_[nbackends_++] = &mt_sp_dp_ops;
+  backends_[nbackends_++] = &mt_ddp_dp_ops;
 }
 
 const mt_backend_ops *mt_backend_find(const char *name) {

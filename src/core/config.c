@@ -524,6 +524,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
       mo->options();
       mt_error_clear();
     }
+    mt_config_dp(cfg);
+    mt_error_clear();
     return 0;
   }
   derive(cfg);
@@ -531,6 +533,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   /* the model reads its own options before unknown ones are looked for */
   const mt_model_ops *mo = mt_model_find(cfg->model);
   if (!err && mo && mo->options) err = mo->options();
+  if (!err) err = mt_config_dp(cfg);
   if (!err) {
     check_unused();
     if (bad_[0]) err = mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_);
@@ -586,4 +589,5 @@ void mt_config_print(const mt_config *c, FILE *f) {
             c->outputs & MT_OUTPUTS_TRAIN ? " train" : "", c->outputs & MT_OUTPUTS_TEST ? " test" : "",
             c->outputs_logits ? " with logits" : "");
   fprintf(f, "\n");
+  mt_config_dp_print(c, f);
 }

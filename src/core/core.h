@@ -82,6 +82,15 @@ typedef struct {
   int outputs_logits; /* and their logits                                     */
   char data_test[MT_MAX_VAL][MT_PATH_MAX];
   int ntest;
+  /* DP-SGD (backends sp-dp, ddp-dp; read and checked by config_dp.c) */
+  int dp;                     /* the backend is a DP one                      */
+  double dp_noise_multiplier; /* -1: not given (solved from the target)      */
+  double dp_max_grad_norm;
+  double dp_delta;            /* 0: 1/N rounded down to a power of ten       */
+  double dp_target_epsilon;   /* 0: no budget                                */
+  int dp_max_physical_batch;  /* 0: the rank's share of -batch_size          */
+  char dp_sampling[16];       /* poisson | shuffle                          */
+  char dp_accountant[8];      /* rdp                                         */
 } mt_config;
 
 /* -outputs words: per-sample outputs of the validation sets (every epoch),
@@ -96,6 +105,11 @@ typedef struct {
  * MT_ERR_OPTION and rank 0 (or the lowest failing rank) holds the message.
  * *help is set when -help was given (nothing else should run then). */
 int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help);
+/* The DP-SGD options (config_dp.c): read, and checked against the backend
+ * and the other options (after those are derived); the DP line of
+ * mt_config_print. */
+int mt_config_dp(mt_config *cfg);
+void mt_config_dp_print(const mt_config *cfg, FILE *f);
 /* Prints the configuration (rank 0 only prints). */
 void mt_config_print(const mt_config *cfg, FILE *f);
 /* 64-bit FNV-1a hash of bytes. */

@@ -1,6 +1,7 @@
 /* The training loop. */
 #include "trainer/trainer.h"
 #include "models/models.h"
+#include "trainer/dp.h"
 
 #include <math.h>
 #include <omp.h>
@@ -151,6 +152,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   for (int i = 0; i < c->nval; i++)
     MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, c->prefetch));
   MT_CALL(mt_eval_setup(t));
+  if (c->dp) MT_CALL(mt_agree(comm->world, mt_dp_setup(t)));
   return 0;
 }
 
@@ -165,6 +167,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_dataset_close(&t->train);
   for (int i = 0; i < t->nval_open; i++) mt_dataset_close(&t->val[i]);
   mt_compute_destroy(t);
+  mt_dp_destroy(t);
   mt_best_destroy(t);
   mt_model_destroy(&t->model);
   mt_backend_destroy(&t->backend);
@@ -182,6 +185,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
 /* This rank's micro-batches of the epoch, in order. */
 static int plan_epoch(mt_trainer *t, int epoch, int64_t first) {
   const mt_config *c = t->cfg;
+  if (t->dp) return mt_dp_plan_epoch(t, epoch, first);
   mt_sampler_permutation(c->seed, epoch, t->train.n, t->perm);
   int nb = 0;
   for (int64_t s = first; s < t->steps_per_epoch; s++)
@@ -299,7 +303,8 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     if (timed_from > 0) timed_steps++;
     double lr = mt_lr_at(&t->sched, t->global_step), l = 0, g;
     int sig, timed;
-    MT_CALL(train_step(t, &l));
+    if (t->dp && mt_dp_spent(t)) break; /* -dp_target_epsilon reached */
+    MT_CALL(t->dp ? mt_dp_train_step(t, &l) : train_step(t, &l));
     MT_CALL(step_agree(t, l, &g, &sig, &timed));
     epoch_loss += g;
     if (t->steps) fprintf(t->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
@@ -427,6 +432,7 @@ int mt_trainer_run(mt_trainer *t) {
     }
     MT_CALL(mt_eval_train(t, epoch));
     if (nsets > 0) MT_CALL(mt_best_update(t, epoch, t->last_val_loss[0], &early));
+    if (t->dp && mt_dp_spent(t)) early = 1;
     done = epoch + 1;
     if (t->sched.kind == MT_LR_PLATEAU) {
       int reduced = 0;
@@ -439,6 +445,7 @@ int mt_trainer_run(mt_trainer *t) {
                                      (char(*)[MT_PATH_MAX])c->data_val, c->nval)
                     : 0;
     MT_CALL(mt_agree(t->comm->world, err));
+    if (t->dp) MT_CALL(mt_dp_epoch_end(t, epoch));
     int last = epoch + 1 == c->epochs || early;
     if ((c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
         (last && c->checkpoint_at_end))
@@ -468,5 +475,6 @@ int mt_trainer_run(mt_trainer *t) {
               2.0 * (p - 1) / p * b->comm_bytes / secs / 1e9);
   }
   mt_print0("\nRESULT mpitrain train_samples_per_s=%.1f\n", rate);
+  if (t->dp) MT_CALL(mt_dp_report(t));
   return 0;
 }

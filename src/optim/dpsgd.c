@@ -1,0 +1,69 @@
+/* DP-SGD building blocks: per-sample clipping, noise, Poisson membership. */
+#include "optim/dpsgd.h"
+#include "core/core.h"
+
+#include <math.h>
+#include <string.h>
+
+int mt_dp_clip_accumulate(mt_model *m, const float *params, const mt_batch *b, double max_norm,
+                          float *scratch, float *sum, mt_batch_stats *st, int64_t *nclipped) {
+  const size_t n = m->params.total;
+  MT_CHECK(max_norm > 0, MT_ERR_ARG, "mt_dp_clip_accumulate: max_norm %g must be > 0", max_norm);
+  for (int r = 0; r < b->n; r++) {
+    mt_batch one = mt_batch_rows(b, r, r + 1);
+    mt_batch_stats part = {0};
+    part.pred = st->pred ? st->pred + r : NULL;
+    part.logits = st->logits ? st->logits + (int64_t)r * st->logits_len : NULL;
+    part.logits_len = st->logits_len;
+    memset(scratch, 0, n * sizeof(float));
+    MT_CALL(m->ops->forward(m, params, &one, NULL, &part));
+    MT_CALL(m->ops->backward(m, params, scratch, 1.0f, 1));
+    st->loss_sum += part.loss_sum;
+    st->correct += part.correct;
+    double ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (size_t i = 0; i < n; i++) ss += (double)scratch[i] * (double)scratch[i];
+    double norm = sqrt(ss);
+    MT_CHECK(isfinite(norm), MT_ERR_NUMERIC,
+             "the gradient of sample %lld is not finite: lower -lr",
+             (long long)(b->ids ? b->ids[r] : r));
+    double f = max_norm / (norm + MT_DP_NORM_EPS);
+    if (f >= 1.0) {
+#pragma omp simd
+      for (size_t i = 0; i < n; i++) sum[i] += scratch[i];
+    } else {
+      const float ff = (float)f;
+#pragma omp simd
+      for (size_t i = 0; i < n; i++) sum[i] += ff * scratch[i];
+    }
+    if (nclipped && norm > max_norm) (*nclipped)++;
+  }
+  return 0;
+}
+
+static inline double unit53(uint64_t key, uint64_t c) {
+  return (double)(mt_rand64(key, c) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void mt_dp_add_noise(float *g, size_t n, double std, uint64_t key, int threads) {
+  if (std == 0 || n == 0) return;
+  const int64_t pairs = (int64_t)((n + 1) / 2);
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : 1)
+  for (int64_t j = 0; j < pairs; j++) {
+    double u1 = unit53(key, 2 * (uint64_t)j), u2 = unit53(key, 2 * (uint64_t)j + 1);
+    double r = std * sqrt(-2.0 * log(1.0 - u1)), a = 2.0 * M_PI * u2;
+    size_t i = 2 * (size_t)j;
+    g[i] += (float)(r * cos(a));
+    if (i + 1 < n) g[i + 1] += (float)(r * sin(a));
+  }
+}
+
+int mt_dp_poisson_member(uint64_t step_key, int64_t i, double q) {
+  return unit53(step_key, (uint64_t)i) < q;
+}
+
+double mt_dp_default_delta(int64_t n) {
+  double d = 1;
+  while (d < (double)n) d *= 10;
+  return 1.0 / d;
+}
