@@ -1,4 +1,5 @@
 /* Backends by name: the built-ins plus any a user registers. */
+#include "backends/amp.h"
 #include "backends/backends.h"
 
 #include <stdio.h>
@@ -12,6 +13,10 @@ static void builtins(void) {
   if (nbackends_) return;
   backends_[nbackends_++] = &mt_sp_ops;
   backends_[nbackends_++] = &mt_ddp_ops;
+  backends_[nbackends_++] = &mt_sp_amp_ops;
+  backends_[nbackends_++] = &mt_ddp_amp_ops;
+  backends_[nbackends_++] = &mt_sp_amp_apex_ops;
+  backends_[nbackends_++] = &mt_ddp_amp_apex_ops;
   backends_[nbackends_++] = &mt_sp_dp_ops;
   backends_[nbackends_++] = &mt_ddp_dp_ops;
 }

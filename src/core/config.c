@@ -526,6 +526,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
     }
     mt_config_dp(cfg);
     mt_error_clear();
+    mt_config_amp(cfg);
+    mt_error_clear();
     return 0;
   }
   derive(cfg);
@@ -533,6 +535,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   /* the model reads its own options before unknown ones are looked for */
   const mt_model_ops *mo = mt_model_find(cfg->model);
   if (!err && mo && mo->options) err = mo->options();
+  if (!err) err = mt_config_amp(cfg);
   if (!err) err = mt_config_dp(cfg);
   if (!err) {
     check_unused();

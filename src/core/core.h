@@ -74,6 +74,14 @@ typedef struct {
   double ddp_first_bucket_mb;
   int ddp_overlap;
   int prefetch;
+  /* mixed precision (backends *-amp, *-amp-apex; read by config_amp.c) */
+  int amp;              /* 0: fp32; 1: autocast-style (O1); 2: O2 (apex)   */
+  int amp_dtype;        /* mt_precision (nn/precision.h): bf16 | fp16     */
+  int ddp_reduce_dtype; /* mt_precision of the gradient all-reduce        */
+  int loss_scale_mode;  /* 0: none; 1: dynamic; 2: static                 */
+  double loss_scale_init, loss_scale_growth_factor, loss_scale_backoff_factor;
+  double loss_scale_min;
+  long loss_scale_growth_interval, loss_scale_hysteresis;
   /* derived */
   int world_size;
   int accum_steps;
@@ -110,6 +118,9 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help);
  * mt_config_print. */
 int mt_config_dp(mt_config *cfg);
 void mt_config_dp_print(const mt_config *cfg, FILE *f);
+/* The mixed-precision options (config_amp.c): read and checked against
+ * the backend; called by mt_config_from_options. */
+int mt_config_amp(mt_config *cfg);
 /* Prints the configuration (rank 0 only prints). */
 void mt_config_print(const mt_config *cfg, FILE *f);
 /* 64-bit FNV-1a hash of bytes. */

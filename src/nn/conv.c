@@ -31,7 +31,14 @@
  * thread (used inside a parallel region, e.g. by the trainer's per-thread
  * models) and for that many threads (used outside one); a call sets the
  * OpenMP thread count to the one its primitives were made for, and restores
- * it. */
+ * it.
+ *
+ * Precision (nn/lowp.h, fixed when the convolution is made): under bf16
+ * the primitives take bf16 src, weights and diff_dst (the reorders from the
+ * user's fp32 buffers convert) and write fp32 dst, diff_src and
+ * diff_weights; under fp16 the user's inputs are rounded to fp16 into fp32
+ * scratch copies and the fp32 primitives run on them. */
+#include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
@@ -88,6 +95,7 @@ struct mt_conv2d_impl {
   int nvar;    /* thread variants: 1, or 2 when nthr[1] > 1           */
   int nthr[2]; /* OpenMP threads each variant's primitives are made for */
   int nsets;   /* sets per variant                                    */
+  mt_precision prec; /* compute precision when made                   */
   cv_set set[2][CV_MAX_SETS];
   void *arena;
 };
@@ -311,8 +319,8 @@ static int op_run(cv_op *op, dnnl_stream_t stream) {
 
 /* Memory descriptor of a tensor in a fixed plain layout or "any". */
 static int md_init(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
-                   dnnl_format_tag_t tag) {
-  DNNL_CALL(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tag));
+                   dnnl_format_tag_t tag, dnnl_data_type_t dt) {
+  DNNL_CALL(dnnl_memory_desc_init_by_tag(md, ndims, dims, dt, tag));
   return 0;
 }
 
@@ -326,7 +334,9 @@ static int act_plain(const mt_conv2d_shape *s) { return s->IC <= 4; }
 
 /* The primitives of one set: the shape s with batch B. */
 static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, int B,
-                      int has_bias) {
+                      int has_bias, mt_precision prec) {
+  /* what the primitives read (src, weights, diff_dst): bf16 under bf16 */
+  const dnnl_data_type_t F = dnnl_f32, L = prec == MT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
   const int G = s->groups;
   set->B = B;
   /* oneDNN reads dims as dnnl_dims_t (DNNL_MAX_NDIMS entries) */
@@ -343,15 +353,23 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
                     (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 -
                         s->W - s->pad_w};
   dnnl_memory_desc_t src_md, dst_md, w_md, b_md, src_any, dst_any, w_any;
-  MT_CALL(md_init(&src_md, 4, sd, dnnl_nchw));
-  MT_CALL(md_init(&dst_md, 4, dd, dnnl_nchw));
-  MT_CALL(md_init(&w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw));
-  MT_CALL(md_init(&b_md, 1, bd, dnnl_x));
-  MT_CALL(md_init(&src_any, 4, sd, dnnl_format_tag_any));
-  MT_CALL(md_init(&dst_any, 4, dd, dnnl_format_tag_any));
-  MT_CALL(md_init(&w_any, wn, wdims, dnnl_format_tag_any));
-  const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_md : &src_any;
+  dnnl_memory_desc_t src_pl, dsrc_any, ddst_pl, ddst_any, dw_any; /* by precision */
+  MT_CALL(md_init(&src_md, 4, sd, dnnl_nchw, F));
+  MT_CALL(md_init(&dst_md, 4, dd, dnnl_nchw, F));
+  MT_CALL(md_init(&w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw, F));
+  MT_CALL(md_init(&b_md, 1, bd, dnnl_x, F));
+  MT_CALL(md_init(&src_any, 4, sd, dnnl_format_tag_any, L));
+  MT_CALL(md_init(&dst_any, 4, dd, dnnl_format_tag_any, F));
+  MT_CALL(md_init(&w_any, wn, wdims, dnnl_format_tag_any, L));
+  MT_CALL(md_init(&src_pl, 4, sd, dnnl_nchw, L));
+  MT_CALL(md_init(&dsrc_any, 4, sd, dnnl_format_tag_any, F));
+  MT_CALL(md_init(&ddst_pl, 4, dd, dnnl_nchw, L));
+  MT_CALL(md_init(&ddst_any, 4, dd, dnnl_format_tag_any, L));
+  MT_CALL(md_init(&dw_any, wn, wdims, dnnl_format_tag_any, F));
+  const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_pl : &src_any;
   const dnnl_memory_desc_t *dst_f = act_plain(s) ? &dst_md : &dst_any;
+  const dnnl_memory_desc_t *dsrc_f = act_plain(s) ? &src_md : &dsrc_any;
+  const dnnl_memory_desc_t *ddst_f = act_plain(s) ? &ddst_pl : &ddst_any;
   const dnnl_memory_desc_t *bias = has_bias ? &b_md : NULL;
   size_t *bytes = &set->bytes;
 
@@ -379,8 +397,8 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   /* backward data: diff_src = conv^T(diff_dst, w); fpd is the hint */
   cv_op *bdo = &set->bwd_data;
   if (!rc) {
-    st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, src_f,
-                                                          &w_any, dst_f, strides, dil, pl, pr);
+    st = dnnl_dilated_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, dsrc_f,
+                                                          &w_any, ddst_f, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, eng, fpd);
     if (st != dnnl_success)
       rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-data implementation (status %d)", (int)st);
@@ -404,7 +422,7 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   cv_op *bwo = &set->bwd_w;
   if (!rc) {
     st = dnnl_dilated_convolution_backward_weights_desc_init(
-        &d, dnnl_convolution_direct, &src_any, &w_any, bias, &dst_any, strides, dil, pl, pr);
+        &d, dnnl_convolution_direct, &src_any, &dw_any, bias, &ddst_any, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, eng, fpd);
     if (st != dnnl_success)
       rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-weights implementation (status %d)", (int)st);
@@ -451,12 +469,13 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
 
 /* The ladder of one thread variant: B, then every power of two below it. */
 static int ladder_create(mt_conv2d_impl *m, int v, const mt_conv2d_shape *s, int has_bias) {
+  const mt_precision prec = m->prec == MT_PREC_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
   int p = 1;
   while (p * 2 < s->B) p *= 2;
   int n = 0;
   for (int b = s->B; b >= 1; b = (b == s->B && b != p) ? p : b / 2) {
     MT_CHECK(n < CV_MAX_SETS, MT_ERR_STATE, "conv2d: batch ladder too long");
-    MT_CALL(set_create(&m->set[v][n++], m->eng, s, b, has_bias));
+    MT_CALL(set_create(&m->set[v][n++], m->eng, s, b, has_bias, prec));
   }
   m->nsets = n;
   return 0;
@@ -495,6 +514,7 @@ int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
   mt_conv2d_impl *m = calloc(1, sizeof(*m));
   MT_CHECK(m, MT_ERR_MEM, "conv2d: out of memory");
   c->impl = m;
+  m->prec = mt_nn_precision();
   int rc = 0;
   if (dnnl_engine_create(&m->eng, dnnl_cpu, 0) != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create the oneDNN CPU engine");
@@ -554,6 +574,11 @@ int mt_conv2d_forward(float *out, const float *inp, const float *w, const float 
            c->has_bias ? "with bias" : "without");
   const mt_conv2d_shape *s = &c->s;
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
+  const int64_t wn = (int64_t)s->OC * (s->IC / s->groups) * s->KH * s->KW;
+  if (c->impl->prec == MT_PREC_FP16) { /* emulated: fp16 values, fp32 kernels */
+    MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 2, inp, (size_t)(B * in1), &inp));
+    MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 3, w, (size_t)wn, &w));
+  }
   int saved, rc = 0;
   const int v = var_enter(c->impl, &saved);
   for (int b0 = 0; b0 < B && !rc;) {
@@ -563,6 +588,7 @@ int mt_conv2d_forward(float *out, const float *inp, const float *w, const float 
   }
   var_leave(saved);
   MT_CALL(rc);
+  if (mt_nn_round_outputs()) mt_round_to(c->impl->prec, out, (size_t)(B * out1));
   return 0;
 }
 
@@ -603,6 +629,12 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
   MT_CHECK(!db || c->has_bias, MT_ERR_ARG, "conv2d: db given for a convolution without bias");
   const mt_conv2d_shape *s = &c->s;
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
+  const int64_t wn = (int64_t)s->OC * (s->IC / s->groups) * s->KH * s->KW;
+  if (c->impl->prec == MT_PREC_FP16 && (dinp || dw)) {
+    MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 2, dout, (size_t)(B * out1), &dout));
+    if (dw) MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 3, inp, (size_t)(B * in1), &inp));
+    if (dinp) MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 4, w, (size_t)wn, &w));
+  }
   if (dinp || dw) {
     int saved, rc = 0;
     const int v = var_enter(c->impl, &saved);
@@ -624,6 +656,11 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
       }
       db[o] += (float)acc;
     }
+  }
+  if (mt_nn_round_outputs()) { /* O2: gradients held in low precision */
+    if (dinp) mt_round_to(c->impl->prec, dinp, (size_t)(B * in1));
+    if (dw) mt_round_to(c->impl->prec, dw, (size_t)wn);
+    if (db) mt_round_to(c->impl->prec, db, (size_t)s->OC);
   }
   return 0;
 }

@@ -1,4 +1,5 @@
 /* Fully connected layer, PyTorch layout: w is (OC, IC). */
+#include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
@@ -13,6 +14,8 @@ int mt_linear_forward(float *out, const float *inp, const float *w, const float 
 #pragma omp simd
       for (int j = 0; j < OC; j++) o[j] += b[j];
     }
+    /* O2 (nn/lowp.h): the output is a low-precision tensor, bias included */
+    if (mt_nn_round_outputs()) mt_round_to(mt_nn_precision(), out, (size_t)B * OC);
   }
   return 0;
 }

@@ -8,6 +8,7 @@
  * epoch, step), the schedule of the step, and everything else is restored. */
 #include "io/checkpoint.h"
 #include "trainer/trainer.h"
+#include "trainer/amp.h"
 #include "trainer/dp.h"
 
 #include <pthread.h>
@@ -184,6 +185,7 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
    * is exact) */
   MT_CALL(put_floats(st, "model_buffers", t->model->buf, t->model->buffers.total));
   if (t->best_buf) MT_CALL(put_floats(st, "best_buffers", t->best_buf, t->model->buffers.total));
+  MT_CALL(mt_amp_state_put(t, st)); /* the loss scaler */
   if (t->dp) MT_CALL(mt_dp_put_state(t, st)); /* the privacy accountant */
   return 0;
 }
@@ -296,6 +298,7 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err && n == MT_BEST_STATE_N) mt_best_unpack(t, d);
   if (!err) err = get_floats(&st, "model_buffers", t->model->buf, t->model->buffers.total);
   if (!err && t->best_buf) err = get_floats(&st, "best_buffers", t->best_buf, t->model->buffers.total);
+  if (!err) err = mt_amp_state_get(t, &st);
   if (!err && t->dp) err = mt_dp_get_state(t, &st, path);
   if (!err)
     mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "

@@ -1,6 +1,7 @@
 /* The training loop. */
 #include "trainer/trainer.h"
 #include "models/models.h"
+#include "trainer/amp.h"
 #include "trainer/dp.h"
 
 #include <math.h>
@@ -130,6 +131,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(open_data(t));
 
   /* the same on every rank (same options, same data shape): agreed */
+  MT_CALL(mt_amp_policy(c)); /* before the model: convolutions fix their precision */
   MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
   MT_CALL(mt_backend_create(c->backend, comm->world, c->ddp_bucket_mb, &t->backend));
@@ -143,6 +145,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
 
   MT_CALL(mt_agree(comm->world, setup_optimizer(t)));
+  MT_CALL(mt_agree(comm->world, mt_amp_setup(t)));
 
   MT_CALL(mt_calloc(&t->perm, (size_t)t->train.n, sizeof(int64_t), "permutation"));
   size_t per_rank = (size_t)t->steps_per_epoch * c->accum_steps;
@@ -167,6 +170,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_dataset_close(&t->train);
   for (int i = 0; i < t->nval_open; i++) mt_dataset_close(&t->val[i]);
   mt_compute_destroy(t);
+  mt_amp_destroy(t);
   mt_dp_destroy(t);
   mt_best_destroy(t);
   mt_model_destroy(&t->model);
@@ -212,7 +216,8 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   mt_model *m = t->model;
   size_t n = m->params.total;
   memset(t->grads, 0, n * sizeof(float));
-  const float scale = 1.0f / (float)c->batch_size;
+  MT_CALL(mt_amp_step_begin(t));
+  const float scale = mt_amp_loss_scale(t) / (float)c->batch_size;
   for (int k = 0; k < c->accum_steps; k++) {
     mt_batch b;
     mt_batch_stats st = {0};
@@ -227,18 +232,23 @@ static int train_step(mt_trainer *t, double *loss_sum) {
     *loss_sum += st.loss_sum;
   }
   mt_compute_sum_grads(t);
+  mt_amp_step_compute_done(t);
   mt_ev_begin(MT_EV_COMM);
   MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
   mt_ev_end(MT_EV_COMM);
-  if (c->clip_grad_value > 0) MT_CALL(mt_clip_grad_value(t->grads, n, c->clip_grad_value));
-  if (c->clip_grad_norm > 0) mt_clip_grad_norm(t->grads, n, c->clip_grad_norm);
-  double lr = mt_lr_at(&t->sched, t->global_step);
+  int skip = 0; /* fp16 loss scaling: an overflow on any rank skips the step */
+  MT_CALL(mt_amp_after_reduce(t, &skip));
+  if (!skip && c->clip_grad_value > 0) MT_CALL(mt_clip_grad_value(t->grads, n, c->clip_grad_value));
+  if (!skip && c->clip_grad_norm > 0) mt_clip_grad_norm(t->grads, n, c->clip_grad_norm);
+  double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t));
   int all_decay = !c->weight_decay_skip_1d;
   mt_ev_begin(MT_EV_OPTIM);
-  if (t->adamw)
+  if (skip) {
+    /* skipped: parameters, optimizer state and lr schedule stay */
+  } else if (t->adamw)
     MT_CALL(mt_adamw_step(&m->params, t->params, t->grads, &t->adam_state, &t->adam, all_decay, lr));
   else
-    MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, t->global_step == 0, &t->sgd,
+    MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, mt_amp_lr_step(t) == 0, &t->sgd,
                         all_decay, lr));
   MT_CALL(sync_buffers(t));
   mt_ev_end(MT_EV_OPTIM);
@@ -301,7 +311,7 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     if (t->global_step == WARMUP_STEPS_UNTIMED || (s == first && t->global_step > WARMUP_STEPS_UNTIMED))
       timed_from = mt_now();
     if (timed_from > 0) timed_steps++;
-    double lr = mt_lr_at(&t->sched, t->global_step), l = 0, g;
+    double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t)), l = 0, g;
     int sig, timed;
     if (t->dp && mt_dp_spent(t)) break; /* -dp_target_epsilon reached */
     MT_CALL(t->dp ? mt_dp_train_step(t, &l) : train_step(t, &l));
@@ -413,7 +423,7 @@ int mt_trainer_run(mt_trainer *t) {
     int nsets = c->nval ? c->nval : 0;
     MT_CALL(grow_curve(t));
     mt_curve_row base = {epoch + 1, t->global_step, train_loss,
-                         mt_lr_at(&t->sched, t->global_step - 1), rate, tm[1], -1, NAN, NAN};
+                         mt_lr_at(&t->sched, mt_amp_lr_step(t) - 1), rate, tm[1], -1, NAN, NAN};
     if (nsets == 0) t->curve[t->ncurve++] = base;
     for (int i = 0; i < nsets; i++) {
       double loss, acc;
@@ -458,6 +468,7 @@ int mt_trainer_run(mt_trainer *t) {
   err = rank == 0 ? mt_h5_save_model(path, t->model, t->params) : 0;
   MT_CALL(mt_agree(t->comm->world, err));
   MT_CALL(mt_eval_report(t));
+  mt_amp_report(t);
   double total = mt_now() - start;
   double rate = t->timed_seconds > 0 ? (double)t->timed_samples / t->timed_seconds : 0;
   mt_print0("done: %d epochs, %ld steps, %.1f s; train %.0f samples/s on %d rank%s x %d thread%s",

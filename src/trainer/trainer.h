@@ -63,6 +63,7 @@ typedef struct {
   int best_epoch;     /* 1-based epoch of best_loss, 0: none               */
   int bad_epochs;     /* epochs since the last improvement                 */
   float *best_params, *best_buf; /* with -restore_best: the best model     */
+  struct mt_amp *amp; /* mixed precision (trainer/amp.h), NULL for fp32  */
   struct mt_dp *dp; /* DP-SGD state (dp.h), NULL unless -backend *-dp     */
   mt_guard *guard;    /* hang guard (-comm_timeout), NULL when off          */
   uint64_t cfg_hash;  /* of the resolved configuration, for step agreement  */

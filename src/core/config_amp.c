@@ -1,0 +1,84 @@
+/* Mixed-precision options: read with mt_option_* (so -help lists them and
+ * they are not unknown), checked against the backend. Backends whose name
+ * ends in -amp run autocast-style (O1), -amp-apex O2 (src/trainer/amp.c). */
+#include "core/core.h"
+#include "nn/precision.h"
+#include "optim/optim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int ends_with(const char *s, const char *suf) {
+  size_t n = strlen(s), k = strlen(suf);
+  return n >= k && !strcmp(s + n - k, suf);
+}
+
+int mt_config_amp(mt_config *c) {
+  c->amp = ends_with(c->backend, "-amp-apex") ? 2 : ends_with(c->backend, "-amp") ? 1 : 0;
+  char s[64];
+  mt_precision p;
+  MT_CALL(mt_option_string("-amp_dtype",
+                           "*-amp backends: low-precision type of the GEMMs and convolutions "
+                           "(bf16 | fp16)", "bf16", s, sizeof(s)));
+  MT_CALL(mt_precision_parse(s, "option -amp_dtype", &p));
+  MT_CHECK(p != MT_PREC_FP32, MT_ERR_OPTION, "option -amp_dtype: choose bf16 or fp16");
+  c->amp_dtype = (int)p;
+  MT_CALL(mt_option_string("-ddp_reduce_dtype",
+                           "*-amp backends: type the gradients are all-reduced in (fp32 | bf16 | "
+                           "fp16; summed in fp32 on arrival)", "fp32", s, sizeof(s)));
+  MT_CALL(mt_precision_parse(s, "option -ddp_reduce_dtype", &p));
+  c->ddp_reduce_dtype = (int)p;
+  MT_CALL(mt_option_string("-loss_scale",
+                           "*-amp backends: loss scaling: auto (dynamic for fp16, none for bf16) | "
+                           "dynamic | none | a static scale", "auto", s, sizeof(s)));
+  mt_scaler_opts d = mt_scaler_defaults();
+  double stat = 0;
+  if (!strcmp(s, "auto"))
+    c->loss_scale_mode = c->amp_dtype == MT_PREC_FP16 ? 1 : 0;
+  else if (!strcmp(s, "dynamic"))
+    c->loss_scale_mode = 1;
+  else if (!strcmp(s, "none"))
+    c->loss_scale_mode = 0;
+  else {
+    char *end;
+    stat = strtod(s, &end);
+    MT_CHECK(*s && !*end && stat > 0 && stat < 3.0e38, MT_ERR_OPTION,
+             "option -loss_scale: '%s' is not auto, dynamic, none or a positive number", s);
+    c->loss_scale_mode = 2;
+  }
+  MT_CALL(mt_option_real("-loss_scale_init", "dynamic loss scale: initial scale", d.init_scale,
+                         1e-30, 3.0e38, &c->loss_scale_init));
+  if (c->loss_scale_mode == 2) c->loss_scale_init = stat;
+  MT_CALL(mt_option_real("-loss_scale_growth_factor", "dynamic loss scale: growth factor (> 1)",
+                         d.growth_factor, 1.0, 1e6, &c->loss_scale_growth_factor));
+  MT_CALL(mt_option_real("-loss_scale_backoff_factor",
+                         "dynamic loss scale: back-off factor on overflow, in (0, 1)",
+                         d.backoff_factor, 0.0, 1.0, &c->loss_scale_backoff_factor));
+  MT_CALL(mt_option_int("-loss_scale_growth_interval",
+                        "dynamic loss scale: clean steps before the scale grows",
+                        d.growth_interval, 1, 1000000000L, &c->loss_scale_growth_interval));
+  MT_CALL(mt_option_int("-loss_scale_hysteresis",
+                        "dynamic loss scale: overflows absorbed before a back-off (DeepSpeed)",
+                        d.hysteresis, 1, 1000000L, &c->loss_scale_hysteresis));
+  double mn = d.min_scale < c->loss_scale_init ? d.min_scale : c->loss_scale_init;
+  MT_CALL(mt_option_real("-loss_scale_min", "dynamic loss scale: minimum scale (stop below)", mn,
+                         1e-30, 3.0e38, &c->loss_scale_min));
+  if (c->loss_scale_mode) { /* the scaler's own range checks, naming the options */
+    mt_scaler_opts o = d;
+    o.init_scale = c->loss_scale_init;
+    o.growth_factor = c->loss_scale_growth_factor;
+    o.backoff_factor = c->loss_scale_backoff_factor;
+    o.growth_interval = c->loss_scale_growth_interval;
+    o.hysteresis = c->loss_scale_hysteresis;
+    o.min_scale = c->loss_scale_mode == 2 ? c->loss_scale_init : c->loss_scale_min;
+    o.dynamic = c->loss_scale_mode == 1;
+    MT_CALL(mt_scaler_check(&o));
+  }
+  if (!c->amp) { /* options of the amp backends under another backend */
+    MT_CHECK(c->ddp_reduce_dtype == MT_PREC_FP32, MT_ERR_OPTION,
+             "option -ddp_reduce_dtype %s needs a ddp-amp backend (this is -backend %s)",
+             mt_precision_name((mt_precision)c->ddp_reduce_dtype), c->backend);
+    c->loss_scale_mode = 0;
+  }
+  return 0;
+}

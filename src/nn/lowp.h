@@ -1,0 +1,67 @@
+/* The compute-precision policy of the layers (mixed precision, autocast).
+ *
+ * Process-wide and set once, before any model (and its convolution
+ * primitives) is made: mt_nn_set_precision(MT_PREC_BF16 or MT_PREC_FP16,
+ * round_outputs). With a low precision every GEMM of mt_gemm (linear
+ * layers, attention's products, forward and backward) and every
+ * convolution takes its inputs and weights rounded to that precision and
+ * accumulates in fp32 into fp32 outputs; softmax, losses, norms, pooling,
+ * element-wise layers and reductions stay fp32 (PyTorch's autocast lists).
+ *   bf16: oneDNN's bf16 kernels (dnnl_gemm_bf16bf16f32; convolution
+ *     primitives with bf16 src/weights/diff_dst and f32 dst/diff_src/
+ *     diff_weights), AVX512_BF16 on this CPU.
+ *   fp16: oneDNN 2.6 has no fp16 kernels for CPUs without AVX512_FP16, so
+ *     it is emulated: the inputs are rounded to fp16 (mt_round_fp16, into
+ *     fp32 copies) and the fp32 kernels run on them. A product of two fp16
+ *     values is exact in fp32 (11 + 11 significant bits), so this is
+ *     fp16-input, fp32-accumulate arithmetic (up to summation order) with
+ *     fp32 speed.
+ * round_outputs (O2, *-amp-apex): every GEMM/convolution output (also the
+ * gradients they produce) is rounded to the low precision as well, as
+ * when activations and gradients are held in bf16/fp16.
+ *
+ * Weight cast cache: rounding a layer's weights on every call would cost
+ * as much memory traffic as a small GEMM. During a training step the
+ * trainer converts the whole flat parameter buffer once
+ * (mt_nn_weight_cache_fill) and a GEMM whose operand lies inside that
+ * buffer reads the converted copy. The cache is switched off
+ * (mt_nn_weight_cache_off) as soon as the parameters may change, so an
+ * evaluation or a later step never sees stale weights.
+ *
+ * Scratch: operands outside the cache are converted into per-thread
+ * scratch buffers that grow to the largest size seen and are then reused
+ * (allocation happens in the first steps only). */
+#ifndef MT_NN_LOWP_H
+#define MT_NN_LOWP_H
+
+#include "nn/precision.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+void mt_nn_set_precision(mt_precision compute, int round_outputs);
+mt_precision mt_nn_precision(void);
+int mt_nn_round_outputs(void);
+
+/* Converts params (n floats) into cache (bf16: n uint16_t; fp16: n floats
+ * holding fp16 values) and makes GEMMs read operands inside params from
+ * it. cache must stay valid until mt_nn_weight_cache_off. */
+void mt_nn_weight_cache_fill(const float *params, void *cache, size_t n);
+void mt_nn_weight_cache_off(void);
+/* Bytes per element of the cache for precision p (0 for fp32). */
+size_t mt_nn_weight_cache_elem(mt_precision p);
+
+/* The calling thread's scratch buffer number slot (0..MT_NN_SCRATCH-1)
+ * with at least bytes bytes (grown when smaller, contents lost). */
+#define MT_NN_SCRATCH 6
+int mt_nn_scratch(int slot, size_t bytes, void **p);
+
+/* An fp32 copy of x (n floats) rounded to p, in scratch slot; *out is x
+ * itself when p is fp32. */
+int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const float **out);
+
+/* mt_gemm under a low-precision policy (gemm.c dispatches here). */
+int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+#endif

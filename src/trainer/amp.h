@@ -1,0 +1,57 @@
+/* Mixed precision in the trainer (amp.c): the policy of the *-amp and
+ * *-amp-apex backends around each training step.
+ *
+ *  O1 (sp-amp, ddp-amp): fp32 parameters, gradients and optimizer; the
+ *    layers' GEMMs and convolutions compute in -amp_dtype (nn/lowp.h), the
+ *    weights converted once per step into a cast cache.
+ *  O2 (sp-amp-apex, ddp-amp-apex): the flat fp32 buffer t->params is the
+ *    master copy the optimizer updates; forward and backward run on a
+ *    working copy rounded to -amp_dtype before every step (norm weights and
+ *    biases, i.e. tensors whose module weight is 1-d, stay fp32), GEMM and
+ *    convolution outputs and the parameter gradients are rounded to
+ *    -amp_dtype (the gradients after their reduction). Evaluation passes (validation, test) run on the master
+ *    weights with the O1 casts.
+ *  Loss scaling (-loss_scale; dynamic by default for fp16, off for bf16):
+ *    the backward's loss gradient is multiplied by the scale, the reduced
+ *    gradients are checked for inf/NaN (the flag all-reduced: an overflow
+ *    on any rank skips the step on every rank) and unscaled before
+ *    clipping; a skipped step does not advance the lr schedule or the
+ *    optimizer (mt_amp_lr_step). Rank 0 writes OUTPUT_DIR/loss_scale.csv
+ *    (step, scale used, overflow, skipped) and the run's last line counts
+ *    the skipped steps. The scaler's state is in checkpoints.
+ *
+ * Test hook (tests/test_amp_train.sh only): MT_DEBUG_INF_STEP=k puts an
+ * inf into rank MT_DEBUG_INF_RANK's (default: the last rank's) reduced
+ * gradient at global step k (k+ : at every step from k on), after the
+ * all-reduce, so only the found_inf agreement can make the other ranks
+ * skip. Read once at setup, used only with loss scaling on. */
+#ifndef MT_TRAINER_AMP_H
+#define MT_TRAINER_AMP_H
+
+#include "io/checkpoint.h"
+#include "trainer/trainer.h"
+
+/* Sets the layers' precision policy and the backend's reduce type: before
+ * the model is made. */
+int mt_amp_policy(const mt_config *c);
+/* Buffers (cast cache, working copy), the scaler: after the model. */
+int mt_amp_setup(mt_trainer *t);
+void mt_amp_destroy(mt_trainer *t);
+/* Around the micro-batches of a step: the cast cache (and O2's working
+ * copy) in, and out again; the factor the loss gradient is scaled by. */
+int mt_amp_step_begin(mt_trainer *t);
+void mt_amp_step_compute_done(mt_trainer *t);
+float mt_amp_loss_scale(const mt_trainer *t);
+/* After the gradient reduction: overflow check (agreed), unscale, scaler
+ * update; *skip: the optimizer must not step. MT_ERR_NUMERIC at the
+ * minimum scale. */
+int mt_amp_after_reduce(mt_trainer *t, int *skip);
+/* The schedule's step: global steps minus skipped ones. */
+long mt_amp_lr_step(const mt_trainer *t);
+/* Checkpoint state (resume.c). */
+int mt_amp_state_put(const mt_trainer *t, mt_ckpt_state *st);
+int mt_amp_state_get(mt_trainer *t, const mt_ckpt_state *st);
+/* A summary for the end of the run (rank 0 prints). */
+void mt_amp_report(const mt_trainer *t);
+
+#endif
