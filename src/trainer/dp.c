@@ -184,10 +184,12 @@ int mt_dp_train_step(mt_trainer *t, double *loss_sum) {
   MT_CHECK(d->next < t->steps_per_epoch, MT_ERR_STATE, "DP-SGD: step %lld is not planned",
            (long long)d->next);
   memset(t->grads, 0, n * sizeof(float));
+  mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
   const uint64_t key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
   for (int k = 0; k < d->nchunks[d->next]; k++) {
     mt_batch b;
     mt_batch_stats st = {0};
+    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN); /* progress */
     MT_CALL(mt_loader_next(d->loader, &b));
     b.train = 1;
     b.key = key;
