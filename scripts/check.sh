@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: `make check` in a normal build and
 # in an AddressSanitizer + UBSan build, then `make distcheck` (skip the last
-# two with MT_QUICK=1). Ends with one line 'N passed, N failed'.
+# two with MT_QUICK=1). Where nvcc is on the PATH, also a --with-cuda build
+# (compile and link of src/cuda/, -Werror) and its CUDA tests; no GPU is
+# needed (the kernel test skips without one); MT_CUDA=0 leaves it out.
+# Ends with one line 'N passed, N failed'.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -37,10 +40,28 @@ run_check() { # BUILD_DIR LABEL CONFIGURE_ARGS...
   tally "$dir" "$label"
 }
 
-run_check build "default" --enable-werror
+run_cuda_check() { # BUILD_DIR LABEL: CUDA parts only, a short step
+  local dir=$1 label=$2 progs="tests/test_nccl_id tests/test_cuda_kernels tests/test_device"
+  if ! bash scripts/build.sh "$dir" --with-cuda --enable-werror; then
+    echo "check ($label): build failed"
+    failed=$((failed + 1)); status=1; return
+  fi
+  (cd "$dir" && make -j2 check check_PROGRAMS="$progs" \
+    TESTS="tests/test_nccl_id.sh tests/test_cuda_kernels tests/test_device" >/dev/null 2>&1) || {
+    status=1
+    cat "$dir/test-suite.log" 2>/dev/null | tail -80
+  }
+  tally "$dir" "$label"
+}
+
+# the CPU build as it always was (no CUDA even where nvcc is present)
+run_check build "default" --enable-werror --without-cuda
+if command -v nvcc >/dev/null 2>&1 && [ "${MT_CUDA:-1}" != 0 ]; then
+  run_cuda_check build-cuda "cuda (compile, link; tests skip without a GPU)"
+fi
 if [ "${MT_QUICK:-0}" != 1 ]; then
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  run_check build-asan "asan+ubsan" --enable-werror \
+  run_check build-asan "asan+ubsan" --enable-werror --without-cuda \
     CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
     LDFLAGS="-fsanitize=address,undefined"
   unset ASAN_OPTIONS UBSAN_OPTIONS

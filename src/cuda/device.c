@@ -1,0 +1,41 @@
+/* The CUDA runtime side of device selection (only built with CUDA). */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "cuda/device.h"
+#include "mpitrain/mpitrain.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+int mt_cuda_device_count(char *why, size_t len) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why && len) snprintf(why, len, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)cudaGetLastError(); /* clear the sticky-free error state */
+    return 0;
+  }
+  if (n <= 0 && why && len) snprintf(why, len, "the CUDA runtime reports 0 devices");
+  return n > 0 ? n : 0;
+}
+
+int mt_cuda_set_device(int device) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess)
+    return MT_ERR(MT_ERR_LIB, "cudaSetDevice(%d) failed: %s (%s)", device, cudaGetErrorString(e),
+                  cudaGetErrorName(e));
+  return 0;
+}
+
+int mt_cuda_device_describe(int device, char *buf, size_t len) {
+  struct cudaDeviceProp p;
+  cudaError_t e = cudaGetDeviceProperties(&p, device);
+  if (e != cudaSuccess)
+    return MT_ERR(MT_ERR_LIB, "cudaGetDeviceProperties(%d) failed: %s", device,
+                  cudaGetErrorString(e));
+  snprintf(buf, len, "%s, cc %d.%d, %zu MiB", p.name, p.major, p.minor,
+           (size_t)(p.totalGlobalMem >> 20));
+  return 0;
+}
