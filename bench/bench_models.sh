@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Side-by-side training throughput of mpitrain and PyTorch on the cnn and gpt
+# models (the PyTorch twins of validation/torch_models.py).
+#
+#   bench/bench_models.sh [options] [MPITRAIN [DATA_DIR]]
+#
+# cnn: Fashion-MNIST, conv 32, conv 64 (3x3, padding 1, ReLU, 2x2 max-pool),
+#      hidden 128, SGD momentum 0.9, lr 0.02, batch 128       -> samples/s
+# gpt: the fortunes example (inputs/fortunes-gpt.opts): 4 layers, 4 heads,
+#      embedding 128, block 64, AdamW, batch 32               -> tokens/s
+# For each model and configuration (ranks x threads) mpitrain and every
+# PyTorch setting run alternately R times; the table reports medians.
+# Builds nothing.  See bench/README.md.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+
+repeats=3
+python=/usr/bin/python3
+models="cnn gpt"
+steps_cnn=200
+steps_gpt=60
+warmup_cnn=20
+warmup_gpt=10
+settings="default blas1"
+configs="1x1 1x2 2x1"
+peak=265
+run_timeout=600
+goal_cnn=2.0
+goal_gpt=1.3
+
+usage() {
+	cat <<EOF
+usage: $0 [options] [MPITRAIN [DATA_DIR]]
+  MPITRAIN          mpitrain executable (default ./mpitrain)
+  DATA_DIR          folder of fashion-mnist-train.h5 and fortunes-train.h5
+                    (default ./data; see scripts/example.sh, inputs/fortunes-gpt.opts)
+  -r N              repeats per configuration (default $repeats)
+  --python PY       Python with torch (default $python)
+  --models "M.."    cnn, gpt (default "$models")
+  --steps-cnn N     timed steps per run (default $steps_cnn); mpitrain runs N
+                    steps and times all but its first 5
+  --steps-gpt N     the same for gpt (default $steps_gpt)
+  --warmup-cnn N    untimed PyTorch steps first (default $warmup_cnn)
+  --warmup-gpt N    (default $warmup_gpt)
+  --settings "S.."  PyTorch settings: default blas1 tuned tuned1 (default "$settings")
+  --configs "C.."   RANKSxTHREADS list (default "$configs")
+  --peak GFLOPS     fp32 peak per core for the %lim columns (default $peak)
+  --timeout S       limit for one run in seconds (default $run_timeout)
+Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments).
+EOF
+}
+
+pos=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-r) repeats=$2; shift 2 ;;
+	--python) python=$2; shift 2 ;;
+	--models) models=$2; shift 2 ;;
+	--steps-cnn) steps_cnn=$2; shift 2 ;;
+	--steps-gpt) steps_gpt=$2; shift 2 ;;
+	--warmup-cnn) warmup_cnn=$2; shift 2 ;;
+	--warmup-gpt) warmup_gpt=$2; shift 2 ;;
+	--settings) settings=$2; shift 2 ;;
+	--configs) configs=$2; shift 2 ;;
+	--peak) peak=$2; shift 2 ;;
+	--timeout) run_timeout=$2; shift 2 ;;
+	-h|--help) usage; exit 0 ;;
+	-*) echo "$0: unknown option $1" >&2; usage >&2; exit 2 ;;
+	*) pos+=("$1"); shift ;;
+	esac
+done
+mpitrain=${pos[0]:-./mpitrain}
+datadir=${pos[1]:-./data}
+mpirun=${MPIRUN:-mpirun}
+for v in "$repeats" "$steps_cnn" "$steps_gpt" "$warmup_cnn" "$warmup_gpt" "$run_timeout"; do
+	case "$v" in ''|*[!0-9]*) echo "$0: not a number: $v" >&2; exit 2 ;; esac
+done
+for m in $models; do
+	case "$m" in cnn|gpt) ;; *) echo "$0: unknown model $m" >&2; exit 2 ;; esac
+done
+[ -x "$mpitrain" ] || { echo "$0: $mpitrain is not executable (build with scripts/build.sh)" >&2; exit 1; }
+"$python" -c 'import torch, h5py' 2>/dev/null || { echo "$0: $python cannot import torch and h5py" >&2; exit 1; }
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_models.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+
+# ---- per-model settings ------------------------------------------------------
+# FLOP per sample trained (forward 2 x MACs, backward twice that):
+#  cnn: MACs conv1 28*28*32*9, conv2 14*14*64*32*9, fc 3136*128 + 128*10;
+#       less the input gradient of conv1 (nobody computes it): 24.99 MFLOP.
+#  gpt: per token 6 x (12 L C^2 + C V) + 12 L T C (attention with the full
+#       T x T score matrix, PaLM's convention) = 5.31 MFLOP; a sample is T tokens.
+data_file() { [ "$1" = cnn ] && echo "$datadir/fashion-mnist-train.h5" || echo "$datadir/fortunes-train.h5"; }
+flops_per_unit() { # model -> FLOP per sample (cnn) or per token (gpt)
+	if [ "$1" = cnn ]; then
+		awk 'BEGIN{m = 28*28*32*9 + 14*14*64*32*9 + 3136*128 + 128*10; printf "%.0f", 6*m - 2*28*28*32*9}'
+	else
+		awk 'BEGIN{L=4; C=128; V=256; T=64; printf "%.0f", 6*(12*L*C*C + C*V) + 12*L*T*C}'
+	fi
+}
+unit() { [ "$1" = cnn ] && echo "samples/s" || echo "tokens/s"; }
+mult() { [ "$1" = cnn ] && echo 1 || echo 64; } # samples/s -> unit/s (gpt: x block)
+
+run_mpitrain() { # model ranks threads log
+	local model=$1 r=$2 t=$3 log=$4 backend=sp out
+	[ "$r" -gt 1 ] && backend=ddp
+	out=$(mktemp -d "$tmp/out.XXXXXX")
+	local opts
+	if [ "$model" = cnn ]; then
+		opts=(-model cnn -cnn_channels "32,64" -cnn_kernel 3 -cnn_hidden 128
+			-epochs 1 -max_train_steps_per_epoch "$steps_cnn" -batch_size 128
+			-optimizer sgd -lr 0.02 -momentum 0.9)
+	else # inputs/fortunes-gpt.opts, without validation
+		opts=(-model gpt -gpt_layers 4 -gpt_heads 4 -gpt_embd 128 -gpt_block 64
+			-epochs 1 -max_train_steps_per_epoch "$steps_gpt" -batch_size 32
+			-optimizer adamw -lr 1e-3 -weight_decay 0.1 -weight_decay_skip_1d
+			-lr_schedule cosine -warmup_steps 100 -clip_grad_norm 1.0)
+	fi
+	# shellcheck disable=SC2086
+	OMP_NUM_THREADS=$t timeout "$run_timeout" "$mpirun" -np "$r" --bind-to none --oversubscribe \
+		-x OMP_NUM_THREADS ${MPIRUN_ARGS:-} \
+		"$mpitrain" -backend "$backend" "${opts[@]}" -data_train "$(data_file "$model")" \
+		-max_val_steps_per_epoch 1 -threads "$t" -log_every 0 -checkpoint_at_end 0 \
+		-output_dir "$out" >"$log" 2>&1
+	rm -rf "$out"
+	sed -n 's/^RESULT mpitrain .*train_samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1 |
+		awk -v k="$(mult "$model")" '{printf "%.1f\n", $1 * k}'
+}
+
+run_torch() { # model ranks threads setting log
+	local model=$1 r=$2 t=$3 s=$4 log=$5 steps warmup b
+	if [ "$model" = cnn ]; then steps=$steps_cnn; warmup=$warmup_cnn; b=$((128 / r))
+	else steps=$steps_gpt; warmup=$warmup_gpt; b=$((32 / r)); fi
+	timeout "$run_timeout" "$python" "$here/torch_models_bench.py" --model "$model" \
+		--threads "$t" --ranks "$r" --steps "$steps" --warmup "$warmup" --batch "$b" \
+		--setting "$s" --data "$(data_file "$model")" >"$log" 2>&1
+	sed -n 's/^RESULT torch .*samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1 |
+		awk -v k="$(mult "$model")" '{printf "%.1f\n", $1 * k}'
+}
+
+median() { # file of numbers -> median, or "-" when empty
+	sort -g "$1" 2>/dev/null | awk '{v[NR]=$1} END {
+		if (NR == 0) { print "-"; exit }
+		if (NR % 2) printf "%.1f\n", v[(NR+1)/2]
+		else printf "%.1f\n", (v[NR/2] + v[NR/2+1]) / 2 }'
+}
+spread() { sort -g "$1" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.0f-%.0f", lo, hi; else print "-"}'; }
+pct() { [ "$1" = "-" ] && { echo "-"; return; }; awk -v a="$1" -v l="$2" 'BEGIN{printf "%.0f%%", 100*a/l}'; }
+gt() { awk -v a="$1" -v b="$2" 'BEGIN{exit !(a > b)}'; }
+fail() {
+	echo "#   $1 gave no RESULT line; last lines of its log:" >&2
+	tail -n 5 "$2" | sed 's/^/#     /' >&2
+}
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# ---- header -------------------------------------------------------------------
+echo "# bench_models: $models; $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -n), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "# torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($python), settings: $settings; mpitrain: $mpitrain"
+echo "# repeats $repeats; steps cnn $steps_cnn (torch +$warmup_cnn warm-up), gpt $steps_gpt (torch +$warmup_gpt); global batch split over the ranks"
+echo "# load average before: $(load)"
+
+# ---- runs ---------------------------------------------------------------------
+for m in $models; do
+	for c in $configs; do
+		r=${c%x*}; t=${c#*x}
+		case "$r$t" in ''|*[!0-9]*) echo "$0: bad configuration $c" >&2; exit 2 ;; esac
+		: >"$tmp/$m.$c.mpitrain"
+		for s in $settings; do : >"$tmp/$m.$c.torch-$s"; done
+		for i in $(seq 1 "$repeats"); do
+			line="# $m $c run $i (load $(cut -d' ' -f1 /proc/loadavg)):"
+			log="$tmp/log.$m.$c.mpitrain.$i"
+			v=$(run_mpitrain "$m" "$r" "$t" "$log")
+			if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.mpitrain"; else fail "mpitrain $m $c" "$log"; fi
+			line="$line mpitrain=${v:-fail}"
+			for s in $settings; do
+				log="$tmp/log.$m.$c.torch-$s.$i"
+				v=$(run_torch "$m" "$r" "$t" "$s" "$log")
+				if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.torch-$s"; else fail "torch $s $m $c" "$log"; fi
+				line="$line torch-$s=${v:-fail}"
+			done
+			echo "$line"
+		done
+	done
+done
+echo "# load average after: $(load)"
+
+# ---- tables -------------------------------------------------------------------
+fmt="%-4s %-6s | %10s %5s | %10s %5s %-8s | %8s\n"
+for m in $models; do
+	f=$(flops_per_unit "$m")
+	percore=$(awk -v f="$f" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}')
+	echo
+	echo "# $m: $(unit "$m"); fp32 limit $(awk -v f="$f" 'BEGIN{printf "%.2f", f/1e6}') MFLOP per $([ "$m" = cnn ] && echo sample || echo token)" \
+		"at $peak GFLOP/s = $percore $(unit "$m") per core"
+	# shellcheck disable=SC2059
+	printf "$fmt" model config mpitrain "%lim" torch "%lim" setting mt/torch
+	mt2="-"; t2="-"; t2c=""; mt2c=""
+	for c in $configs; do
+		r=${c%x*}; t=${c#*x}
+		lim=$((percore * r * t))
+		mt=$(median "$tmp/$m.$c.mpitrain")
+		best="-"; bests="-"
+		for s in $settings; do
+			v=$(median "$tmp/$m.$c.torch-$s")
+			[ "$v" = "-" ] && continue
+			if [ "$best" = "-" ] || gt "$v" "$best"; then best=$v; bests=$s; fi
+		done
+		ratio="-"
+		[ "$mt" != "-" ] && [ "$best" != "-" ] && ratio=$(awk -v a="$mt" -v b="$best" 'BEGIN{printf "%.2f", a/b}')
+		# shellcheck disable=SC2059
+		printf "$fmt" "$m" "$c" "$mt" "$(pct "$mt" "$lim")" "$best" "$(pct "$best" "$lim")" "$bests" "$ratio"
+		# the goal compares the best of each side on the whole machine (all configs)
+		if [ "$mt" != "-" ] && { [ "$mt2" = "-" ] || gt "$mt" "$mt2"; }; then mt2=$mt; mt2c=$c; fi
+		if [ "$best" != "-" ] && { [ "$t2" = "-" ] || gt "$best" "$t2"; }; then t2=$best; t2c="$c $bests"; fi
+	done
+	goal=$goal_cnn; [ "$m" = gpt ] && goal=$goal_gpt
+	if [ "$mt2" != "-" ] && [ "$t2" != "-" ]; then
+		br=$(awk -v a="$mt2" -v b="$t2" 'BEGIN{printf "%.2f", a/b}')
+		awk -v a="$br" -v g="$goal" 'BEGIN{exit !(a >= g)}' && verdict="met" || verdict="NOT met"
+		echo "# $m best: mpitrain $mt2 ($mt2c) / PyTorch $t2 ($t2c) = $br; goal >= $goal: $verdict"
+	fi
+done
+echo
+echo "# every run set (median, min-max over $repeats runs):"
+for m in $models; do
+	for c in $configs; do
+		printf "%-4s %-5s %-14s %10s %14s\n" "$m" "$c" mpitrain "$(median "$tmp/$m.$c.mpitrain")" "$(spread "$tmp/$m.$c.mpitrain")"
+		for s in $settings; do
+			printf "%-4s %-5s %-14s %10s %14s\n" "$m" "$c" "torch-$s" "$(median "$tmp/$m.$c.torch-$s")" "$(spread "$tmp/$m.$c.torch-$s")"
+		done
+	done
+done
