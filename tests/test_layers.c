@@ -9,6 +9,7 @@
  *    gradients, aliasing that the contracts allow, argument errors;
  *  - dropout: determinism by key, offsets, the kept fraction and scaling.
  * Prints one line per check; exits non-zero when any check fails. */
+#include <math.h>
 #include "core/core.h"
 #include "nn/nn.h"
 #include "testutil.h"
@@ -837,6 +838,37 @@ static void test_mse(int B, int K) {
   tu_ref_free(&r);
 }
 
+/* The 2x2 stride-2 max-pool's branch-free path against the rule it keeps
+ * (scan order, first maximum wins, a NaN always wins), on values with many
+ * ties and some NaNs, odd sizes (the last row and column dropped). */
+static void test_maxpool_2x2_rule(void) {
+  mt_pool2d_shape s = {.B = 3, .C = 2, .H = 7, .W = 9, .KH = 2, .KW = 2, .stride_h = 2, .stride_w = 2};
+  CHECK(mt_pool2d_shape_init(&s) == 0 && s.OH == 3 && s.OW == 4, "2x2 pool shape");
+  float inp[3 * 2 * 7 * 9], out[3 * 2 * 3 * 4];
+  int32_t am[3 * 2 * 3 * 4];
+  uint64_t z = 12345;
+  for (size_t i = 0; i < sizeof(inp) / sizeof(inp[0]); i++) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    int k = (int)(z >> 60); /* 0..15: few distinct values, so many ties */
+    inp[i] = k == 15 ? NAN : k == 14 ? -INFINITY : (float)(k % 4);
+  }
+  mt_maxpool2d_forward(out, am, inp, &s);
+  int bad = 0;
+  for (int p = 0; p < 6; p++)
+    for (int oh = 0; oh < 3; oh++)
+      for (int ow = 0; ow < 4; ow++) {
+        const float *x = inp + p * 63;
+        float mx = -INFINITY;
+        int best = 2 * oh * 9 + 2 * ow;
+        for (int ih = 2 * oh; ih < 2 * oh + 2; ih++)
+          for (int iw = 2 * ow; iw < 2 * ow + 2; iw++)
+            if (x[ih * 9 + iw] > mx || isnan(x[ih * 9 + iw])) mx = x[ih * 9 + iw], best = ih * 9 + iw;
+        int k = p * 12 + oh * 4 + ow;
+        bad += am[k] != best || !(out[k] == mx || (isnan(out[k]) && isnan(mx)));
+      }
+  CHECK(bad == 0, "max-pool 2x2 fast path keeps the rule (ties, NaN, -inf): %d wrong", bad);
+}
+
 int main(void) {
   const char *conv[] = {"basic",     "stride2", "groups2", "dil2", "1x1_b1", "first",
                         "depthwise", "s2rem",   "k2s2odd", "ic17", "batch7"};
@@ -853,6 +885,7 @@ int main(void) {
   const char *pool[] = {"max_k2s2",   "max_k3s2p1",       "max_ties", "max_rect",
                         "avg_k3s2p1", "avg_k3s2p1_nopad", "avg_k2s2", "avg_rect"};
   for (size_t i = 0; i < sizeof(pool) / sizeof(pool[0]); i++) test_pool_ref(pool[i]);
+  test_maxpool_2x2_rule();
   test_pool_fd(1, 1, 4);
   test_pool_fd(0, 1, 5);
   test_pool_fd(0, 0, 6);
