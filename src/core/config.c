@@ -567,9 +567,10 @@ void mt_config_print(const mt_config *c, FILE *f) {
     size_t k = strlen(hid);
     snprintf(hid + k, sizeof(hid) - k, "%s%d", i ? "," : "", c->mlp_hidden[i]);
   }
-  fprintf(f, "mpitrain %s: backend %s, model %s (hidden %s), %d rank%s x %d thread%s\n",
-          MPITRAIN_VERSION, c->backend, c->model, hid, c->world_size, c->world_size > 1 ? "s" : "",
-          c->threads, c->threads > 1 ? "s" : "");
+  fprintf(f, "mpitrain %s: backend %s, model %s%s%s%s, %d rank%s x %d thread%s\n",
+          MPITRAIN_VERSION, c->backend, c->model, strcmp(c->model, "mlp") ? "" : " (hidden ",
+          strcmp(c->model, "mlp") ? "" : hid, strcmp(c->model, "mlp") ? "" : ")", c->world_size,
+          c->world_size > 1 ? "s" : "", c->threads, c->threads > 1 ? "s" : "");
   fprintf(f, "  data: train %s", c->data_train);
   for (int i = 0; i < c->nval; i++) fprintf(f, "%s%s", i ? ", " : "; val ", c->data_val[i]);
   fprintf(f, "\n  batch: global %d = micro %d x accumulation %d x ranks %d; epochs %d\n",
