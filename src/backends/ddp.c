@@ -10,8 +10,12 @@
  * its MPI_Iallreduce started at once, and every later report drives the
  * started ones on with MPI_Test (OpenMPI progresses non-blocking
  * collectives only inside MPI calls); reduce_grads starts what is left and
- * waits. Without overlap the same buckets are reduced with MPI_Allreduce
- * after the backward. At 2 ranks both give the same bits (a + b). */
+ * waits. Without overlap (the default) the same buckets are reduced with
+ * MPI_Allreduce after the backward. At 2 ranks both give the same bits
+ * (a + b). On this project's 2-core machines overlap measured 0-23% slower
+ * (bench/README.md: the ranks' cores also do the copies, and OpenMPI's
+ * non-blocking all-reduce is progressed only inside MPI calls), so it is off
+ * by default. */
 #include "backends/backends.h"
 #include "core/core.h"
 

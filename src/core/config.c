@@ -410,8 +410,9 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                      "ddp: size of the first bucket (the last layers', reduced first) in MiB", 1,
                      0, 1, 4096, &c->ddp_first_bucket_mb));
   PetscCall(opt_bool(PetscOptionsObject, "-ddp_overlap",
-                     "ddp: start each bucket's all-reduce during the backward pass (0: after it)",
-                     1, &c->ddp_overlap));
+                     "ddp: start each bucket's all-reduce during the backward pass (0: after it; "
+                     "measured slower on this project's 2-core machines, see bench/README.md)",
+                     0, &c->ddp_overlap));
   PetscCall(opt_real(PetscOptionsObject, "-peak_gflops",
                      "A core's fp32 peak in GFLOP/s, for the achieved share printed per epoch "
                      "(default: oneDNN's GEMM measured on one Zen 5 core)", 265, 0, 1, 1e9,
