@@ -24,6 +24,12 @@ environment has to change):
            the CPU itself and shares torch's OpenMP thread pool
 In both, OMP_NUM_THREADS / MKL_NUM_THREADS are set to --threads before the
 imports and torch.set_num_threads(--threads) is called.
+
+--amp bf16 runs the forward pass and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16) (CPU autocast, O1: fp32 weights,
+gradients and optimizer, the linear layers' matmuls in bf16); the RESULT line
+then says amp=bf16.  --amp none is fp32 and says amp=none; without --amp the
+run and its output are as before (fp32, no amp field).
 """
 
 import argparse
@@ -63,6 +69,9 @@ def parse_args():
                         "--setting tuned (default %(default)s)")
     p.add_argument("--port", type=int, default=0,
                    help="rendezvous port for --ranks > 1 (default: a free one)")
+    p.add_argument("--amp", choices=("none", "bf16"), default=None,
+                   help="bf16: forward and loss under CPU autocast to bfloat16 "
+                        "(default: none, fp32)")
     a = p.parse_args()
     if a.threads < 1 or a.ranks < 1 or a.steps < 1 or a.warmup < 0 or a.batch < 1:
         p.error("--threads, --ranks, --steps, --batch must be >= 1, --warmup >= 0")
@@ -95,6 +104,7 @@ ARGS = parse_args()
 apply_setting(ARGS)
 
 # Only now: the OpenMP runtime and OpenBLAS read their variables when loaded.
+import contextlib  # noqa: E402
 import ctypes  # noqa: E402
 import gzip  # noqa: E402
 import socket  # noqa: E402
@@ -252,11 +262,13 @@ def worker(rank, a, x, y, port, result_queue):
                         batch_size=None, num_workers=0)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     it = batches(loader, dsampler)
+    autocast = amp_context(a.amp)
 
     def step():
         xb, yb = next(it)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb), yb)
+        with autocast():
+            loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
         return loss
@@ -285,6 +297,13 @@ def worker(rank, a, x, y, port, result_queue):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def amp_context(amp):
+    """A factory of the context the forward pass and loss run in."""
+    if amp == "bf16":
+        return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext
 
 
 def free_port():
@@ -331,8 +350,9 @@ def main():
     print(f"# torch threads={torch.get_num_threads()} {'; '.join(pinfo)}")
     print(f"# {a.steps} timed steps ({a.warmup} warm-up) in {elapsed:.3f} s, "
           f"final loss {final_loss:.4f}")
+    amp = "" if a.amp is None else f"amp={a.amp} "
     print(f"RESULT torch threads={a.threads} ranks={a.ranks} setting={a.setting} "
-          f"blas={blas_tag(info)} version={torch.__version__} "
+          f"{amp}blas={blas_tag(info)} version={torch.__version__} "
           f"samples_per_s={sps:.1f}", flush=True)
 
 

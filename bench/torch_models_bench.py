@@ -35,6 +35,13 @@ re-executes itself when the dynamic loader's environment has to change):
   tuned1   tuned plus OPENBLAS_NUM_THREADS=1
 In all, OMP_NUM_THREADS / MKL_NUM_THREADS = --threads before the imports,
 torch.set_num_threads(--threads), torch.set_num_interop_threads(1).
+
+--amp bf16 runs the forward pass and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16) (CPU autocast, O1: fp32 weights,
+gradients and optimizer; convolutions and matmuls in bf16, the ops on
+autocast's fp32 list in fp32); the RESULT line then says amp=bf16.
+--amp none is fp32 and says amp=none; without --amp the run and its output
+are as before (fp32, no amp field).
 """
 
 import argparse
@@ -64,6 +71,9 @@ def parse_args():
     p.add_argument("--openblas-openmp-dir", default=OPENBLAS_OPENMP_DIR)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--amp", choices=("none", "bf16"), default=None,
+                   help="bf16: forward and loss under CPU autocast to bfloat16 "
+                        "(default: none, fp32)")
     # cnn
     p.add_argument("--cnn-channels", default="32,64")
     p.add_argument("--cnn-kernel", type=int, default=3)
@@ -114,6 +124,7 @@ def apply_setting(a):
 ARGS = parse_args()
 apply_setting(ARGS)
 
+import contextlib  # noqa: E402
 import ctypes  # noqa: E402
 import math  # noqa: E402
 import socket  # noqa: E402
@@ -259,12 +270,14 @@ def worker(rank, a, data, port, result_queue):
                         batch_size=None, num_workers=0)
     it = batches(loader, dsampler)
     params = [p for p in model.parameters()]
+    autocast = amp_context(a.amp)
 
     if a.model == "cnn":
         def step():
             xb, yb = next(it)
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(xb), yb)
+            with autocast():
+                loss = F.cross_entropy(model(xb), yb)
             loss.backward()
             opt.step()
             return loss
@@ -272,8 +285,9 @@ def worker(rank, a, data, port, result_queue):
         def step():
             w = next(it)
             opt.zero_grad(set_to_none=True)
-            logits = model(w[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
+            with autocast():
+                logits = model(w[:, :-1])
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, a.gpt_clip)
             opt.step()
@@ -302,6 +316,13 @@ def worker(rank, a, data, port, result_queue):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def amp_context(amp):
+    """A factory of the context the forward pass and loss run in."""
+    if amp == "bf16":
+        return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext
 
 
 def free_port():
@@ -335,8 +356,9 @@ def main():
         print(f"# {k}={os.environ.get(k, '(unset)')}")
     print(f"# {a.steps} timed steps ({a.warmup} warm-up) in {elapsed:.3f} s, "
           f"final loss {final_loss:.4f}")
+    amp = "" if a.amp is None else f"amp={a.amp} "
     print(f"RESULT torch model={a.model} threads={a.threads} ranks={a.ranks} "
-          f"setting={a.setting} blas={blas} version={torch.__version__} "
+          f"setting={a.setting} {amp}blas={blas} version={torch.__version__} "
           f"samples_per_s={sps:.1f} tokens_per_s={tps:.1f}", flush=True)
 
 
