@@ -2,6 +2,7 @@
  * of the GPT and regression models (cross-entropy with an ignore label,
  * mean-squared error). */
 #include "core/core.h"
+#include "nn/fastmath.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
@@ -22,7 +23,7 @@ void mt_gelu_forward(float *out, const float *inp, int64_t n, mt_gelu_kind kind)
 #pragma omp parallel for simd schedule(static) if (n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
       const float x = inp[i];
-      out[i] = 0.5f * x * (1.0f + tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+      out[i] = 0.5f * x * (1.0f + mt_tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
     }
   } else {
 #pragma omp parallel for simd schedule(static) if (n > EW_PAR)
@@ -39,7 +40,7 @@ void mt_gelu_backward(float *dinp, const float *dout, const float *inp, int64_t 
 #pragma omp parallel for simd schedule(static) if (n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
       const float x = inp[i];
-      const float th = tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x));
+      const float th = mt_tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x));
       const float dinner = GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x * x);
       dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * dinner);
     }
