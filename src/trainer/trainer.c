@@ -85,7 +85,9 @@ static int create_model(mt_trainer *t) {
                      c->cnn_batchnorm, c->cnn_dropout));
   MT_CALL(mt_gpt_set(c->gpt_layers, c->gpt_heads, c->gpt_embd, c->gpt_block,
                      !strcmp(c->gpt_gelu, "tanh"), c->gpt_dropout));
-  int max_batch = c->micro_batch_size > c->val_batch_size ? c->micro_batch_size : c->val_batch_size;
+  /* activations for one training micro-batch; evaluation goes in pieces of
+   * this size (validate.c) */
+  int max_batch = c->micro_batch_size;
   /* With the batch split over threads every model runs on one thread, and
    * oneDNN primitives fix their thread count when they are made. */
   int split = !strcmp(c->thread_split, "batch") && c->threads > 1;

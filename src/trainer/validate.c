@@ -86,7 +86,6 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
     mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_VALIDATE);
     err = mt_loader_next(L, &bt);
     if (err) break;
-    float *losses = NULL;
     if (o) { /* this batch's rows of the outputs */
       if (off + bt.n > o->rows) {
         err = MT_ERR(MT_ERR_STATE, "evaluation: batch past the %lld planned rows", (long long)o->rows);
@@ -96,12 +95,23 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
         o->index[off + i] = start + off + i;
         o->label[off + i] = bt.labels ? bt.labels[i] : -1;
       }
-      st.pred = o->pred + off;
-      st.logits = o->logits ? o->logits + off * o->logits_len : NULL;
-      st.logits_len = o->logits_len;
-      losses = o->loss + off;
     }
-    err = mt_compute(t, &bt, 0.0f, 0, losses, &st);
+    /* the model holds activations for a training micro-batch: a larger
+     * -val_batch_size is evaluated in pieces of that size (the sums are the
+     * same; a GPT's activations for 500 samples took 3 GB) */
+    const int piece = t->model->max_batch;
+    for (int r0 = 0; !err && r0 < bt.n; r0 += piece) {
+      const int r1 = bt.n - r0 < piece ? bt.n : r0 + piece;
+      mt_batch sub = mt_batch_rows(&bt, r0, r1);
+      float *losses = NULL;
+      if (o) {
+        st.pred = o->pred + off + r0;
+        st.logits = o->logits ? o->logits + (off + r0) * o->logits_len : NULL;
+        st.logits_len = o->logits_len;
+        losses = o->loss + off + r0;
+      }
+      err = mt_compute(t, &sub, 0.0f, 0, losses, &st);
+    }
     off += bt.n;
   }
   MT_CALL(mt_agree(t->comm->world, err));
