@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# ddp communication at 2 ranks on an MLP big enough for it to matter
+# (784-4096-4096-10, 20 M parameters, 80 MB of gradient per step):
+# mpitrain with -ddp_overlap 0 and 1 (step time, exposed communication share,
+# the all-reduce bus bandwidth achieved in training), an MPI_Allreduce
+# microbenchmark of the same gradient in the same run (bench/allreduce), and
+# PyTorch DDP (gloo) on the same model, batch (BATCH/2 per rank) and data.
+# Medians of R runs, interleaved.
+#
+#   bench/bench_ddp.sh [-r R] [MPITRAIN [DATA_DIR]]
+#
+# Environment: MPIRUN_ARGS (extra mpirun arguments, e.g. a simulated host's
+# --mca settings), PYTHON (default /usr/bin/python3), HIDDEN (4096,4096),
+# STEPS (mpitrain steps, default 60), BATCH (global, default 128).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+R=3
+if [ "${1:-}" = -r ]; then R=$2; shift 2; fi
+mt=${1:-./mpitrain}
+data=${2:-./data}
+py=${PYTHON:-/usr/bin/python3}
+hidden=${HIDDEN:-4096,4096}
+steps=${STEPS:-60}
+batch=${BATCH:-128}
+ar=$(dirname "$mt")/bench/allreduce
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpi() { timeout 900 mpirun -np 2 --oversubscribe --bind-to none ${MPIRUN_ARGS:-} "$@"; }
+median() { sort -g | awk '{v[NR] = $1} END { if (NR) print v[int((NR + 1) / 2)] }'; }
+
+for i in $(seq "$R"); do
+  for ov in 0 1; do
+    mpi "$mt" -backend ddp -model mlp -mlp_hidden "$hidden" -data_train "$data/fashion-mnist-train.h5" \
+      -batch_size "$batch" -epochs 1 -max_train_steps_per_epoch "$steps" -lr 0.05 -momentum 0.9 \
+      -threads 1 -log_every 0 -ddp_overlap $ov -checkpoint_at_end 0 -output_dir "$tmp/o" >"$tmp/log" 2>&1
+    sed -n 's/^RESULT mpitrain train_samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/log" >>"$tmp/rate$ov"
+    # "epoch 1/1 time: ... exposed comm E% ..." and "gradient all-reduce (rank 0):
+    # S s, P% of training, M MB, bus bandwidth B GB/s" (B: bytes over the time
+    # spent in the all-reduce calls and waits, overlapped or not)
+    e=$(sed -n 's/^epoch .* time: .* exposed comm \([0-9.]*\)%.*/\1/p' "$tmp/log" | tail -1)
+    bw=$(sed -n 's/.*all-reduce (rank 0): .* bus bandwidth \([0-9.]*\) GB\/s.*/\1/p' "$tmp/log")
+    echo "${e:-nan} ${bw:-nan}" >>"$tmp/comm$ov"
+    grep -q RESULT "$tmp/log" || { echo "mpitrain failed:"; tail -5 "$tmp/log"; }
+  done
+  if [ -x "$ar" ]; then
+    mb=$(grep -m1 "^  batch" "$tmp/log" >/dev/null; awk -v h="$hidden" 'BEGIN { n = split(h, d, ","); p = 784;
+      t = 0; for (i = 1; i <= n; i++) { t += p * d[i] + d[i]; p = d[i] } t += p * 10 + 10; printf "%.1f", t * 4 / 1048576 }')
+    mpi "$ar" "$mb" >"$tmp/ar" 2>&1
+    awk '/^# gradient/ { g = 1; next } g && $1 == 16.0 { print $3 }' "$tmp/ar" >>"$tmp/micro"
+  fi
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 900 "$py" "$here/torch_mlp.py" --ranks 2 --threads 1 \
+    --hidden "$hidden" --batch $((batch / 2)) --steps "$steps" --warmup 5 --setting tuned \
+    --data "$data/fashion-mnist-train.h5" >"$tmp/tlog" 2>&1
+  sed -n 's/^RESULT torch .*samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/tlog" >>"$tmp/torch"
+  grep -q RESULT "$tmp/tlog" || { echo "torch failed:"; tail -3 "$tmp/tlog"; }
+done
+r0=$(median <"$tmp/rate0") r1=$(median <"$tmp/rate1") tr=$(median <"$tmp/torch" 2>/dev/null)
+e0=$(cut -d' ' -f1 "$tmp/comm0" | median) e1=$(cut -d' ' -f1 "$tmp/comm1" | median)
+b0=$(cut -d' ' -f2 "$tmp/comm0" | median) b1=$(cut -d' ' -f2 "$tmp/comm1" | median)
+mb=$(median <"$tmp/micro" 2>/dev/null)
+echo "# MLP 784-$hidden-10, batch $batch, 2 ranks x 1 thread, $steps steps, median of $R; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-22s %12s %10s %14s\n" run samples/s exposed% "allreduce GB/s"
+printf "%-22s %12s %10s %14s\n" "mpitrain overlap 0" "$r0" "$e0" "$b0"
+printf "%-22s %12s %10s %14s\n" "mpitrain overlap 1" "$r1" "$e1" "$b1"
+printf "%-22s %12s %10s %14s\n" "MPI_Allreduce micro" "-" "-" "${mb:--}"
+printf "%-22s %12s\n" "PyTorch DDP (gloo)" "${tr:--}"
+awk -v a="$r0" -v b="$r1" -v t="$tr" -v m="$mb" -v x0="$b0" -v x1="$b1" 'BEGIN {
+  if (t > 0) printf "ratio vs PyTorch DDP: overlap 0 %.2fx, overlap 1 %.2fx\n", a / t, b / t
+  if (m > 0) printf "training all-reduce / microbenchmark (16 MiB buckets): %.0f%% / %.0f%%\n", 100 * x0 / m, 100 * x1 / m }'
