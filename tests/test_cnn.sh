@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cnn model on real Fashion-MNIST images: ddp at 2 and 3 ranks (and with
+# The cnn model on real Fashion-MNIST images: ddp at 2, 3 and 4 ranks (and with
 # 2 threads splitting the batch) gives sp's parameters to 1e-5 after a few
 # steps; bad shapes are refused with a clear message.
 . "$top_srcdir/tests/lib.sh"
@@ -26,9 +26,11 @@ same() {
 train sp 1 sp 1
 train ddp2 2 ddp 1
 train ddp3 3 ddp 1
+train ddp4 4 ddp 1
 train sp2t 1 sp 2
 same "cnn: ddp 2 ranks == sp" sp ddp2
 same "cnn: ddp 3 ranks == sp" sp ddp3
+same "cnn: ddp 4 ranks == sp" sp ddp4
 same "cnn: 2 threads == 1 thread" sp sp2t
 expect_output "conv weight named as in PyTorch" "features.3.weight"
 "$MKDATA" synth "$WORK/flat.h5" 100 8 3 1 >/dev/null || bail "mkdata synth failed"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The gpt model on byte tokens of a text every Debian system has (base-files'
-# GPL-3): mt-data text makes the token files; ddp at 2 ranks and 2 threads
+# GPL-3): mt-data text makes the token files; ddp at 2 and 4 ranks and 2 threads
 # give sp's parameters; the validation loss falls below the unigram entropy
 # of the text; token-file mistakes are refused clearly.
 . "$top_srcdir/tests/lib.sh"
@@ -27,8 +27,10 @@ same() {
 }
 train sp 1 sp 1
 train ddp2 2 ddp 1
+train ddp4 4 ddp 1
 train sp2t 1 sp 2
 same "gpt: ddp 2 ranks == sp" sp ddp2
+same "gpt: ddp 4 ranks == sp" sp ddp4
 same "gpt: 2 threads == 1 thread" sp sp2t
 expect_output "nanoGPT parameter names" "transformer.h.1.mlp.c_proj.weight"
 

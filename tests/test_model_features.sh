@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Model features beyond the plain layers:
-# - cnn -cnn_batchnorm under ddp (2 and 3 ranks) gives the parameters of sp
+# - cnn -cnn_batchnorm under ddp (2, 3 and 4 ranks) gives the parameters of sp
 #   with the same per-rank micro-batches (batch statistics are per forward,
 #   as in PyTorch DDP without SyncBatchNorm); its running statistics follow
 #   the broadcast rule: rank 0's win every step, so a 2-rank evaluation of
@@ -45,10 +45,13 @@ bn=(-model cnn -cnn_channels 4,6 -cnn_hidden 16 -cnn_batchnorm -data_train "$fm"
   -batch_size 24 -lr 0.05 -momentum 0.9 -log_every 0 -threads 1)
 ok "cnn+bn sp, micro-batches of 12" 1 "${bn[@]}" -backend sp -micro_batch_size 12 -output_dir "$WORK/bn-sp12"
 ok "cnn+bn sp, micro-batches of 8" 1 "${bn[@]}" -backend sp -micro_batch_size 8 -output_dir "$WORK/bn-sp8"
+ok "cnn+bn sp, micro-batches of 6" 1 "${bn[@]}" -backend sp -micro_batch_size 6 -output_dir "$WORK/bn-sp6"
 ok "cnn+bn ddp 2 ranks" 2 "${bn[@]}" -backend ddp -data_test "$fm" -output_dir "$WORK/bn-ddp2"
 ok "cnn+bn ddp 3 ranks" 3 "${bn[@]}" -backend ddp -output_dir "$WORK/bn-ddp3"
+ok "cnn+bn ddp 4 ranks" 4 "${bn[@]}" -backend ddp -output_dir "$WORK/bn-ddp4"
 same "cnn+bn: ddp 2 ranks == sp with the same micro-batches (parameters)" bn-sp12 bn-ddp2 1e-5 running_
 same "cnn+bn: ddp 3 ranks == sp with the same micro-batches (parameters)" bn-sp8 bn-ddp3 1e-5 running_
+same "cnn+bn: ddp 4 ranks == sp with the same micro-batches (parameters)" bn-sp6 bn-ddp4 1e-5 running_
 expect_output "batch norm named as in PyTorch" "features.5.running_var"
 ok "cnn+bn: 1-rank evaluation of the 2-rank model (-epochs 0)" 1 "${bn[@]}" -backend sp -epochs 0 \
   -init_from "$WORK/bn-ddp2/model_final.h5" -data_test "$fm" -output_dir "$WORK/bn-eval"
