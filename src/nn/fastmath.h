@@ -9,21 +9,10 @@
 #ifndef MT_FASTMATH_H
 #define MT_FASTMATH_H
 
+#include "nn/precision.h" /* mt_f32_bits, mt_f32_from_bits */
+
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
-
-static inline float mt_f32_from_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-static inline uint32_t mt_f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof(u));
-  return u;
-}
 
 /* expm1(y) for y in [-30, 0] (NaN gives NaN). Near 0 a Taylor polynomial (no
  * cancellation); further out exp(y) - 1, with exp by Cody-Waite reduction
