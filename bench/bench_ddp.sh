@@ -27,7 +27,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mpi() { timeout 900 mpirun -np 2 --oversubscribe --bind-to none ${MPIRUN_ARGS:-} "$@"; }
-median() { sort -g | awk '{v[NR] = $1} END { if (NR) print v[int((NR + 1) / 2)] }'; }
+. "$here/lib.sh" # median, spread
 
 for i in $(seq "$R"); do
   for ov in 0 1; do
@@ -55,10 +55,10 @@ for i in $(seq "$R"); do
   sed -n 's/^RESULT torch .*samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/tlog" >>"$tmp/torch"
   grep -q RESULT "$tmp/tlog" || { echo "torch failed:"; tail -3 "$tmp/tlog"; }
 done
-r0=$(median <"$tmp/rate0") r1=$(median <"$tmp/rate1") tr=$(median <"$tmp/torch" 2>/dev/null)
+r0=$(median "$tmp/rate0") r1=$(median "$tmp/rate1") tr=$(median "$tmp/torch")
 e0=$(cut -d' ' -f1 "$tmp/comm0" | median) e1=$(cut -d' ' -f1 "$tmp/comm1" | median)
-b0=$(cut -d' ' -f2 "$tmp/comm0" | median) b1=$(cut -d' ' -f2 "$tmp/comm1" | median)
-mb=$(median <"$tmp/micro" 2>/dev/null)
+b0=$(cut -d' ' -f2 "$tmp/comm0" | median - %.2f) b1=$(cut -d' ' -f2 "$tmp/comm1" | median - %.2f)
+mb=$(median "$tmp/micro" %.2f)
 echo "# MLP 784-$hidden-10, batch $batch, 2 ranks x 1 thread, $steps steps, median of $R; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-22s %12s %10s %14s\n" run samples/s exposed% "allreduce GB/s"
 printf "%-22s %12s %10s %14s\n" "mpitrain overlap 0" "$r0" "$e0" "$b0"

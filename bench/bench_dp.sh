@@ -28,7 +28,8 @@ data=${2:-./data}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-median() { sort -g | awk '{v[NR] = $1} END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'; }
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh" # median, spread
 
 model_args() {
   case "$1" in

@@ -134,16 +134,7 @@ run_torch() { # ranks threads setting log
 	sed -n 's/^RESULT torch .*samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1
 }
 
-median() { # file of numbers -> median, or "-" when empty
-	sort -g "$1" 2>/dev/null | awk '{v[NR]=$1} END {
-		if (NR == 0) { print "-"; exit }
-		if (NR % 2) printf "%.1f\n", v[(NR+1)/2]
-		else printf "%.1f\n", (v[NR/2] + v[NR/2+1]) / 2 }'
-}
-
-spread() { # file -> "min-max"
-	sort -g "$1" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.0f-%.0f", lo, hi; else print "-"}'
-}
+. "$here/lib.sh" # median, spread
 
 fail() { # what log
 	echo "#   $1 gave no RESULT line; last lines of its log:" >&2

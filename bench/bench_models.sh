@@ -141,13 +141,7 @@ run_torch() { # model ranks threads setting log
 		awk -v k="$(mult "$model")" '{printf "%.1f\n", $1 * k}'
 }
 
-median() { # file of numbers -> median, or "-" when empty
-	sort -g "$1" 2>/dev/null | awk '{v[NR]=$1} END {
-		if (NR == 0) { print "-"; exit }
-		if (NR % 2) printf "%.1f\n", v[(NR+1)/2]
-		else printf "%.1f\n", (v[NR/2] + v[NR/2+1]) / 2 }'
-}
-spread() { sort -g "$1" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.0f-%.0f", lo, hi; else print "-"}'; }
+. "$here/lib.sh" # median, spread
 pct() { [ "$1" = "-" ] && { echo "-"; return; }; awk -v a="$1" -v l="$2" 'BEGIN{printf "%.0f%%", 100*a/l}'; }
 gt() { awk -v a="$1" -v b="$2" 'BEGIN{exit !(a > b)}'; }
 fail() {
