@@ -241,6 +241,13 @@ struct mt_model {
    * final for this backward, so their all-reduce can start. */
   void (*unit_done)(void *ctx, int unit);
   void *unit_ctx;
+  /* Set by the trainer when a backend shards the parameters (fsdp; NULL
+   * otherwise): forward and backward call mt_model_unit_use(m, u, pass)
+   * before they read a parameter of unit u (pass 0 in forward, 1 in
+   * backward), so the backend can gather the unit into the buffer `params`
+   * points to (and release units no longer needed). Until then the unit's
+   * elements of that buffer may hold anything. unit_ctx is its context. */
+  int (*unit_use)(void *ctx, int unit, int pass);
   mt_data_spec spec;
   int max_batch;
   void *data; /* implementation state                                      */
@@ -249,6 +256,12 @@ struct mt_model {
 /* A model's backward reports a finished unit (see mt_model.unit_done). */
 static inline void mt_model_unit_done(const mt_model *m, int unit) {
   if (m->unit_done) m->unit_done(m->unit_ctx, unit);
+}
+
+/* A model's forward (pass 0) or backward (pass 1) is about to read unit
+ * `unit`'s parameters (see mt_model.unit_use); 0 or an error to return. */
+static inline int mt_model_unit_use(const mt_model *m, int unit, int pass) {
+  return m->unit_use ? m->unit_use(m->unit_ctx, unit, pass) : 0;
 }
 
 /* Registers a model under ops->name for -model (replacing one of the same

@@ -529,6 +529,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
     mt_error_clear();
     mt_config_amp(cfg);
     mt_error_clear();
+    mt_config_fsdp(cfg);
+    mt_error_clear();
     return 0;
   }
   derive(cfg);
@@ -538,6 +540,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   if (!err && mo && mo->options) err = mo->options();
   if (!err) err = mt_config_amp(cfg);
   if (!err) err = mt_config_dp(cfg);
+  if (!err) err = mt_config_fsdp(cfg);
   if (!err) {
     check_unused();
     if (bad_[0]) err = mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_);
@@ -595,4 +598,5 @@ void mt_config_print(const mt_config *c, FILE *f) {
             c->outputs_logits ? " with logits" : "");
   fprintf(f, "\n");
   mt_config_dp_print(c, f);
+  mt_config_fsdp_print(c, f);
 }

@@ -99,6 +99,13 @@ typedef struct {
   int dp_max_physical_batch;  /* 0: the rank's share of -batch_size          */
   char dp_sampling[16];       /* poisson | shuffle                          */
   char dp_accountant[8];      /* rdp                                         */
+  /* sharding (backend fsdp; read and checked by config_fsdp.c) */
+  int fsdp;                   /* the backend is fsdp                          */
+  int fsdp_strategy;          /* mt_fsdp_strategy (backends/fsdp.h)           */
+  int fsdp_whole_model;       /* -fsdp_unit model: one unit                   */
+  int fsdp_node_size;         /* hybrid_shard's group; 0: the node's ranks    */
+  int sync_module_states;     /* parameters broadcast from rank 0 at start    */
+  double memory_limit_mb;     /* 0: the node's memory / its ranks            */
 } mt_config;
 
 /* -outputs words: per-sample outputs of the validation sets (every epoch),
@@ -118,6 +125,10 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help);
  * mt_config_print. */
 int mt_config_dp(mt_config *cfg);
 void mt_config_dp_print(const mt_config *cfg, FILE *f);
+/* The sharding options (config_fsdp.c), read after the others are derived
+ * and checked against the backend; the fsdp line of mt_config_print. */
+int mt_config_fsdp(mt_config *cfg);
+void mt_config_fsdp_print(const mt_config *cfg, FILE *f);
 /* The mixed-precision options (config_amp.c): read and checked against
  * the backend; called by mt_config_from_options. */
 int mt_config_amp(mt_config *cfg);

@@ -194,6 +194,7 @@ static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, flo
     ps.B = B;
     const int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
     const int k = s->pconv[l];
+    MT_CALL(mt_model_unit_use(m, l, 0));
     MT_CALL(mt_conv2d_forward(s->bn ? s->z[l] : s->a[l], in, P(m, params, k), P(m, params, k + 1),
                               B, &s->conv[l]));
     if (s->bn) {
@@ -209,9 +210,11 @@ static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, flo
     in = s->p[l];
   }
   const int k = s->pcls;
+  MT_CALL(mt_model_unit_use(m, s->nb, 0));
   MT_CALL(mt_linear_forward(s->h, in, P(m, params, k), P(m, params, k + 1), B, s->flat, s->hidden));
   mt_relu_forward(s->h, s->h, (int64_t)B * s->hidden);
   if (s->dropped) mt_model_dropout(s->h, s->mask, s->drop, bt, DROPOUT_LAYER, s->hidden);
+  MT_CALL(mt_model_unit_use(m, s->nb + 1, 0));
   MT_CALL(mt_linear_forward(s->logits, s->h, P(m, params, k + 2), P(m, params, k + 3), B,
                             s->hidden, s->classes));
   int64_t correct = 0;
@@ -230,6 +233,7 @@ static int cnn_backward(mt_model *m, const float *params, float *grads, float sc
   memset(s->dlogits, 0, (size_t)B * s->classes * sizeof(float));
   memset(s->dh, 0, (size_t)B * s->hidden * sizeof(float));
   mt_softmax_xent_backward(s->dlogits, s->probs, s->y, scale, B, s->classes);
+  MT_CALL(mt_model_unit_use(m, s->nb + 1, 1));
   const float *last = s->p[s->nb - 1];
   float *dlast = s->dp[s->nb - 1];
   MT_CALL(mt_linear_backward(s->dh, G(m, grads, k + 2), G(m, grads, k + 3), s->dlogits, s->h,
@@ -239,6 +243,7 @@ static int cnn_backward(mt_model *m, const float *params, float *grads, float sc
   if (s->dropped) mt_model_dropout_backward(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
   mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
   memset(dlast, 0, (size_t)B * s->flat * sizeof(float));
+  MT_CALL(mt_model_unit_use(m, s->nb, 1));
   MT_CALL(mt_linear_backward(dlast, G(m, grads, k), G(m, grads, k + 1), s->dh, last,
                              P(m, params, k), B, s->flat, s->hidden));
   mt_model_unit_done(m, s->nb);
@@ -250,6 +255,7 @@ static int cnn_backward(mt_model *m, const float *params, float *grads, float sc
     mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
     mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
     const float *dconv = s->da[l];
+    MT_CALL(mt_model_unit_use(m, l, 1));
     if (s->bn) {
       const int kb = s->pbn[l];
       memset(s->dz[l], 0, (size_t)na * sizeof(float));

@@ -176,11 +176,13 @@ static int gpt_forward(mt_model *m, const float *params, const mt_batch *bt, flo
     memcpy(s->inp + b * T, bt->tokens + (int64_t)b * (T + 1), (size_t)T * sizeof(int32_t));
     memcpy(s->tgt + b * T, bt->tokens + (int64_t)b * (T + 1) + 1, (size_t)T * sizeof(int32_t));
   }
+  MT_CALL(mt_model_unit_use(m, 0, 0));
   MT_CALL(mt_embedding_forward(s->enc, s->inp, PW(WTE), PW(WPE), B, T, C, V));
   if (s->dropped) mt_model_dropout(s->enc, s->mask_enc, s->drop, bt, 0, row);
   const float *res = s->enc;
   for (int l = 0; l < s->L; l++) {
     block_acts *a = &s->a[l];
+    MT_CALL(mt_model_unit_use(m, l + 1, 0));
     mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, res, PW(bidx(l, LN1W)), PW(bidx(l, LN1B)), N, C, 1e-5f);
     MT_CALL(mt_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C, 3 * C));
     MT_CALL(mt_attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH));
@@ -195,7 +197,9 @@ static int gpt_forward(mt_model *m, const float *params, const mt_batch *bt, flo
     mt_residual_forward(a->res3, a->res2, a->fcproj, (int64_t)N * C);
     res = a->res3;
   }
+  MT_CALL(mt_model_unit_use(m, s->L + 1, 0));
   mt_layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s, 0)), PW(lnf_idx(s, 1)), N, C, 1e-5f);
+  MT_CALL(mt_model_unit_use(m, 0, 0));
   MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V)); /* tied head */
   double sum = 0;
   int64_t count = 0, hits = 0;
@@ -230,9 +234,11 @@ static int gpt_backward(mt_model *m, const float *params, float *grads, float sc
   }
   /* logits held the softmax after forward (probs == logits) */
   mt_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (float)T, N, V);
+  MT_CALL(mt_model_unit_use(m, 0, 1));
   MT_CALL(mt_linear_backward(s->dlnf, GW(WTE), NULL, s->dlogits, s->lnf, PW(WTE), N, C, V));
   const float *last = s->L ? s->a[s->L - 1].res3 : s->enc;
   float *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
+  MT_CALL(mt_model_unit_use(m, s->L + 1, 1));
   mt_layernorm_backward(dlast, GW(lnf_idx(s, 0)), GW(lnf_idx(s, 1)), s->dlnf, last,
                         PW(lnf_idx(s, 0)), s->lnf_mean, s->lnf_rstd, N, C);
   mt_model_unit_done(m, s->L + 1);
@@ -240,6 +246,7 @@ static int gpt_backward(mt_model *m, const float *params, float *grads, float sc
     block_acts *a = &s->a[l], *d = &s->d[l];
     const float *res = l ? s->a[l - 1].res3 : s->enc;
     float *dres = l ? s->d[l - 1].res3 : s->denc;
+    MT_CALL(mt_model_unit_use(m, l + 1, 1));
     mt_residual_backward(d->res2, d->fcproj, d->res3, (int64_t)N * C);
     if (s->dropped) mt_model_dropout_backward(d->fcproj, s->mask_fc[l], s->drop, (int64_t)N * C);
     MT_CALL(mt_linear_backward(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj, a->fch_gelu,

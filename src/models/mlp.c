@@ -100,6 +100,7 @@ static int mlp_forward(mt_model *m, const float *params, const mt_batch *bt, flo
   s->dropped = bt->train && s->p > 0;
   const float *in = x;
   for (int l = 0; l < s->nl; l++) {
+    MT_CALL(mt_model_unit_use(m, l, 0));
     const float *b = params + m->params.p[2 * l + 1].offset;
     MT_CALL(mt_linear_forward(s->act[l], in, W(m, params, l), b, B, s->dim[l], s->dim[l + 1]));
     if (l < s->nl - 1) {
@@ -151,6 +152,7 @@ static int mlp_backward(mt_model *m, const float *params, float *grads, float sc
       mt_relu_backward(dout, dout, s->act[l], n);
     }
     const float *in = l ? s->act[l - 1] : s->x;
+    MT_CALL(mt_model_unit_use(m, l, 1));
     float *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
     MT_CALL(mt_linear_backward(l ? s->dact[l - 1] : NULL, dw, db, dout, in, W(m, params, l), B,
                                s->dim[l], s->dim[l + 1]));

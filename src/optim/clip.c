@@ -11,7 +11,10 @@ double mt_l2_norm(const float *g, size_t n) {
 }
 
 double mt_clip_grad_norm(float *g, size_t n, double max_norm) {
-  double norm = mt_l2_norm(g, n);
+  return mt_clip_grad_norm_given(g, n, mt_l2_norm(g, n), max_norm);
+}
+
+double mt_clip_grad_norm_given(float *g, size_t n, double norm, double max_norm) {
   double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
     const float c = (float)coef;

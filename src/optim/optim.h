@@ -282,6 +282,9 @@ double mt_l2_norm(const float *g, size_t n);
 /* torch.nn.utils.clip_grad_norm_: scales g by max / (norm + 1e-6) when that
  * is below 1; returns the norm before clipping. */
 double mt_clip_grad_norm(float *g, size_t n, double max_norm);
+/* The same with the norm given: the norm of a whole gradient of which g is
+ * a shard (fsdp: from the shards' squared norms). */
+double mt_clip_grad_norm_given(float *g, size_t n, double norm, double max_norm);
 /* torch.nn.utils.clip_grad_value_: clamps every element into [-c, c] with c
  * = (float)clip_value; NaN stays NaN, +-inf become +-c. MT_ERR_ARG unless
  * clip_value > 0 (g is then unchanged). Element-wise, so a shard may clip

@@ -14,7 +14,9 @@ int mt_best_setup(mt_trainer *t) {
   t->bad_epochs = 0;
   if (t->cfg->restore_best) {
     const mt_model *m = t->model;
-    MT_CALL(mt_calloc(&t->best_params, m->params.total, sizeof(float), "best model"));
+    mt_owned o; /* fsdp: this rank's shard */
+    mt_trainer_owned(t, &o);
+    MT_CALL(mt_calloc(&t->best_params, o.n ? o.n : 1, sizeof(float), "best model"));
     if (m->buffers.total)
       MT_CALL(mt_calloc(&t->best_buf, m->buffers.total, sizeof(float), "best model buffers"));
   }
@@ -40,7 +42,9 @@ int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop) {
     t->best_epoch = epoch + 1;
     t->bad_epochs = 0;
     if (t->best_params) {
-      memcpy(t->best_params, t->params, m->params.total * sizeof(float));
+      mt_owned o;
+      mt_trainer_owned(t, &o);
+      memcpy(t->best_params, o.params, o.n * sizeof(float));
       if (m->buffers.total) memcpy(t->best_buf, m->buf, m->buffers.total * sizeof(float));
     }
     char path[MT_PATH_MAX + 32];
@@ -62,7 +66,9 @@ int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop) {
 int mt_best_restore(mt_trainer *t) {
   const mt_model *m = t->model;
   if (!t->best_params || t->best_epoch == 0) return 0;
-  memcpy(t->params, t->best_params, m->params.total * sizeof(float));
+  mt_owned o;
+  mt_trainer_owned(t, &o);
+  memcpy(o.params, t->best_params, o.n * sizeof(float));
   if (m->buffers.total) memcpy(m->buf, t->best_buf, m->buffers.total * sizeof(float));
   mt_print0("restored the best model: epoch %d, validation loss %.4f\n", t->best_epoch, t->best_loss);
   return 0;

@@ -6,6 +6,7 @@
  * the default. With -thread_split gemm one model runs all rows and oneDNN
  * threads each GEMM. */
 #include "trainer/trainer.h"
+#include "backends/fsdp.h"
 
 #include <omp.h>
 #include <string.h>
@@ -13,7 +14,8 @@
 int mt_compute_setup(mt_trainer *t, int max_batch) {
   const mt_config *c = t->cfg;
   /* a model with running statistics sees its rank's whole batch */
-  t->nthr = (!strcmp(c->thread_split, "batch") && c->threads > 1 && !t->model->buffers.n)
+  t->nthr = (!strcmp(c->thread_split, "batch") && c->threads > 1 && !t->model->buffers.n &&
+             !(c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD))
                 ? c->threads : 1;
   if (t->nthr > MT_MAX_THREADS) t->nthr = MT_MAX_THREADS;
   t->tmodel[0] = t->model;
@@ -34,24 +36,38 @@ void mt_compute_destroy(mt_trainer *t) {
   }
 }
 
-/* The model's finished units go to the backend (overlap, see ddp.c). */
+/* The model's finished units go to the backend (overlap, see ddp.c; fsdp
+ * reduces each unit's gradient in every backward). */
 static void unit_done(void *ctx, int unit) {
   mt_trainer *t = ctx;
-  if (!t->overlap_err) t->overlap_err = t->backend->ops->unit_ready(t->backend, t->grads, unit);
+  if (t->overlap_err) return;
+  t->overlap_err = t->fsdp ? mt_fsdp_unit_done(t->fsdp, unit)
+                           : t->backend->ops->unit_ready(t->backend, t->grads, unit);
+}
+
+/* fsdp: the model is about to read a unit's parameters. */
+static int unit_use(void *ctx, int unit, int pass) {
+  mt_trainer *t = ctx;
+  return t->fsdp ? mt_fsdp_unit_use(t->fsdp, unit, pass) : 0;
 }
 
 int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, float *losses,
                mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
+  /* evaluation passes differ in length between ranks: no gathers in them */
+  MT_CHECK(!t->fsdp || backward || mt_fsdp_pinned(t->fsdp), MT_ERR_STATE,
+           "fsdp: an evaluation pass without the whole model (mt_trainer_params_whole)");
   if (T == 1) {
     mt_model *m = t->model;
     if (backward) mt_ev_begin(MT_EV_FORWARD);
+    m->unit_use = t->fsdp ? unit_use : NULL;
+    m->unit_ctx = t;
     MT_CALL(m->ops->forward(m, t->params, b, losses, st));
     if (backward) {
       mt_ev_end(MT_EV_FORWARD);
       mt_ev_begin(MT_EV_BACKWARD);
       /* the step's last backward on one thread: units reported as done */
-      int hook = t->last_micro && t->backend->overlap && t->backend->ops->unit_ready;
+      int hook = t->fsdp || (t->last_micro && t->backend->overlap && t->backend->ops->unit_ready);
       m->unit_done = hook ? unit_done : NULL;
       m->unit_ctx = t;
       t->overlap_err = 0;

@@ -65,11 +65,14 @@ int mt_trainer_signal(void) { return (int)stop_signal_; }
 /* --------------------------------------------------------------- tensors */
 
 /* The flat buffers of this run: parameters, optimizer state and (with
- * -restore_best) the best parameters; at most TENSOR_BUFS. */
+ * -restore_best) the best parameters; at most TENSOR_BUFS. Under fsdp each
+ * rank writes and reads its shard of them. */
 #define TENSOR_BUFS 6
 static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
   int n = 0;
-  bufs[n++] = (mt_ckpt_buf){"params", t->params};
+  mt_owned o;
+  mt_trainer_owned(t, &o);
+  bufs[n++] = (mt_ckpt_buf){"params", o.params};
   if (t->adamw) {
     bufs[n++] = (mt_ckpt_buf){"exp_avg", t->adam_state.exp_avg};
     bufs[n++] = (mt_ckpt_buf){"exp_avg_sq", t->adam_state.exp_avg_sq};
@@ -79,7 +82,8 @@ static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
     bufs[n++] = (mt_ckpt_buf){"momentum_buffer", t->mom};
   }
   if (t->best_params) bufs[n++] = (mt_ckpt_buf){"best_params", t->best_params};
-  *ts = (mt_ckpt_tensors){&t->model->params, bufs, n, mt_ckpt_replicated()};
+  *ts = (mt_ckpt_tensors){&t->model->params, bufs, n,
+                          t->fsdp ? mt_ckpt_shard(o.lo, o.lo + o.n) : mt_ckpt_replicated()};
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "models/models.h"
 #include "trainer/amp.h"
 #include "trainer/dp.h"
+#include "backends/fsdp.h"
 
 #include <math.h>
 #include <omp.h>
@@ -41,7 +42,9 @@ static int open_data(mt_trainer *t) {
 /* Optimizer, its state and the lr schedule; errors name the option. */
 static int setup_optimizer(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  size_t n = t->model->params.total;
+  mt_owned o;
+  mt_trainer_owned(t, &o);
+  size_t n = o.n;
   t->adamw = !strcmp(c->optimizer, "adamw");
   if (t->adamw) {
     t->adam = mt_adamw_defaults();
@@ -91,6 +94,11 @@ static int create_model(mt_trainer *t) {
   /* With the batch split over threads every model runs on one thread, and
    * oneDNN primitives fix their thread count when they are made. */
   int split = !strcmp(c->thread_split, "batch") && c->threads > 1;
+  if (split && c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD) {
+    mt_print0("fsdp gathers each unit once for the rank's batch: -thread_split gemm (one model, "
+              "all threads)\n");
+    split = 0;
+  }
   if (split) omp_set_num_threads(1);
   int err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
   if (!err && split && t->model->buffers.n) {
@@ -110,6 +118,50 @@ static int create_model(mt_trainer *t) {
   if (!err) err = mt_compute_setup(t, max_batch);
   if (split) omp_set_num_threads(c->threads);
   return err;
+}
+
+/* fsdp: the initialised (and agreed) model becomes this rank's shards; the
+ * model then reads and writes the shards' views. */
+static int shard_model(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  const mt_comm *comm = t->comm;
+  int node = c->fsdp_node_size;
+  if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD && node == 0) {
+    int mm[2] = {-comm->local_size, comm->local_size};
+    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm->world));
+    MT_CHECK(-mm[0] == mm[1], MT_ERR_OPTION,
+             "option -fsdp_sharding_strategy hybrid_shard: the nodes run %d to %d ranks; give "
+             "-fsdp_node_size", -mm[0], mm[1]);
+    node = mm[1];
+  }
+  int err = mt_fsdp_create(&t->fsdp, comm->world, &t->model->params, t->params, c->fsdp_strategy,
+                           c->fsdp_whole_model, node);
+  MT_CALL(mt_agree(comm->world, err));
+  mt_free(&t->params);
+  mt_free(&t->grads);
+  t->params = mt_fsdp_params_view(t->fsdp);
+  t->grads = mt_fsdp_grads_view(t->fsdp);
+  t->backend->data = t->fsdp;
+  return 0;
+}
+
+void mt_trainer_owned(const mt_trainer *t, mt_owned *o) {
+  if (t->fsdp) {
+    size_t lo, hi;
+    mt_fsdp_range(t->fsdp, &lo, &hi);
+    *o = (mt_owned){mt_fsdp_table(t->fsdp), mt_fsdp_params(t->fsdp), mt_fsdp_grads(t->fsdp), lo,
+                    hi - lo};
+  } else {
+    *o = (mt_owned){&t->model->params, t->params, t->grads, 0, t->model->params.total};
+  }
+}
+
+int mt_trainer_params_whole(mt_trainer *t) {
+  return t->fsdp ? mt_fsdp_pin(t->fsdp) : 0;
+}
+
+void mt_trainer_params_release(mt_trainer *t) {
+  if (t->fsdp) mt_fsdp_unpin(t->fsdp);
 }
 
 /* Model buffers (batch norm's running statistics): rank 0's win, as in
@@ -136,14 +188,19 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_amp_policy(c)); /* before the model: convolutions fix their precision */
   MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
-  MT_CALL(mt_backend_create(c->backend, comm->world, c->ddp_bucket_mb, &t->backend));
+  /* fsdp's no_shard is ddp */
+  const int sharded = c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD;
+  const char *bname = c->fsdp && !sharded ? "ddp" : c->backend;
+  MT_CALL(mt_backend_create(bname, comm->world, c->ddp_bucket_mb, &t->backend));
   t->backend->first_bucket_mb = c->ddp_first_bucket_mb;
   t->backend->overlap = c->ddp_overlap;
   t->backend->table = &t->model->params;
   int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
   MT_CALL(mt_agree(comm->world, err));
-  if (t->backend->ops->sync_params) MT_CALL(t->backend->ops->sync_params(t->backend, t->params, n));
+  if (t->backend->ops->sync_params && c->sync_module_states)
+    MT_CALL(t->backend->ops->sync_params(t->backend, t->params, n));
   MT_CALL(sync_buffers(t));
+  if (sharded) MT_CALL(shard_model(t));
   MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
 
   MT_CALL(mt_agree(comm->world, setup_optimizer(t)));
@@ -177,6 +234,8 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_best_destroy(t);
   mt_model_destroy(&t->model);
   mt_backend_destroy(&t->backend);
+  if (t->fsdp) t->params = t->grads = NULL; /* its views */
+  mt_fsdp_destroy(&t->fsdp);
   mt_free(&t->params);
   mt_free(&t->grads);
   mt_free(&t->mom);
@@ -211,13 +270,30 @@ static void fmt_eta(char *buf, size_t n, double s) {
   snprintf(buf, n, "%ld:%02ld:%02ld", x / 3600, (x / 60) % 60, x % 60);
 }
 
+/* Clipping by the global norm: of the whole gradient, or of the shards
+ * (the norm from their squared norms, summed over the sharding group). */
+static int clip_norm(mt_trainer *t, const mt_owned *o) {
+  const double max = t->cfg->clip_grad_norm;
+  if (!t->fsdp) {
+    mt_clip_grad_norm(o->grads, o->n, max);
+    return 0;
+  }
+  double n2;
+  MT_CALL(mt_fsdp_grad_norm2(t->fsdp, &n2));
+  mt_clip_grad_norm_given(o->grads, o->n, sqrt(n2), max);
+  return 0;
+}
+
 /* One global step: micro-batches, reduction, clipping, optimizer.
  * Adds this rank's loss sum to *loss_sum. */
 static int train_step(mt_trainer *t, double *loss_sum) {
   const mt_config *c = t->cfg;
   mt_model *m = t->model;
   size_t n = m->params.total;
-  memset(t->grads, 0, n * sizeof(float));
+  if (t->fsdp)
+    mt_fsdp_step_begin(t->fsdp); /* the view's units start at zero */
+  else
+    memset(t->grads, 0, n * sizeof(float));
   MT_CALL(mt_amp_step_begin(t));
   const float scale = mt_amp_loss_scale(t) / (float)c->batch_size;
   for (int k = 0; k < c->accum_steps; k++) {
@@ -240,17 +316,19 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   mt_ev_end(MT_EV_COMM);
   int skip = 0; /* fp16 loss scaling: an overflow on any rank skips the step */
   MT_CALL(mt_amp_after_reduce(t, &skip));
-  if (!skip && c->clip_grad_value > 0) MT_CALL(mt_clip_grad_value(t->grads, n, c->clip_grad_value));
-  if (!skip && c->clip_grad_norm > 0) mt_clip_grad_norm(t->grads, n, c->clip_grad_norm);
+  mt_owned o; /* the whole gradient, or this rank's shard of it */
+  mt_trainer_owned(t, &o);
+  if (!skip && c->clip_grad_value > 0) MT_CALL(mt_clip_grad_value(o.grads, o.n, c->clip_grad_value));
+  if (!skip && c->clip_grad_norm > 0) MT_CALL(clip_norm(t, &o));
   double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t));
   int all_decay = !c->weight_decay_skip_1d;
   mt_ev_begin(MT_EV_OPTIM);
   if (skip) {
     /* skipped: parameters, optimizer state and lr schedule stay */
   } else if (t->adamw)
-    MT_CALL(mt_adamw_step(&m->params, t->params, t->grads, &t->adam_state, &t->adam, all_decay, lr));
+    MT_CALL(mt_adamw_step(o.table, o.params, o.grads, &t->adam_state, &t->adam, all_decay, lr));
   else
-    MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, mt_amp_lr_step(t) == 0, &t->sgd,
+    MT_CALL(mt_sgd_step(o.table, o.params, o.grads, t->mom, mt_amp_lr_step(t) == 0, &t->sgd,
                         all_decay, lr));
   MT_CALL(sync_buffers(t));
   mt_ev_end(MT_EV_OPTIM);
@@ -366,6 +444,7 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
  * model; the test sets follow as after training. */
 static int evaluate_only(mt_trainer *t) {
   const mt_config *c = t->cfg;
+  MT_CALL(mt_trainer_params_whole(t));
   for (int i = 0; i < c->nval; i++) {
     double loss, acc;
     int64_t cnt;
@@ -375,6 +454,7 @@ static int evaluate_only(mt_trainer *t) {
     mt_print0("evaluation val[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", i, c->data_val[i],
               loss, acc, (long long)cnt);
   }
+  mt_trainer_params_release(t);
   return 0;
 }
 
@@ -427,6 +507,7 @@ int mt_trainer_run(mt_trainer *t) {
     mt_curve_row base = {epoch + 1, t->global_step, train_loss,
                          mt_lr_at(&t->sched, mt_amp_lr_step(t) - 1), rate, tm[1], -1, NAN, NAN};
     if (nsets == 0) t->curve[t->ncurve++] = base;
+    MT_CALL(mt_trainer_params_whole(t)); /* fsdp: evaluation and the best model */
     for (int i = 0; i < nsets; i++) {
       double loss, acc;
       int64_t cnt;
@@ -444,6 +525,7 @@ int mt_trainer_run(mt_trainer *t) {
     }
     MT_CALL(mt_eval_train(t, epoch));
     if (nsets > 0) MT_CALL(mt_best_update(t, epoch, t->last_val_loss[0], &early));
+    mt_trainer_params_release(t);
     if (t->dp && mt_dp_spent(t)) early = 1;
     done = epoch + 1;
     if (t->sched.kind == MT_LR_PLATEAU) {
@@ -464,11 +546,13 @@ int mt_trainer_run(mt_trainer *t) {
       MT_CALL(mt_trainer_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
   }
   if (c->restore_best) MT_CALL(mt_best_restore(t));
+  MT_CALL(mt_trainer_params_whole(t));
   MT_CALL(mt_eval_test(t, done));
   char path[MT_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/model_final.h5", c->output_dir);
   err = rank == 0 ? mt_h5_save_model(path, t->model, t->params) : 0;
   MT_CALL(mt_agree(t->comm->world, err));
+  mt_trainer_params_release(t);
   MT_CALL(mt_eval_report(t));
   mt_amp_report(t);
   double total = mt_now() - start;

@@ -70,7 +70,24 @@ typedef struct {
   int epoch;          /* the epoch running (0-based), for the guard's marks */
   int last_micro;     /* the micro-step running is the step's last one      */
   int overlap_err;    /* an error of the backend's unit_ready in a backward */
+  struct mt_fsdp *fsdp; /* the shards under -backend fsdp (backends/fsdp.h):
+                           params and grads are then its views, and the
+                           optimizer owns only this rank's shard           */
 } mt_trainer;
+
+/* What this rank's optimizer steps and its checkpoints hold: the whole
+ * layout, or under fsdp the shard [lo, lo + n) with its table (offsets from
+ * lo). */
+typedef struct {
+  const mt_param_table *table;
+  float *params, *grads;
+  size_t lo, n;
+} mt_owned;
+void mt_trainer_owned(const mt_trainer *t, mt_owned *o);
+/* fsdp: the whole model in t->params for an evaluation or a save, and its
+ * release (no-ops without shards). Collective. */
+int mt_trainer_params_whole(mt_trainer *t);
+void mt_trainer_params_release(mt_trainer *t);
 
 /* Opens the data (collectively validated), creates model, backend and
  * optimizer state, and initialises the parameters from the seed. */

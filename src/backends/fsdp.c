@@ -1,0 +1,487 @@
+/* fsdp: see fsdp.h. */
+#include "backends/fsdp.h"
+#include "backends/backends.h"
+#include "core/core.h"
+#include "optim/optim.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+enum { RELEASED = 0, IN_FLIGHT, GATHERED };
+
+struct mt_fsdp {
+  int strategy;
+  MPI_Comm group;    /* the ranks that shard among themselves                 */
+  MPI_Comm replicas; /* hybrid_shard: the ranks that hold the same shard     */
+  int grank, gsize;
+  size_t n, lo, hi;
+  size_t *plo, *phi; /* group rank r holds [plo[r], phi[r])                   */
+  mt_param_table table; /* the tensors' pieces in [lo, hi), offsets - lo     */
+  float *params, *grads; /* the shards                                       */
+  float *pview, *gview;  /* n floats of address space each                   */
+  size_t view_bytes;
+  /* units: the model's, or one for the whole model */
+  int nmodel_units, nunits;
+  int *unit_of;      /* model unit -> unit                                   */
+  int *members, *ndone; /* model units in a unit; done in this backward      */
+  size_t *ulo, *uhi;
+  int *counts, *displs; /* unit u, group rank r: [u * gsize + r], from ulo   */
+  int *pstate;       /* RELEASED, IN_FLIGHT, GATHERED                        */
+  MPI_Request *greq; /* per unit: its all-gather                             */
+  int last;          /* the unit used last, -1 none                          */
+  int pinned;
+  int *used;         /* forward used unit u since the step began             */
+  /* gradient reductions: at most two units in flight */
+  int pend[2];
+  MPI_Request *rreq[2]; /* gsize requests each                               */
+  float *rtmp[2];
+  size_t rtmp_n;
+  double comm_seconds, comm_bytes;
+  double told_seconds, told_bytes; /* the part added to the backend's      */
+  mt_fsdp_memory mem;
+  unsigned char *vec; /* mincore                                             */
+  size_t page;
+};
+
+static const char *const names_[] = {"full_shard", "shard_grad_op", "hybrid_shard", "no_shard"};
+
+const char *mt_fsdp_strategy_name(int s) {
+  return s >= 0 && s < 4 ? names_[s] : "?";
+}
+
+int mt_fsdp_strategy_parse(const char *s) {
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(s, names_[i])) return i;
+  return -1;
+}
+
+/* ------------------------------------------------------------- views */
+
+static int view_map(float **v, size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  MT_CHECK(p != MAP_FAILED, MT_ERR_MEM, "fsdp: cannot reserve %.1f MiB of address space",
+           (double)bytes / 1048576.0);
+  *v = p;
+  return 0;
+}
+
+/* Gives back the pages wholly inside elements [a, b) of view v; with
+ * zero, the elements at the edges are zeroed too (a gradient view must
+ * read zero where the next backward adds). Given-back pages read zero. */
+static void view_release(mt_fsdp *f, float *v, size_t a, size_t b, int zero) {
+  if (a >= b) return;
+  uintptr_t base = (uintptr_t)v, s = base + a * sizeof(float), e = base + b * sizeof(float);
+  uintptr_t ps = (s + f->page - 1) & ~(uintptr_t)(f->page - 1), pe = e & ~(uintptr_t)(f->page - 1);
+  if (pe > ps) {
+    madvise((void *)ps, pe - ps, MADV_DONTNEED);
+    if (zero) {
+      memset((void *)s, 0, ps - s);
+      memset((void *)pe, 0, e - pe);
+    }
+  } else if (zero) {
+    memset((void *)s, 0, e - s);
+  }
+}
+
+static double resident(mt_fsdp *f, const float *v) {
+  if (mincore((void *)v, f->view_bytes, f->vec)) return 0;
+  size_t np = (f->view_bytes + f->page - 1) / f->page, k = 0;
+  for (size_t i = 0; i < np; i++) k += f->vec[i] & 1;
+  return (double)k * (double)f->page;
+}
+
+static void sample_memory(mt_fsdp *f) {
+  double p = resident(f, f->pview), g = resident(f, f->gview);
+  if (p > f->mem.peak_params_view) f->mem.peak_params_view = p;
+  if (g > f->mem.peak_grads_view) f->mem.peak_grads_view = g;
+}
+
+/* ------------------------------------------------------------- set-up */
+
+static int plan_units(mt_fsdp *f, const mt_param_table *t, int whole_model) {
+  int nm = 0;
+  for (int i = 0; i < t->n; i++) {
+    MT_CHECK(t->p[i].unit >= 0, MT_ERR_STATE, "fsdp: tensor %s has no unit", t->p[i].name);
+    if (t->p[i].unit + 1 > nm) nm = t->p[i].unit + 1;
+  }
+  f->nmodel_units = nm;
+  f->nunits = whole_model ? 1 : nm;
+  const int nu = f->nunits, G = f->gsize;
+  MT_CALL(mt_calloc(&f->unit_of, (size_t)nm, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->members, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->ndone, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->used, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->ulo, (size_t)nu, sizeof(size_t), "fsdp units"));
+  MT_CALL(mt_calloc(&f->uhi, (size_t)nu, sizeof(size_t), "fsdp units"));
+  MT_CALL(mt_calloc(&f->pstate, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->greq, (size_t)nu, sizeof(MPI_Request), "fsdp units"));
+  MT_CALL(mt_calloc(&f->counts, (size_t)nu * G, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->displs, (size_t)nu * G, sizeof(int), "fsdp units"));
+  for (int u = 0; u < nm; u++) f->unit_of[u] = whole_model ? 0 : u;
+  for (int u = 0; u < nu; u++) f->ulo[u] = SIZE_MAX, f->greq[u] = MPI_REQUEST_NULL;
+  int *seen = NULL;
+  MT_CALL(mt_calloc(&seen, (size_t)nm, sizeof(int), "fsdp units"));
+  for (int i = 0; i < t->n; i++) {
+    const mt_param *q = &t->p[i];
+    int u = f->unit_of[q->unit];
+    if (!seen[q->unit]) f->members[u]++;
+    seen[q->unit] = 1;
+    if (q->offset < f->ulo[u]) f->ulo[u] = q->offset;
+    if (q->offset + q->numel > f->uhi[u]) f->uhi[u] = q->offset + q->numel;
+  }
+  mt_free(&seen);
+  for (int u = 0; u < nu; u++) {
+    MT_CHECK(f->members[u] > 0, MT_ERR_STATE, "fsdp: unit %d of the model holds no tensor", u);
+    MT_CHECK(f->uhi[u] - f->ulo[u] <= (size_t)INT_MAX, MT_ERR_ARG,
+             "fsdp: unit %d holds %zu elements, more than one MPI message (-fsdp_unit layer)", u,
+             f->uhi[u] - f->ulo[u]);
+    for (int v = 0; v < nu; v++)
+      MT_CHECK(v == u || f->uhi[v] <= f->ulo[u] || f->ulo[v] >= f->uhi[u], MT_ERR_STATE,
+               "fsdp: the model's units %d and %d overlap in the flat layout", u, v);
+    double bytes = (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
+    if (bytes > f->mem.largest_unit) f->mem.largest_unit = bytes;
+    for (int r = 0; r < G; r++) {
+      size_t a = f->ulo[u] > f->plo[r] ? f->ulo[u] : f->plo[r];
+      size_t b = f->uhi[u] < f->phi[r] ? f->uhi[u] : f->phi[r];
+      f->counts[u * G + r] = b > a ? (int)(b - a) : 0;
+      f->displs[u * G + r] = b > a ? (int)(a - f->ulo[u]) : 0;
+      if (r == f->grank && b > a && b - a > f->rtmp_n) f->rtmp_n = b - a;
+    }
+  }
+  return 0;
+}
+
+/* The tensors' pieces in [lo, hi), offsets relative to lo. */
+static int plan_table(mt_fsdp *f, const mt_param_table *t) {
+  for (int i = 0; i < t->n; i++) {
+    const mt_param *q = &t->p[i];
+    size_t a = q->offset > f->lo ? q->offset : f->lo;
+    size_t b = q->offset + q->numel < f->hi ? q->offset + q->numel : f->hi;
+    if (b <= a) continue;
+    if (f->table.n == f->table.cap) {
+      int cap = f->table.cap ? 2 * f->table.cap : 16;
+      mt_param *p = NULL;
+      MT_CALL(mt_calloc(&p, (size_t)cap, sizeof(*p), "fsdp shard table"));
+      if (f->table.n) memcpy(p, f->table.p, (size_t)f->table.n * sizeof(*p));
+      mt_free(&f->table.p);
+      f->table.p = p;
+      f->table.cap = cap;
+    }
+    mt_param *s = &f->table.p[f->table.n++];
+    *s = *q;
+    s->ndim = 1;
+    s->shape[0] = (int64_t)(b - a);
+    s->offset = a - f->lo;
+    s->numel = b - a;
+  }
+  f->table.total = f->hi - f->lo;
+  f->table.nunits = t->nunits;
+  return 0;
+}
+
+int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const float *params,
+                   int strategy, int whole_model, int node_size) {
+  mt_fsdp *f;
+  *out = NULL;
+  MT_CALL(mt_calloc(&f, 1, sizeof(*f), "fsdp"));
+  *out = f;
+  f->strategy = strategy;
+  f->group = f->replicas = MPI_COMM_NULL;
+  f->last = -1;
+  f->pend[0] = f->pend[1] = -1;
+  f->page = (size_t)sysconf(_SC_PAGESIZE);
+  int rank, size;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  int gs = strategy == MT_FSDP_HYBRID_SHARD ? node_size : size;
+  MT_CHECK(gs >= 1 && size % gs == 0, MT_ERR_OPTION,
+           "option -fsdp_node_size: %d ranks are not whole nodes of %d ranks", size, gs);
+  MT_MPI(MPI_Comm_split(world, rank / gs, rank, &f->group));
+  if (strategy == MT_FSDP_HYBRID_SHARD)
+    MT_MPI(MPI_Comm_split(world, rank % gs, rank, &f->replicas));
+  MPI_Comm_rank(f->group, &f->grank);
+  MPI_Comm_size(f->group, &f->gsize);
+  /* the partition: equal ranges rounded to 16 floats (64 bytes) */
+  f->n = t->total;
+  MT_CALL(mt_calloc(&f->plo, (size_t)f->gsize, sizeof(size_t), "fsdp partition"));
+  MT_CALL(mt_calloc(&f->phi, (size_t)f->gsize, sizeof(size_t), "fsdp partition"));
+  size_t per = (f->n + (size_t)f->gsize - 1) / (size_t)f->gsize;
+  per = (per + 15) & ~(size_t)15;
+  for (int r = 0; r < f->gsize; r++) {
+    f->plo[r] = (size_t)r * per < f->n ? (size_t)r * per : f->n;
+    f->phi[r] = f->plo[r] + per < f->n ? f->plo[r] + per : f->n;
+  }
+  f->lo = f->plo[f->grank];
+  f->hi = f->phi[f->grank];
+  MT_CALL(plan_units(f, t, whole_model));
+  MT_CALL(plan_table(f, t));
+  size_t sn = f->hi - f->lo;
+  MT_CALL(mt_calloc(&f->params, sn ? sn : 1, sizeof(float), "fsdp parameter shard"));
+  MT_CALL(mt_calloc(&f->grads, sn ? sn : 1, sizeof(float), "fsdp gradient shard"));
+  if (sn) memcpy(f->params, params + f->lo, sn * sizeof(float));
+  f->mem.shard_params = f->mem.shard_grads = (double)sn * sizeof(float);
+  for (int k = 0; k < 2; k++) {
+    MT_CALL(mt_calloc(&f->rreq[k], (size_t)f->gsize, sizeof(MPI_Request), "fsdp requests"));
+    MT_CALL(mt_calloc(&f->rtmp[k], f->rtmp_n ? f->rtmp_n : 1, sizeof(float), "fsdp reduction"));
+    for (int r = 0; r < f->gsize; r++) f->rreq[k][r] = MPI_REQUEST_NULL;
+  }
+  f->view_bytes = (f->n ? f->n : 1) * sizeof(float);
+  f->view_bytes = (f->view_bytes + f->page - 1) & ~(f->page - 1);
+  MT_CALL(view_map(&f->pview, f->view_bytes));
+  MT_CALL(view_map(&f->gview, f->view_bytes));
+  MT_CALL(mt_calloc(&f->vec, f->view_bytes / f->page, 1, "fsdp mincore"));
+  return 0;
+}
+
+void mt_fsdp_destroy(mt_fsdp **pf) {
+  mt_fsdp *f = *pf;
+  if (!f) return;
+  for (int u = 0; f->greq && u < f->nunits; u++)
+    if (f->greq[u] != MPI_REQUEST_NULL) MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE);
+  for (int k = 0; k < 2; k++) {
+    for (int r = 0; f->rreq[k] && r < f->gsize; r++)
+      if (f->rreq[k][r] != MPI_REQUEST_NULL) MPI_Wait(&f->rreq[k][r], MPI_STATUS_IGNORE);
+    mt_free(&f->rreq[k]);
+    mt_free(&f->rtmp[k]);
+  }
+  if (f->pview) munmap(f->pview, f->view_bytes);
+  if (f->gview) munmap(f->gview, f->view_bytes);
+  if (f->group != MPI_COMM_NULL) MPI_Comm_free(&f->group);
+  if (f->replicas != MPI_COMM_NULL) MPI_Comm_free(&f->replicas);
+  void *bufs[] = {&f->plo, &f->phi, &f->params, &f->grads, &f->unit_of, &f->members, &f->ndone,
+                  &f->used, &f->ulo, &f->uhi, &f->counts, &f->displs, &f->pstate, &f->greq,
+                  &f->vec, &f->table.p};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
+  mt_free(pf);
+}
+
+void mt_fsdp_range(const mt_fsdp *f, size_t *lo, size_t *hi) {
+  *lo = f->lo;
+  *hi = f->hi;
+}
+float *mt_fsdp_params(mt_fsdp *f) { return f->params; }
+float *mt_fsdp_grads(mt_fsdp *f) { return f->grads; }
+const mt_param_table *mt_fsdp_table(const mt_fsdp *f) { return &f->table; }
+float *mt_fsdp_params_view(mt_fsdp *f) { return f->pview; }
+float *mt_fsdp_grads_view(mt_fsdp *f) { return f->gview; }
+void mt_fsdp_memory_get(const mt_fsdp *f, mt_fsdp_memory *m) { *m = f->mem; }
+double mt_fsdp_comm_seconds(const mt_fsdp *f) { return f->comm_seconds; }
+double mt_fsdp_comm_bytes(const mt_fsdp *f) { return f->comm_bytes; }
+
+static int reduce_finish(mt_fsdp *f, int k);
+
+/* ------------------------------------------------------- parameters */
+
+static int gather_start(mt_fsdp *f, int u) {
+  const int G = f->gsize;
+  const int mine = f->counts[u * G + f->grank];
+  const float *send = mine ? f->params + (f->ulo[u] + (size_t)f->displs[u * G + f->grank] - f->lo)
+                           : f->params;
+  MT_MPI(MPI_Iallgatherv(send, mine, MPI_FLOAT, f->pview + f->ulo[u], f->counts + u * G,
+                         f->displs + u * G, MPI_FLOAT, f->group, &f->greq[u]));
+  f->pstate[u] = IN_FLIGHT;
+  f->comm_bytes += (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
+  return 0;
+}
+
+static int gather_wait(mt_fsdp *f, int u) {
+  if (f->pstate[u] == RELEASED) MT_CALL(gather_start(f, u));
+  if (f->pstate[u] == IN_FLIGHT) {
+    double t0 = mt_now();
+    MT_MPI(MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE));
+    f->comm_seconds += mt_now() - t0;
+    f->pstate[u] = GATHERED;
+  }
+  return 0;
+}
+
+static void param_release(mt_fsdp *f, int u) {
+  if (f->pstate[u] != GATHERED) return;
+  view_release(f, f->pview, f->ulo[u], f->uhi[u], 0);
+  f->pstate[u] = RELEASED;
+}
+
+/* Moves the non-blocking operations in flight on (OpenMPI progresses them
+ * only inside MPI calls). */
+static int progress(mt_fsdp *f) {
+  for (int k = 0; k < 2; k++)
+    if (f->pend[k] >= 0) {
+      int flag;
+      MT_MPI(MPI_Testall(f->gsize, f->rreq[k], &flag, MPI_STATUSES_IGNORE));
+    }
+  return 0;
+}
+
+int mt_fsdp_unit_use(void *ctx, int munit, int pass) {
+  mt_fsdp *f = ctx;
+  MT_CHECK(munit >= 0 && munit < f->nmodel_units, MT_ERR_ARG, "fsdp: unit %d of %d", munit,
+           f->nmodel_units);
+  if (f->pinned) return 0;
+  const int u = f->unit_of[munit];
+  if (pass == 0) f->used[u] = 1;
+  /* the unit used before is done with (shard_grad_op: only in backward) */
+  if (f->last >= 0 && f->last != u && (pass == 1 || f->strategy != MT_FSDP_SHARD_GRAD_OP))
+    param_release(f, f->last);
+  f->last = u;
+  /* the unit's gradient of the previous micro-step must have left the
+   * view before this backward adds into it */
+  for (int k = 0; pass == 1 && k < 2; k++)
+    if (f->pend[k] == u) MT_CALL(reduce_finish(f, k));
+  MT_CALL(gather_wait(f, u));
+  int next = pass == 0 ? u + 1 : u - 1; /* prefetch */
+  if (next >= 0 && next < f->nunits && f->pstate[next] == RELEASED) MT_CALL(gather_start(f, next));
+  MT_CALL(progress(f));
+  sample_memory(f);
+  return 0;
+}
+
+/* -------------------------------------------------------- gradients */
+
+static int reduce_start(mt_fsdp *f, int k, int u) {
+  const int G = f->gsize;
+  for (int r = 0; r < G; r++) {
+    int c = f->counts[u * G + r];
+    if (!c) continue;
+    const float *send = f->gview + f->ulo[u] + f->displs[u * G + r];
+    MT_MPI(MPI_Ireduce(send, r == f->grank ? f->rtmp[k] : NULL, c, MPI_FLOAT, MPI_SUM, r, f->group,
+                       &f->rreq[k][r]));
+  }
+  f->pend[k] = u;
+  f->comm_bytes += (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
+  return 0;
+}
+
+/* Waits for slot k's reduction, adds this rank's piece to the gradient
+ * shard and gives the unit's gradient pages back. */
+static int reduce_finish(mt_fsdp *f, int k) {
+  const int u = f->pend[k], G = f->gsize;
+  if (u < 0) return 0;
+  double t0 = mt_now();
+  MT_MPI(MPI_Waitall(G, f->rreq[k], MPI_STATUSES_IGNORE));
+  f->comm_seconds += mt_now() - t0;
+  const int c = f->counts[u * G + f->grank];
+  if (c) {
+    float *g = f->grads + (f->ulo[u] + (size_t)f->displs[u * G + f->grank] - f->lo);
+    const float *s = f->rtmp[k];
+#pragma omp simd
+    for (int i = 0; i < c; i++) g[i] += s[i];
+  }
+  view_release(f, f->gview, f->ulo[u], f->uhi[u], 1);
+  f->pend[k] = -1;
+  return 0;
+}
+
+int mt_fsdp_unit_done(mt_fsdp *f, int munit) {
+  MT_CHECK(munit >= 0 && munit < f->nmodel_units, MT_ERR_ARG, "fsdp: unit %d of %d", munit,
+           f->nmodel_units);
+  const int u = f->unit_of[munit];
+  MT_CHECK(f->pinned || f->used[u], MT_ERR_STATE,
+           "fsdp: the model's forward did not announce unit %d (mt_model_unit_use), so its "
+           "parameters were never gathered; this model cannot run under -backend fsdp", munit);
+  if (++f->ndone[u] < f->members[u]) return 0;
+  f->ndone[u] = 0;
+  sample_memory(f);
+  /* two reductions in flight at most: the older one is finished first */
+  int k = f->pend[0] < 0 ? 0 : f->pend[1] < 0 ? 1 : -1;
+  if (k < 0) {
+    MT_CALL(reduce_finish(f, 0));
+    f->pend[0] = f->pend[1];
+    MPI_Request *r = f->rreq[0];
+    float *tmp = f->rtmp[0];
+    f->rreq[0] = f->rreq[1], f->rtmp[0] = f->rtmp[1];
+    f->rreq[1] = r, f->rtmp[1] = tmp;
+    f->pend[1] = -1;
+    k = 1;
+  }
+  MT_CALL(reduce_start(f, k, u));
+  return 0;
+}
+
+void mt_fsdp_step_begin(mt_fsdp *f) {
+  memset(f->grads, 0, (f->hi - f->lo) * sizeof(float));
+  memset(f->used, 0, (size_t)f->nunits * sizeof(int));
+}
+
+int mt_fsdp_finish_grads(mt_fsdp *f) {
+  for (int k = 0; k < 2; k++) MT_CALL(reduce_finish(f, k)); /* slot 0 is the older */
+  for (int u = 0; u < f->nunits; u++) {
+    MT_CHECK(f->ndone[u] == 0, MT_ERR_STATE,
+             "fsdp: the backward reported %d of the %d model units of unit %d as done", f->ndone[u],
+             f->members[u], u);
+    if (f->pstate[u] == IN_FLIGHT) {
+      MT_MPI(MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE));
+      f->pstate[u] = GATHERED;
+    }
+    param_release(f, u);
+  }
+  f->last = -1;
+  if (f->replicas != MPI_COMM_NULL) {
+    double t0 = mt_now();
+    size_t sn = f->hi - f->lo;
+    for (size_t o = 0; o < sn; o += (size_t)1 << 28) {
+      size_t c = sn - o < ((size_t)1 << 28) ? sn - o : ((size_t)1 << 28);
+      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, f->grads + o, (int)c, MPI_FLOAT, MPI_SUM, f->replicas));
+    }
+    f->comm_seconds += mt_now() - t0;
+    f->comm_bytes += (double)sn * sizeof(float);
+  }
+  return 0;
+}
+
+int mt_fsdp_grad_norm2(mt_fsdp *f, double *norm2) {
+  double s = mt_l2_norm(f->grads, f->hi - f->lo);
+  s *= s;
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_SUM, f->group));
+  *norm2 = s;
+  return 0;
+}
+
+int mt_fsdp_pin(mt_fsdp *f) {
+  if (f->pinned) return 0;
+  for (int u = 0; u < f->nunits; u++) MT_CALL(gather_wait(f, u));
+  f->pinned = 1;
+  sample_memory(f);
+  return 0;
+}
+
+int mt_fsdp_pinned(const mt_fsdp *f) { return f->pinned; }
+
+void mt_fsdp_unpin(mt_fsdp *f) {
+  if (!f->pinned) return;
+  f->pinned = 0;
+  for (int u = 0; u < f->nunits; u++) param_release(f, u);
+  f->last = -1;
+}
+
+/* ------------------------------------------------------------ backend */
+
+/* The trainer drives the shards (trainer.c, compute.c); the backend's part
+ * is the agreement at start and the end of the gradient reduction. b->data
+ * is the trainer's mt_fsdp. */
+static int fsdp_sync(mt_backend *b, float *params, size_t n) {
+  for (size_t o = 0; o < n; o += (size_t)1 << 28) {
+    size_t k = n - o < ((size_t)1 << 28) ? n - o : ((size_t)1 << 28);
+    MT_MPI(MPI_Bcast(params + o, (int)k, MPI_FLOAT, 0, b->comm));
+  }
+  return 0;
+}
+
+static int fsdp_reduce(mt_backend *b, float *grads, size_t n) {
+  (void)grads, (void)n;
+  mt_fsdp *f = b->data;
+  MT_CHECK(f, MT_ERR_STATE, "fsdp: the backend has no shards (set up by the trainer)");
+  MT_CALL(mt_fsdp_finish_grads(f));
+  /* the step's gathers and reductions, in the backward and here */
+  b->comm_seconds += f->comm_seconds - f->told_seconds;
+  b->comm_bytes += f->comm_bytes - f->told_bytes;
+  f->told_seconds = f->comm_seconds;
+  f->told_bytes = f->comm_bytes;
+  return 0;
+}
+
+const mt_backend_ops mt_fsdp_ops = {.name = "fsdp", .sync_params = fsdp_sync,
+                                    .reduce_grads = fsdp_reduce};

@@ -1,0 +1,75 @@
+/* The sharding options: read with mt_option_* (so -help lists them and the
+ * configuration hash covers them) and checked against the backend. Every
+ * message names the option. */
+#include "backends/fsdp.h"
+#include "core/core.h"
+
+#include <petscsys.h>
+#include <string.h>
+
+static int given(const char *name) {
+  PetscBool set = PETSC_FALSE;
+  if (PetscOptionsHasName(NULL, NULL, name, &set)) return 0;
+  return set == PETSC_TRUE;
+}
+
+int mt_config_fsdp(mt_config *c) {
+  char s[32];
+  long v;
+  c->fsdp = !strcmp(c->backend, "fsdp");
+  MT_CALL(mt_option_string("-fsdp_sharding_strategy",
+                           "fsdp: full_shard | shard_grad_op | hybrid_shard | no_shard",
+                           "full_shard", s, sizeof(s)));
+  c->fsdp_strategy = mt_fsdp_strategy_parse(s);
+  MT_CHECK(c->fsdp_strategy >= 0, MT_ERR_OPTION,
+           "option -fsdp_sharding_strategy: '%s' is not one of: full_shard, shard_grad_op, "
+           "hybrid_shard, no_shard", s);
+  MT_CALL(mt_option_string("-fsdp_unit",
+                           "fsdp: what is gathered at once: layer or block (the model's own "
+                           "units: a layer of mlp and cnn, a block of gpt) | model (everything)",
+                           "layer", s, sizeof(s)));
+  MT_CHECK(!strcmp(s, "layer") || !strcmp(s, "block") || !strcmp(s, "model"), MT_ERR_OPTION,
+           "option -fsdp_unit: '%s' is not one of: layer, block, model", s);
+  c->fsdp_whole_model = !strcmp(s, "model");
+  MT_CALL(mt_option_int("-fsdp_node_size",
+                        "fsdp hybrid_shard: ranks that shard among themselves (0: a node's)", 0,
+                        0, 1 << 20, &v));
+  c->fsdp_node_size = (int)v;
+  PetscBool offload = PETSC_FALSE, set = PETSC_FALSE;
+  if (PetscOptionsGetBool(NULL, NULL, "-fsdp_cpu_offload", &offload, &set))
+    return MT_ERR(MT_ERR_OPTION, "option -fsdp_cpu_offload: not a boolean");
+  MT_CALL(mt_option_int("-sync_module_states",
+                        "ddp, fsdp: broadcast rank 0's parameters at start (1) or trust that "
+                        "every rank initialised the same (0)", 1, 0, 1, &v));
+  c->sync_module_states = (int)v;
+  MT_CALL(mt_option_real("-memory_limit_mb",
+                         "refuse a run whose forecast memory per rank exceeds this (0: the "
+                         "node's memory / its ranks)", 0, 0, 1e12, &c->memory_limit_mb));
+  if (!c->fsdp) {
+    static const char *const only[] = {"-fsdp_sharding_strategy", "-fsdp_unit", "-fsdp_node_size",
+                                       "-fsdp_cpu_offload", NULL};
+    for (int i = 0; only[i]; i++)
+      MT_CHECK(!given(only[i]), MT_ERR_OPTION, "option %s: needs -backend fsdp (this run has %s)",
+               only[i], c->backend);
+    return 0;
+  }
+  MT_CHECK(!offload, MT_ERR_OPTION,
+           "option -fsdp_cpu_offload: moves sharded parameters and optimizer state from a "
+           "device to host memory; this run has no device (a CPU build keeps everything in host "
+           "memory already)");
+  MT_CHECK(c->fsdp_strategy == MT_FSDP_HYBRID_SHARD || !given("-fsdp_node_size"), MT_ERR_OPTION,
+           "option -fsdp_node_size: only for -fsdp_sharding_strategy hybrid_shard");
+  MT_CHECK(c->fsdp_node_size == 0 || c->world_size % c->fsdp_node_size == 0, MT_ERR_OPTION,
+           "option -fsdp_node_size: %d ranks are not whole groups of %d", c->world_size,
+           c->fsdp_node_size);
+  return 0;
+}
+
+void mt_config_fsdp_print(const mt_config *c, FILE *f) {
+  if (!c->fsdp) return;
+  fprintf(f, "  fsdp: %s, unit %s", mt_fsdp_strategy_name(c->fsdp_strategy),
+          c->fsdp_whole_model ? "model" : "layer");
+  if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD)
+    fprintf(f, ", groups of %d ranks", c->fsdp_node_size);
+  fprintf(f, "\n");
+}
