@@ -25,6 +25,11 @@ struct mt_guard {
   _Atomic int quit;
   pthread_t th;
   int has_thread;
+  /* the watchdog waits its period on wake, so that stopping it does not
+   * wait out a period (up to 5 s at the end of every run) */
+  pthread_mutex_t mu;
+  pthread_cond_t wake;
+  int has_wake;
   /* the watchdog's view of the others (rank 0: all; others: rank 0) */
   double *heard;        /* mt_now() of the last heartbeat from each rank  */
   long (*state)[HB_N];  /* their last (epoch, step, phase, count)         */
@@ -41,9 +46,17 @@ void mt_guard_mark(mt_guard *g, int epoch, long step, mt_guard_phase phase) {
   atomic_store(&g->since, mt_now());
 }
 
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-  nanosleep(&ts, NULL);
+/* Waits s seconds or until mt_guard_stop, whichever comes first. */
+static void wait_period(mt_guard *g, double s) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + s;
+  ts.tv_sec = (time_t)t;
+  ts.tv_nsec = (long)((t - floor(t)) * 1e9);
+  pthread_mutex_lock(&g->mu);
+  while (!atomic_load(&g->quit) && pthread_cond_timedwait(&g->wake, &g->mu, &ts) == 0) {
+  }
+  pthread_mutex_unlock(&g->mu);
 }
 
 /* Heartbeats out: rank 0 to every rank, the others to rank 0. A send that
@@ -114,7 +127,7 @@ static void *watchdog(void *arg) {
   mt_guard *g = arg;
   char who[2048], list[1800];
   while (!atomic_load(&g->quit)) {
-    sleep_s(g->period);
+    wait_period(g, g->period);
     if (atomic_load(&g->quit)) break;
     const double now = mt_now();
     if (g->multiple) {
@@ -167,6 +180,14 @@ int mt_guard_start(mt_guard **out, MPI_Comm world, double timeout) {
   }
   atomic_store(&g->since, now);
   *out = g;
+  pthread_condattr_t ca;
+  MT_CHECK(pthread_condattr_init(&ca) == 0 && pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+               pthread_cond_init(&g->wake, &ca) == 0,
+           MT_ERR_STATE, "cannot make the hang guard's condition variable");
+  pthread_condattr_destroy(&ca);
+  MT_CHECK(pthread_mutex_init(&g->mu, NULL) == 0, MT_ERR_STATE,
+           "cannot make the hang guard's mutex");
+  g->has_wake = 1;
   MT_CHECK(pthread_create(&g->th, NULL, watchdog, g) == 0, MT_ERR_STATE,
            "cannot start the hang guard's thread");
   g->has_thread = 1;
@@ -176,8 +197,17 @@ int mt_guard_start(mt_guard **out, MPI_Comm world, double timeout) {
 void mt_guard_stop(mt_guard **pg) {
   mt_guard *g = *pg;
   if (!g) return;
+  if (g->has_wake) pthread_mutex_lock(&g->mu);
   atomic_store(&g->quit, 1);
+  if (g->has_wake) {
+    pthread_cond_signal(&g->wake);
+    pthread_mutex_unlock(&g->mu);
+  }
   if (g->has_thread) pthread_join(g->th, NULL);
+  if (g->has_wake) {
+    pthread_cond_destroy(&g->wake);
+    pthread_mutex_destroy(&g->mu);
+  }
   for (int r = 0; g->sends && r < g->size; r++) {
     int flag = 0;
     if (g->sends[r] == MPI_REQUEST_NULL) continue;
