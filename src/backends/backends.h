@@ -12,5 +12,6 @@ extern const mt_backend_ops mt_ddp_dp_ops;
 int mt_backend_is_dp(const char *name);
 /* fsdp.c; the trainer drives its shards (fsdp.h). */
 extern const mt_backend_ops mt_fsdp_ops;
+extern const mt_backend_ops mt_fsdp_amp_ops;
 
 #endif

@@ -32,12 +32,15 @@ struct mt_fsdp {
   int *pstate;       /* RELEASED, IN_FLIGHT, GATHERED                        */
   MPI_Request *greq; /* per unit: its all-gather                             */
   int last;          /* the unit used last, -1 none                          */
+  int pass;          /* of the last use                                      */
+  int *seen;         /* units used in this pass (forward or backward)        */
   int pinned;
   int *used;         /* forward used unit u since the step began             */
-  /* gradient reductions: at most two units in flight */
-  int pend[2];
-  MPI_Request *rreq[2]; /* gsize requests each                               */
-  float *rtmp[2];
+  /* the gradient reduction in flight (one unit: the next unit's backward
+   * runs while it moves; a second would hold a third unit's gradient) */
+  int pend;          /* its unit, -1 none                                    */
+  MPI_Request *rreq; /* gsize requests                                       */
+  float *rtmp;       /* this rank's piece of the sum                         */
   size_t rtmp_n;
   double comm_seconds, comm_bytes;
   double told_seconds, told_bytes; /* the part added to the backend's      */
@@ -115,6 +118,7 @@ static int plan_units(mt_fsdp *f, const mt_param_table *t, int whole_model) {
   MT_CALL(mt_calloc(&f->members, (size_t)nu, sizeof(int), "fsdp units"));
   MT_CALL(mt_calloc(&f->ndone, (size_t)nu, sizeof(int), "fsdp units"));
   MT_CALL(mt_calloc(&f->used, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->seen, (size_t)nu, sizeof(int), "fsdp units"));
   MT_CALL(mt_calloc(&f->ulo, (size_t)nu, sizeof(size_t), "fsdp units"));
   MT_CALL(mt_calloc(&f->uhi, (size_t)nu, sizeof(size_t), "fsdp units"));
   MT_CALL(mt_calloc(&f->pstate, (size_t)nu, sizeof(int), "fsdp units"));
@@ -192,7 +196,8 @@ int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const
   f->strategy = strategy;
   f->group = f->replicas = MPI_COMM_NULL;
   f->last = -1;
-  f->pend[0] = f->pend[1] = -1;
+  f->pend = -1;
+  f->pass = -1;
   f->page = (size_t)sysconf(_SC_PAGESIZE);
   int rank, size;
   MPI_Comm_rank(world, &rank);
@@ -224,11 +229,9 @@ int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const
   MT_CALL(mt_calloc(&f->grads, sn ? sn : 1, sizeof(float), "fsdp gradient shard"));
   if (sn) memcpy(f->params, params + f->lo, sn * sizeof(float));
   f->mem.shard_params = f->mem.shard_grads = (double)sn * sizeof(float);
-  for (int k = 0; k < 2; k++) {
-    MT_CALL(mt_calloc(&f->rreq[k], (size_t)f->gsize, sizeof(MPI_Request), "fsdp requests"));
-    MT_CALL(mt_calloc(&f->rtmp[k], f->rtmp_n ? f->rtmp_n : 1, sizeof(float), "fsdp reduction"));
-    for (int r = 0; r < f->gsize; r++) f->rreq[k][r] = MPI_REQUEST_NULL;
-  }
+  MT_CALL(mt_calloc(&f->rreq, (size_t)f->gsize, sizeof(MPI_Request), "fsdp requests"));
+  MT_CALL(mt_calloc(&f->rtmp, f->rtmp_n ? f->rtmp_n : 1, sizeof(float), "fsdp reduction"));
+  for (int r = 0; r < f->gsize; r++) f->rreq[r] = MPI_REQUEST_NULL;
   f->view_bytes = (f->n ? f->n : 1) * sizeof(float);
   f->view_bytes = (f->view_bytes + f->page - 1) & ~(f->page - 1);
   MT_CALL(view_map(&f->pview, f->view_bytes));
@@ -242,19 +245,15 @@ void mt_fsdp_destroy(mt_fsdp **pf) {
   if (!f) return;
   for (int u = 0; f->greq && u < f->nunits; u++)
     if (f->greq[u] != MPI_REQUEST_NULL) MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE);
-  for (int k = 0; k < 2; k++) {
-    for (int r = 0; f->rreq[k] && r < f->gsize; r++)
-      if (f->rreq[k][r] != MPI_REQUEST_NULL) MPI_Wait(&f->rreq[k][r], MPI_STATUS_IGNORE);
-    mt_free(&f->rreq[k]);
-    mt_free(&f->rtmp[k]);
-  }
+  for (int r = 0; f->rreq && r < f->gsize; r++)
+    if (f->rreq[r] != MPI_REQUEST_NULL) MPI_Wait(&f->rreq[r], MPI_STATUS_IGNORE);
   if (f->pview) munmap(f->pview, f->view_bytes);
   if (f->gview) munmap(f->gview, f->view_bytes);
   if (f->group != MPI_COMM_NULL) MPI_Comm_free(&f->group);
   if (f->replicas != MPI_COMM_NULL) MPI_Comm_free(&f->replicas);
   void *bufs[] = {&f->plo, &f->phi, &f->params, &f->grads, &f->unit_of, &f->members, &f->ndone,
-                  &f->used, &f->ulo, &f->uhi, &f->counts, &f->displs, &f->pstate, &f->greq,
-                  &f->vec, &f->table.p};
+                  &f->used, &f->seen, &f->ulo, &f->uhi, &f->counts, &f->displs, &f->pstate, &f->greq,
+                  &f->vec, &f->table.p, &f->rreq, &f->rtmp};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
   mt_free(pf);
 }
@@ -272,7 +271,7 @@ void mt_fsdp_memory_get(const mt_fsdp *f, mt_fsdp_memory *m) { *m = f->mem; }
 double mt_fsdp_comm_seconds(const mt_fsdp *f) { return f->comm_seconds; }
 double mt_fsdp_comm_bytes(const mt_fsdp *f) { return f->comm_bytes; }
 
-static int reduce_finish(mt_fsdp *f, int k);
+static int reduce_finish(mt_fsdp *f);
 
 /* ------------------------------------------------------- parameters */
 
@@ -308,11 +307,10 @@ static void param_release(mt_fsdp *f, int u) {
 /* Moves the non-blocking operations in flight on (OpenMPI progresses them
  * only inside MPI calls). */
 static int progress(mt_fsdp *f) {
-  for (int k = 0; k < 2; k++)
-    if (f->pend[k] >= 0) {
-      int flag;
-      MT_MPI(MPI_Testall(f->gsize, f->rreq[k], &flag, MPI_STATUSES_IGNORE));
-    }
+  if (f->pend >= 0) {
+    int flag;
+    MT_MPI(MPI_Testall(f->gsize, f->rreq, &flag, MPI_STATUSES_IGNORE));
+  }
   return 0;
 }
 
@@ -323,17 +321,22 @@ int mt_fsdp_unit_use(void *ctx, int munit, int pass) {
   if (f->pinned) return 0;
   const int u = f->unit_of[munit];
   if (pass == 0) f->used[u] = 1;
+  if (pass != f->pass) memset(f->seen, 0, (size_t)f->nunits * sizeof(int));
+  f->pass = pass;
   /* the unit used before is done with (shard_grad_op: only in backward) */
   if (f->last >= 0 && f->last != u && (pass == 1 || f->strategy != MT_FSDP_SHARD_GRAD_OP))
     param_release(f, f->last);
   f->last = u;
   /* the unit's gradient of the previous micro-step must have left the
    * view before this backward adds into it */
-  for (int k = 0; pass == 1 && k < 2; k++)
-    if (f->pend[k] == u) MT_CALL(reduce_finish(f, k));
+  if (pass == 1 && f->pend == u) MT_CALL(reduce_finish(f));
   MT_CALL(gather_wait(f, u));
-  int next = pass == 0 ? u + 1 : u - 1; /* prefetch */
-  if (next >= 0 && next < f->nunits && f->pstate[next] == RELEASED) MT_CALL(gather_start(f, next));
+  /* prefetch the next unit of the pass, unless the pass used it already
+   * (gpt's forward ends with its first unit, the tied head) */
+  f->seen[u] = 1;
+  int next = pass == 0 ? u + 1 : u - 1;
+  if (next >= 0 && next < f->nunits && !f->seen[next] && f->pstate[next] == RELEASED)
+    MT_CALL(gather_start(f, next));
   MT_CALL(progress(f));
   sample_memory(f);
   return 0;
@@ -341,37 +344,37 @@ int mt_fsdp_unit_use(void *ctx, int munit, int pass) {
 
 /* -------------------------------------------------------- gradients */
 
-static int reduce_start(mt_fsdp *f, int k, int u) {
+static int reduce_start(mt_fsdp *f, int u) {
   const int G = f->gsize;
   for (int r = 0; r < G; r++) {
     int c = f->counts[u * G + r];
     if (!c) continue;
     const float *send = f->gview + f->ulo[u] + f->displs[u * G + r];
-    MT_MPI(MPI_Ireduce(send, r == f->grank ? f->rtmp[k] : NULL, c, MPI_FLOAT, MPI_SUM, r, f->group,
-                       &f->rreq[k][r]));
+    MT_MPI(MPI_Ireduce(send, r == f->grank ? f->rtmp : NULL, c, MPI_FLOAT, MPI_SUM, r, f->group,
+                       &f->rreq[r]));
   }
-  f->pend[k] = u;
+  f->pend = u;
   f->comm_bytes += (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
   return 0;
 }
 
-/* Waits for slot k's reduction, adds this rank's piece to the gradient
- * shard and gives the unit's gradient pages back. */
-static int reduce_finish(mt_fsdp *f, int k) {
-  const int u = f->pend[k], G = f->gsize;
+/* Waits for the reduction in flight, adds this rank's piece to the
+ * gradient shard and gives the unit's gradient pages back. */
+static int reduce_finish(mt_fsdp *f) {
+  const int u = f->pend, G = f->gsize;
   if (u < 0) return 0;
   double t0 = mt_now();
-  MT_MPI(MPI_Waitall(G, f->rreq[k], MPI_STATUSES_IGNORE));
+  MT_MPI(MPI_Waitall(G, f->rreq, MPI_STATUSES_IGNORE));
   f->comm_seconds += mt_now() - t0;
   const int c = f->counts[u * G + f->grank];
   if (c) {
     float *g = f->grads + (f->ulo[u] + (size_t)f->displs[u * G + f->grank] - f->lo);
-    const float *s = f->rtmp[k];
+    const float *s = f->rtmp;
 #pragma omp simd
     for (int i = 0; i < c; i++) g[i] += s[i];
   }
   view_release(f, f->gview, f->ulo[u], f->uhi[u], 1);
-  f->pend[k] = -1;
+  f->pend = -1;
   return 0;
 }
 
@@ -385,19 +388,8 @@ int mt_fsdp_unit_done(mt_fsdp *f, int munit) {
   if (++f->ndone[u] < f->members[u]) return 0;
   f->ndone[u] = 0;
   sample_memory(f);
-  /* two reductions in flight at most: the older one is finished first */
-  int k = f->pend[0] < 0 ? 0 : f->pend[1] < 0 ? 1 : -1;
-  if (k < 0) {
-    MT_CALL(reduce_finish(f, 0));
-    f->pend[0] = f->pend[1];
-    MPI_Request *r = f->rreq[0];
-    float *tmp = f->rtmp[0];
-    f->rreq[0] = f->rreq[1], f->rtmp[0] = f->rtmp[1];
-    f->rreq[1] = r, f->rtmp[1] = tmp;
-    f->pend[1] = -1;
-    k = 1;
-  }
-  MT_CALL(reduce_start(f, k, u));
+  MT_CALL(reduce_finish(f));
+  MT_CALL(reduce_start(f, u));
   return 0;
 }
 
@@ -407,7 +399,7 @@ void mt_fsdp_step_begin(mt_fsdp *f) {
 }
 
 int mt_fsdp_finish_grads(mt_fsdp *f) {
-  for (int k = 0; k < 2; k++) MT_CALL(reduce_finish(f, k)); /* slot 0 is the older */
+  MT_CALL(reduce_finish(f));
   for (int u = 0; u < f->nunits; u++) {
     MT_CHECK(f->ndone[u] == 0, MT_ERR_STATE,
              "fsdp: the backward reported %d of the %d model units of unit %d as done", f->ndone[u],
@@ -443,12 +435,12 @@ int mt_fsdp_grad_norm2(mt_fsdp *f, double *norm2) {
 int mt_fsdp_pin(mt_fsdp *f) {
   if (f->pinned) return 0;
   for (int u = 0; u < f->nunits; u++) MT_CALL(gather_wait(f, u));
-  f->pinned = 1;
-  sample_memory(f);
+  f->pinned = 1; /* not sampled: the peaks are those of training */
   return 0;
 }
 
 int mt_fsdp_pinned(const mt_fsdp *f) { return f->pinned; }
+int mt_fsdp_group_size(const mt_fsdp *f) { return f->gsize; }
 
 void mt_fsdp_unpin(mt_fsdp *f) {
   if (!f->pinned) return;
@@ -485,3 +477,6 @@ static int fsdp_reduce(mt_backend *b, float *grads, size_t n) {
 
 const mt_backend_ops mt_fsdp_ops = {.name = "fsdp", .sync_params = fsdp_sync,
                                     .reduce_grads = fsdp_reduce};
+/* autocast-style mixed precision (trainer/amp.c) over the same shards */
+const mt_backend_ops mt_fsdp_amp_ops = {.name = "fsdp-amp", .sync_params = fsdp_sync,
+                                        .reduce_grads = fsdp_reduce};

@@ -88,6 +88,8 @@ int mt_fsdp_grad_norm2(mt_fsdp *f, double *norm2);
 int mt_fsdp_pin(mt_fsdp *f);
 void mt_fsdp_unpin(mt_fsdp *f);
 int mt_fsdp_pinned(const mt_fsdp *f);
+/* Ranks that shard among themselves. */
+int mt_fsdp_group_size(const mt_fsdp *f);
 
 void mt_fsdp_memory_get(const mt_fsdp *f, mt_fsdp_memory *m);
 double mt_fsdp_comm_seconds(const mt_fsdp *f);

@@ -20,6 +20,7 @@ static void builtins(void) {
   backends_[nbackends_++] = &mt_sp_dp_ops;
   backends_[nbackends_++] = &mt_ddp_dp_ops;
   backends_[nbackends_++] = &mt_fsdp_ops;
+  backends_[nbackends_++] = &mt_fsdp_amp_ops;
 }
 
 const mt_backend_ops *mt_backend_find(const char *name) {

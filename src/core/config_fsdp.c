@@ -3,6 +3,7 @@
  * message names the option. */
 #include "backends/fsdp.h"
 #include "core/core.h"
+#include "nn/precision.h"
 
 #include <petscsys.h>
 #include <string.h>
@@ -16,7 +17,7 @@ static int given(const char *name) {
 int mt_config_fsdp(mt_config *c) {
   char s[32];
   long v;
-  c->fsdp = !strcmp(c->backend, "fsdp");
+  c->fsdp = !strcmp(c->backend, "fsdp") || !strcmp(c->backend, "fsdp-amp");
   MT_CALL(mt_option_string("-fsdp_sharding_strategy",
                            "fsdp: full_shard | shard_grad_op | hybrid_shard | no_shard",
                            "full_shard", s, sizeof(s)));
@@ -53,6 +54,8 @@ int mt_config_fsdp(mt_config *c) {
                only[i], c->backend);
     return 0;
   }
+  MT_CHECK(c->ddp_reduce_dtype == MT_PREC_FP32, MT_ERR_OPTION,
+           "option -ddp_reduce_dtype: -backend %s reduces gradients in fp32", c->backend);
   MT_CHECK(!offload, MT_ERR_OPTION,
            "option -fsdp_cpu_offload: moves sharded parameters and optimizer state from a "
            "device to host memory; this run has no device (a CPU build keeps everything in host "

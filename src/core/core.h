@@ -12,6 +12,9 @@
 #define MT_MAX_VAL 8
 #define MT_MAX_HIDDEN 16
 
+/* Bytes held by mt_calloc's blocks now (alloc.c). */
+size_t mt_alloc_bytes(void);
+
 /* Every option after validation. Plain data: hashed byte-for-byte to check
  * that all ranks resolved the same configuration, so it is zero-filled
  * before use and holds no pointers. */

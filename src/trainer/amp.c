@@ -54,7 +54,10 @@ int mt_amp_setup(mt_trainer *t) {
   a->inf_step = -1;
   const mt_param_table *tab = &t->model->params;
   size_t n = tab->total;
-  MT_CALL(mt_calloc(&a->cache, n, mt_nn_weight_cache_elem(a->dtype), "weight cast cache"));
+  /* fsdp: the weights are gathered unit by unit, so no cast of the whole
+   * buffer; the GEMMs round their weight operands themselves */
+  if (!t->fsdp)
+    MT_CALL(mt_calloc(&a->cache, n, mt_nn_weight_cache_elem(a->dtype), "weight cast cache"));
   if (a->level == 2) {
     MT_CALL(mt_calloc(&a->work, n, sizeof(float), "O2 working copy"));
     MT_CALL(mt_calloc(&a->ranges, (size_t)tab->n + 1, sizeof(*a->ranges), "O2 ranges"));
@@ -115,7 +118,7 @@ int mt_amp_step_begin(mt_trainer *t) {
     a->master = t->params;
     t->params = a->work;
   }
-  mt_nn_weight_cache_fill(t->params, a->cache, t->model->params.total);
+  if (a->cache) mt_nn_weight_cache_fill(t->params, a->cache, t->model->params.total);
   a->step_scale = a->scaling ? mt_scaler_scale(&a->scaler) : 1.0f;
   return 0;
 }
@@ -156,25 +159,28 @@ int mt_amp_after_reduce(mt_trainer *t, int *skip) {
   struct mt_amp *a = t->amp;
   *skip = 0;
   if (!a) return 0;
-  size_t n = t->model->params.total;
+  mt_owned o; /* the whole gradient, or under fsdp this rank's shard */
+  mt_trainer_owned(t, &o);
+  const size_t n = o.n;
+  float *g = o.grads;
   /* O2: the reduced gradients of the low-precision tensors are low-precision
    * tensors (rounded once, after the sum: sp's thread sum and ddp's rank sum
    * then give the same bits) */
   if (a->level == 2)
     for (int i = 0; i < a->nranges; i++)
-      mt_round_to(a->dtype, t->grads + a->ranges[i][0], a->ranges[i][1]);
+      mt_round_to(a->dtype, g + a->ranges[i][0], a->ranges[i][1]);
   if (!a->scaling) return 0;
   /* TEST HOOK: see trainer/amp.h */
   if (a->inf_step >= 0 && t->comm->rank == a->inf_rank &&
-      (t->global_step == a->inf_step || (a->inf_every && t->global_step > a->inf_step)))
-    t->grads[0] = INFINITY;
-  int found = mt_has_nonfinite(t->grads, n);
+      (t->global_step == a->inf_step || (a->inf_every && t->global_step > a->inf_step)) && n)
+    g[0] = INFINITY;
+  int found = mt_has_nonfinite(g, n);
   if (t->comm->size > 1)
     MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &found, 1, MPI_INT, MPI_MAX, t->comm->world));
   if (!found) {
     const float inv = mt_scaler_inv_scale(&a->scaler);
 #pragma omp parallel for schedule(static) if (n > 262144)
-    for (size_t i = 0; i < n; i++) t->grads[i] *= inv;
+    for (size_t i = 0; i < n; i++) g[i] *= inv;
   }
   int err = mt_scaler_update(&a->scaler, found, skip);
   if (err) { /* every rank gets here: the flag is agreed */

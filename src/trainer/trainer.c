@@ -100,6 +100,7 @@ static int create_model(mt_trainer *t) {
     split = 0;
   }
   if (split) omp_set_num_threads(1);
+  size_t a0 = mt_alloc_bytes();
   int err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
   if (!err && split && t->model->buffers.n) {
     /* batch statistics are those of the rank's whole batch: no split */
@@ -111,11 +112,14 @@ static int create_model(mt_trainer *t) {
     err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
   }
   size_t n = err ? 0 : t->model->params.total;
+  t->mem_acts = mt_alloc_bytes() - a0;
   if (!err) err = mt_calloc(&t->params, n, sizeof(float), "parameters");
   if (!err) err = mt_calloc(&t->grads, n, sizeof(float), "gradients");
   if (!err) err = t->model->ops->init(t->model, t->params, c->seed);
   if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, t->model, t->params);
-  if (!err) err = mt_compute_setup(t, max_batch);
+  a0 = mt_alloc_bytes();
+  if (!err) err = mt_compute_setup(t, max_batch); /* the threads' models */
+  t->mem_acts += mt_alloc_bytes() - a0;
   if (split) omp_set_num_threads(c->threads);
   return err;
 }
@@ -203,8 +207,11 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   if (sharded) MT_CALL(shard_model(t));
   MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
 
+  size_t a0 = mt_alloc_bytes();
   MT_CALL(mt_agree(comm->world, setup_optimizer(t)));
+  t->mem_optim = mt_alloc_bytes() - a0;
   MT_CALL(mt_agree(comm->world, mt_amp_setup(t)));
+  MT_CALL(mt_agree(comm->world, mt_memory_forecast(t)));
 
   MT_CALL(mt_calloc(&t->perm, (size_t)t->train.n, sizeof(int64_t), "permutation"));
   size_t per_rank = (size_t)t->steps_per_epoch * c->accum_steps;
@@ -554,6 +561,7 @@ int mt_trainer_run(mt_trainer *t) {
   MT_CALL(mt_agree(t->comm->world, err));
   mt_trainer_params_release(t);
   MT_CALL(mt_eval_report(t));
+  MT_CALL(mt_memory_report(t));
   mt_amp_report(t);
   double total = mt_now() - start;
   double rate = t->timed_seconds > 0 ? (double)t->timed_samples / t->timed_seconds : 0;

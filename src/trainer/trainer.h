@@ -70,10 +70,17 @@ typedef struct {
   int epoch;          /* the epoch running (0-based), for the guard's marks */
   int last_micro;     /* the micro-step running is the step's last one      */
   int overlap_err;    /* an error of the backend's unit_ready in a backward */
+  size_t mem_optim, mem_acts; /* bytes allocated for them (memory.c)      */
   struct mt_fsdp *fsdp; /* the shards under -backend fsdp (backends/fsdp.h):
                            params and grads are then its views, and the
                            optimizer owns only this rank's shard           */
 } mt_trainer;
+
+/* Memory per rank (memory.c): rank 0 prints the forecast before training
+ * (refused with MT_ERR_OPTION past -memory_limit_mb) and the measured
+ * figures after it. Collective. */
+int mt_memory_forecast(mt_trainer *t);
+int mt_memory_report(mt_trainer *t);
 
 /* What this rank's optimizer steps and its checkpoints hold: the whole
  * layout, or under fsdp the shard [lo, lo + n) with its table (offsets from
