@@ -67,10 +67,9 @@ for c in "${configs[@]}"; do
   [ "$np" = 1 ] && ref=$tok
   ratio=$(awk -v a="$tok" -v b="$ref" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
   printf '%-10s %3s %10s %8s %8s | %7s %7s %7s %9s %9s %8s %8s\n' "$name" "$np" "$tok" "$ratio" \
-    "$(median "$tmp/exp.$name")" "$(mib "$name" "parameters")" "$(mib "$name" "gradients")" \
-    "$(mib "$name" "optimizer state")" "$(mib "$name" "gathered parameters (peak in training)")" \
-    "$(mib "$name" "unit gradients (peak)")" "$(mib "$name" "; total")" \
-    "$(sed -n 's/.*largest unit \([0-9.]*\) MiB.*/\1/p' "$tmp/mem.$name")"
+    "$(median "$tmp/exp.$name")" "$(mib "$name" "ranks): parameters")" "$(mib "$name" "MiB, gradients")" \
+    "$(mib "$name" "optimizer state")" "$(mib "$name" "in training)")" \
+    "$(mib "$name" "gradients (peak)")" "$(mib "$name" "; total")" "$(mib "$name" "largest unit")"
 done
 echo "memory columns: MiB per rank (largest over ranks); gathered/unitgrads: peak resident pages of"
 echo "fsdp's views in training (evaluation and saving gather the whole model); bound: ZeRO's"
