@@ -83,12 +83,13 @@ exec "\$@"
 EOS
 chmod +x "$WORK/rank.sh"
 
-# train_mh NAME NP MODEL THREADS: ddp on the simulated hosts
+# train_mh NAME NP MODEL THREADS [BACKEND [OPTIONS...]]: ddp (or BACKEND)
+# on the simulated hosts
 train_mh() {
   local -n opts=$3
   rm -f "$WORK"/where.*
-  run_logged mh_mpirun "$2" 90 "$WORK/rank.sh" "$MPITRAIN" "${opts[@]}" -backend ddp -threads "$4" \
-    -output_dir "$WORK/$1"
+  run_logged mh_mpirun "$2" 90 "$WORK/rank.sh" "$MPITRAIN" "${opts[@]}" -backend "${5:-ddp}" \
+    "${@:6}" -threads "$4" -output_dir "$WORK/$1"
   if [ "$LAST_RC" != 0 ]; then fail "train $1" "exit $LAST_RC"; return 1; fi
   [ -f "$WORK/$1/model_final.h5" ] || { fail "train $1" "no model_final.h5"; return 1; }
   pass "train $1 ($2 ranks on $MH_N hosts, $3, -threads $4)"
@@ -145,6 +146,12 @@ if train_mh mlp2x2 4 mlp 0; then
     threads_line 4 $((CORES / 2)) "2 hosts x 2 ranks: the node communicator holds the 2 ranks of a host"
   fi
   same "mlp: ddp, 4 ranks on 2 hosts == sp" sp mlp2x2
+fi
+# hybrid_shard's sharding groups are the hosts (the node communicator)
+if train_mh hybrid2x2 4 mlp 1 fsdp -fsdp_sharding_strategy hybrid_shard; then
+  expect_output "fsdp hybrid_shard: a host's 2 ranks shard, the hosts replicate" \
+    "sharding groups of 2 ranks (the node's)"
+  same "mlp: fsdp hybrid_shard, 4 ranks on 2 hosts == sp" sp hybrid2x2
 fi
 train_mh cnn2 2 cnn 1 && same "cnn: ddp on 2 hosts == sp" cnnsp cnn2
 mh_down

@@ -72,7 +72,9 @@ void mt_config_fsdp_print(const mt_config *c, FILE *f) {
   if (!c->fsdp) return;
   fprintf(f, "  fsdp: %s, unit %s", mt_fsdp_strategy_name(c->fsdp_strategy),
           c->fsdp_whole_model ? "model" : "layer");
-  if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD)
+  if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD && c->fsdp_node_size)
     fprintf(f, ", groups of %d ranks", c->fsdp_node_size);
+  else if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD)
+    fprintf(f, ", groups: the ranks of a node");
   fprintf(f, "\n");
 }

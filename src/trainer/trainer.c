@@ -137,6 +137,8 @@ static int shard_model(mt_trainer *t) {
              "option -fsdp_sharding_strategy hybrid_shard: the nodes run %d to %d ranks; give "
              "-fsdp_node_size", -mm[0], mm[1]);
     node = mm[1];
+    mt_print0("fsdp hybrid_shard: sharding groups of %d ranks (the node's), replicated across "
+              "%d groups\n", node, comm->size / node);
   }
   int err = mt_fsdp_create(&t->fsdp, comm->world, &t->model->params, t->params, c->fsdp_strategy,
                            c->fsdp_whole_model, node);
