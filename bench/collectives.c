@@ -10,16 +10,17 @@
  * slowest rank's time (-best 1: the fastest repetition, for a busy
  * machine where a rank loses its core now and then). "rs/ar" is mt_reduce_scatter's time over
  * MPI_Allreduce's for the same full buffer (< 1: the reduce-scatter is
- * faster). */
+ * faster); "Ired/ar" the same for "Ired", one MPI_Ireduce of each block onto
+ * its rank (fsdp's gradient reduction, src/backends/fsdp.c). */
 #include "comm/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { AR, RSB, RS_RING, RS_CHUNK, RS_AR, RS_AUTO, IRSB, AG, AG_RING, AG_AUTO, NM };
-static const char *names[NM] = {"Allreduce", "RSB",     "rs_ring", "rs_chunk", "rs_allred",
-                                "mt_rs",     "IRSB",    "Allgather", "ag_ring", "mt_ag"};
+enum { AR, RSB, RS_RING, RS_CHUNK, RS_AR, RS_AUTO, IRSB, RED_OWN, AG, AG_RING, AG_AUTO, NM };
+static const char *names[NM] = {"Allreduce", "RSB",  "rs_ring",   "rs_chunk", "rs_allred", "mt_rs",
+                                "IRSB",      "Ired", "Allgather", "ag_ring",  "mt_ag"};
 
 static int rank_, size_;
 
@@ -58,6 +59,15 @@ static void run(int m, float *full, float *out, float *shard, size_t n) {
     die(mt_coll_start_reduce_scatter(&h, shard, full, s, w, MT_COLL_MPI));
     die(mt_coll_wait(&h));
     break;
+  case RED_OWN: { /* fsdp's gradient path: block r reduced onto its owner r */
+    MPI_Request req[64];
+    int k = size_ < 64 ? size_ : 64;
+    for (int r = 0; r < k; r++)
+      MPI_Ireduce(full + (size_t)r * s, r == rank_ ? shard : NULL, (int)s, MPI_FLOAT, MPI_SUM, r,
+                  w, &req[r]);
+    MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+    break;
+  }
   case AG: MPI_Allgather(shard, (int)s, MPI_FLOAT, out, (int)s, MPI_FLOAT, w); break;
   case AG_RING: die(mt_all_gather_method(out, shard, s, w, MT_COLL_RING)); break;
   case AG_AUTO: die(mt_all_gather(out, shard, s, w)); break;
@@ -185,7 +195,7 @@ int main(int argc, char **argv) {
            mt_coll_auto_method(0, 1 << 20, size_) == MT_COLL_RING ? "ring" : "other",
            mt_coll_auto_method(1, 1 << 20, size_) == MT_COLL_RING ? "ring" : "MPI");
     for (int m = 0; m < NM; m++) printf(" %9s", names[m]);
-    printf("   rs/ar\n");
+    printf("   rs/ar Ired/ar\n");
   }
   for (size_t n = (size_t)(min_kib * 256); n <= maxn; n *= 2) {
     size_t nn = n / (size_t)size_ * (size_t)size_;
@@ -201,7 +211,7 @@ int main(int argc, char **argv) {
         double tm = m == AR ? tar : median(t[m], reps);
         printf(" %9.2f", (m == AR ? arf : rsf) * nn * 4.0 / tm / 1e9);
       }
-      printf("   %5.2f\n", trs / tar);
+      printf("   %5.2f   %5.2f\n", trs / tar, median(t[RED_OWN], reps) / tar);
       fflush(stdout);
     }
   }

@@ -53,7 +53,8 @@ for m in mlp cnn gpt; do
   run "$m-ddp4" 4 $m ddp -micro_batch_size $mb
   for np in 2 4; do
     for s in full_shard shard_grad_op no_shard; do
-      run "$m-$s$np" $np $m fsdp -fsdp_sharding_strategy $s -micro_batch_size $mb
+      unit=layer; [ $m = gpt ] && unit=block # the same: the model's own units
+      run "$m-$s$np" $np $m fsdp -fsdp_sharding_strategy $s -micro_batch_size $mb -fsdp_unit $unit
       same "$m: fsdp $s at $np ranks (micro-batch $mb) == ddp" "$m-ddp$np" "$m-$s$np" 1e-5
     done
   done
@@ -63,6 +64,11 @@ for m in mlp cnn gpt; do
   expect_output "$m: the strategy is printed" "fsdp: full_shard, unit model"
   same "$m: fsdp with one unit (-fsdp_unit model) == ddp" "$m-ddp2" "$m-whole2" 1e-5
 done
+
+# ranks initialise alike from the seed: without the start-up broadcast
+# (-sync_module_states 0) ddp ends the same
+run mlp-nosync 2 mlp ddp -micro_batch_size 6 -sync_module_states 0
+same "-sync_module_states 0 (no start-up broadcast) == 1 here" mlp-ddp2 mlp-nosync 0
 
 # fsdp-amp (autocast-style; bf16, and fp16 with the dynamic loss scaler) ==
 # ddp-amp; an inf in one rank's gradient shard skips the step on every rank
