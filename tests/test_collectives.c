@@ -12,6 +12,8 @@
  *   two operations in flight at once, equal the blocking ones (MPI's
  *   non-blocking reduce-scatter at 3+ ranks: itself on every call, and
  *   MPI_Allreduce to rounding);
+ * - the uneven reduce-scatter (fsdp's) equals the ring-order sum bit for
+ *   bit with empty blocks, gaps and a single owner;
  * - bad arguments fail without a hang. */
 #include "comm/comm.h"
 #include "testutil.h"
@@ -194,6 +196,63 @@ static void test_two_in_flight(size_t n) {
   free(in), free(rs), free(rs0), free(ag), free(ag0), free(shard);
 }
 
+/* rank r's input of L floats for the uneven reduce-scatter */
+static void input_v(float *x, int r, size_t L, uint64_t seed) {
+  uint64_t st = seed * 7777u + (uint64_t)r * 104729u + L;
+  for (size_t i = 0; i < L; i++)
+    x[i] = (float)tu_uniform(&st) * (i % 3 == 0 ? 1e3f : i % 3 == 1 ? 1.0f : 1e-3f);
+}
+
+/* mt_coll_start_reduce_scatter_v (fsdp's unit gradients): uneven blocks
+ * with gaps between them, empty blocks (also this rank's), one owner of
+ * everything; the sum in ring order bit for bit, MPI_Allreduce's to
+ * rounding, tested to completion or only waited for. pattern 0: sizes from
+ * a seed with empty ones, 1: everything on the last rank, 2: rank 0 empty. */
+static void test_reduce_scatter_v(int pattern, int scale, uint64_t seed) {
+  int counts[64], displs[64];
+  uint64_t st = seed;
+  size_t L = 0;
+  for (int b = 0; b < size_ && b < 64; b++) {
+    /* tu_uniform is in [-1, 1) */
+    size_t gap = (size_t)((tu_uniform(&st) + 1) * 2.5);
+    int c = pattern == 1 ? (b == size_ - 1 ? 50 * scale + 3 : 0)
+            : pattern == 2 && b == 0 ? 0
+            : (int)((tu_uniform(&st) + 1) * 20 * scale) * (tu_uniform(&st) < -0.5 ? 0 : 1);
+    displs[b] = (int)(L + gap);
+    counts[b] = c;
+    L += gap + (size_t)c;
+  }
+  float *in = malloc((L + 1) * sizeof(float)), *x = malloc((L + 1) * sizeof(float));
+  float *ref = malloc((L + 1) * sizeof(float));
+  int mine = counts[rank_];
+  float *want = calloc((size_t)mine + 1, sizeof(float)), *got = calloc((size_t)mine + 1, sizeof(float));
+  input_v(in, rank_, L, seed);
+  MPI_Allreduce(in, ref, (int)L, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (int k = 1; k <= size_; k++) { /* ((x[b+1] + x[b+2]) + ...) + x[b] */
+    input_v(x, (rank_ + k) % size_, L, seed);
+    for (int i = 0; i < mine; i++)
+      want[i] = k == 1 ? x[displs[rank_] + i] : want[i] + x[displs[rank_] + i];
+  }
+  for (int testing = 0; testing < 2; testing++) {
+    mt_coll *h = NULL;
+    memset(got, 0xff, (size_t)mine * sizeof(float));
+    int err = mt_coll_start_reduce_scatter_v(&h, got, in, counts, displs, MPI_COMM_WORLD);
+    int done = 0;
+    while (testing && !err && !done) err = mt_coll_test(h, &done);
+    if (!err) err = mt_coll_wait(&h);
+    double maxerr = 0, tol = 4.0 * size_ * 6e-8 * 1e3;
+    for (int i = 0; i < mine; i++) {
+      double d = fabs((double)got[i] - ref[displs[rank_] + i]);
+      if (!(d <= maxerr)) maxerr = d;
+    }
+    CHECK(all_ranks(!err && h == NULL && same_bits(got, want, (size_t)mine) && maxerr <= tol),
+          "reduce_scatter_v pattern %d (this rank %d of %zu floats), %s: the ring-order sum bit "
+          "for bit, MPI_Allreduce's to rounding (%.3g)", pattern, mine, L,
+          testing ? "tested to completion" : "waited for", maxerr);
+  }
+  free(in), free(x), free(ref), free(want), free(got);
+}
+
 static void test_errors(void) {
   float buf[64];
   mt_error_clear();
@@ -233,6 +292,12 @@ int main(int argc, char **argv) {
       test_all_gather(sizes[i], 10 + (uint64_t)i);
       test_two_in_flight(sizes[i]);
     }
+  }
+  for (int seg = 0; seg < 2; seg++) {
+    mt_coll_set_ring(seg ? 3 : (size_t)1 << 16, seg ? 2 : 4);
+    for (int pattern = 0; pattern < 3; pattern++)
+      for (int scale = 1; scale <= (seg ? 1 : 3000); scale *= 3000)
+        test_reduce_scatter_v(pattern, scale, 100 + (uint64_t)(pattern * 7 + scale));
   }
   mt_coll_set_ring((size_t)1 << 16, 4);
   test_reduce_scatter(12345, 77); /* odd size with default segments */

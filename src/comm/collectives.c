@@ -17,6 +17,13 @@
  *    (r-s) mod p straight from/into the output.
  *    The non-blocking form is driven by mt_coll_test / mt_coll_wait: each
  *    call completes what has arrived, sums it and posts the next segments.
+ *    Uneven blocks (mt_coll_start_reduce_scatter_v, fsdp's unit
+ *    gradients): block b is cnt[b] floats at dsp[b]; each step moves the
+ *    segments its send and receive blocks have (an empty step is skipped by
+ *    both neighbours alike), and the partial sums travel through out, or
+ *    through a buffer of the largest block when out is smaller. A block
+ *    with one owner among p ranks thus travels p-1 hops in turn (a tree
+ *    reduce would take log2 p).
  *  - MPI: MPI_Reduce_scatter_block / MPI_Allgather (MPI_Ireduce_scatter_block /
  *    MPI_Iallgather when non-blocking, progressed by MPI_Test).
  *  - MPI_CHUNKED (reduce-scatter): MPI_Reduce_scatter_block on pieces of
@@ -73,10 +80,15 @@ struct mt_coll {
   int rank, size, tag;
   float *out;
   const float *in;
-  size_t n; /* shard_n */
-  /* RING */
+  size_t n; /* shard_n (equal blocks); the largest block (reduce_scatter_v) */
+  /* RING: block b is cnt[b] elements at dsp[b] of the full buffer */
+  size_t *cnt, *dsp;
+  float *work; /* the partial sums forwarded: out, or a buffer of n floats
+                  when this rank's block is smaller than another's     */
   int step, window;
-  size_t seg, nseg, kp, kc; /* segment size and count; next to post / complete */
+  size_t seg, nseg, kp, kc; /* segment size; the step's segment count;
+                               next to post / complete                  */
+  size_t nsend, nrecv;      /* the step's segments sent and received      */
   float *tmp;               /* window * seg floats (reduce-scatter)        */
   MPI_Request req[2 * RING_MAXW];
   /* MPI non-blocking */
@@ -124,36 +136,59 @@ int mt_coll_auto_method(int all_gather, size_t shard_n, int size) {
 
 /* ------------------------------------------------------------------ ring */
 
+static size_t nseg_of(const mt_coll *h, size_t count) { return (count + h->seg - 1) / h->seg; }
+
+/* The blocks step s sends and receives (and, for the reduce-scatter, sums
+ * into the partial sums or, at the last step, into out). */
+static size_t send_block(const mt_coll *h) {
+  int p = h->size, d = h->kind == KIND_RS ? 1 : 0;
+  return (size_t)((h->rank - h->step - d + 2 * p) % p);
+}
+static size_t recv_block(const mt_coll *h) {
+  int p = h->size, d = h->kind == KIND_RS ? 2 : 1;
+  return (size_t)((h->rank - h->step - d + 2 * p) % p);
+}
+
+/* Posts segment k of the step: the send of block send_block's k-th piece
+ * (if it has one) and the receive of recv_block's (if it has one). */
 static int ring_post(mt_coll *h, size_t k) {
-  int p = h->size, r = h->rank, s = h->step, slot = (int)(k % (size_t)h->window);
-  size_t off = k * h->seg, len = h->n - off < h->seg ? h->n - off : h->seg;
-  const float *sbuf;
-  float *rbuf;
-  if (h->kind == KIND_RS) {
-    size_t sb = (size_t)((r - s - 1 + 2 * p) % p);
-    sbuf = (s == 0 ? h->in + sb * h->n : h->out) + off;
-    rbuf = h->tmp + (size_t)slot * h->seg;
-  } else {
-    size_t sb = (size_t)((r - s + p) % p), rb = (size_t)((r - s - 1 + 2 * p) % p);
-    sbuf = (s == 0 ? h->in : h->out + sb * h->n) + off;
-    rbuf = h->out + rb * h->n + off;
+  int p = h->size, r = h->rank, slot = (int)(k % (size_t)h->window);
+  size_t sb = send_block(h), rb = recv_block(h), off = k * h->seg;
+  if (k < h->nrecv) {
+    size_t len = h->cnt[rb] - off < h->seg ? h->cnt[rb] - off : h->seg;
+    float *rbuf = h->kind == KIND_RS ? h->tmp + (size_t)slot * h->seg : h->out + h->dsp[rb] + off;
+    MT_MPI(MPI_Irecv(rbuf, (int)len, MPI_FLOAT, (r - 1 + p) % p, h->tag, h->comm,
+                     &h->req[2 * slot]));
   }
-  MT_MPI(MPI_Irecv(rbuf, (int)len, MPI_FLOAT, (r - 1 + p) % p, h->tag, h->comm,
-                   &h->req[2 * slot]));
-  MT_MPI(MPI_Isend(sbuf, (int)len, MPI_FLOAT, (r + 1) % p, h->tag, h->comm,
-                   &h->req[2 * slot + 1]));
+  if (k < h->nsend) {
+    size_t len = h->cnt[sb] - off < h->seg ? h->cnt[sb] - off : h->seg;
+    const float *sbuf;
+    if (h->kind == KIND_RS)
+      sbuf = (h->step == 0 ? h->in + h->dsp[sb] : h->work) + off;
+    else
+      sbuf = (h->step == 0 ? h->in : h->out + h->dsp[sb]) + off;
+    MT_MPI(MPI_Isend(sbuf, (int)len, MPI_FLOAT, (r + 1) % p, h->tag, h->comm,
+                     &h->req[2 * slot + 1]));
+  }
   return 0;
 }
 
+/* Starts step h->step (and skips steps with nothing to move). */
 static int ring_post_step(mt_coll *h) {
-  h->kc = h->kp = 0;
+  for (; h->step < h->size - 1; h->step++) {
+    h->nsend = nseg_of(h, h->cnt[send_block(h)]);
+    h->nrecv = nseg_of(h, h->cnt[recv_block(h)]);
+    h->nseg = h->nsend > h->nrecv ? h->nsend : h->nrecv;
+    h->kc = h->kp = 0;
+    if (h->nseg) break;
+  }
   while (h->kp < h->nseg && h->kp < (size_t)h->window) MT_CALL(ring_post(h, h->kp++));
   return 0;
 }
 
 /* Completes what it can (all of it when block), posting further segments. */
 static int ring_progress(mt_coll *h, int block) {
-  int p = h->size, r = h->rank;
+  int p = h->size;
   while (h->step < p - 1) {
     int slot = (int)(h->kc % (size_t)h->window), flag = 1;
     if (block)
@@ -161,14 +196,18 @@ static int ring_progress(mt_coll *h, int block) {
     else
       MT_MPI(MPI_Testall(2, &h->req[2 * slot], &flag, MPI_STATUSES_IGNORE));
     if (!flag) return 0;
-    if (h->kind == KIND_RS) {
-      size_t off = h->kc * h->seg, len = h->n - off < h->seg ? h->n - off : h->seg;
-      size_t rb = (size_t)((r - h->step - 2 + 2 * p) % p);
-      add_to(h->out + off, h->tmp + (size_t)slot * h->seg, h->in + rb * h->n + off, len);
+    if (h->kind == KIND_RS && h->kc < h->nrecv) {
+      size_t rb = recv_block(h), off = h->kc * h->seg;
+      size_t len = h->cnt[rb] - off < h->seg ? h->cnt[rb] - off : h->seg;
+      float *dst = (h->step == p - 2 ? h->out : h->work) + off;
+      add_to(dst, h->tmp + (size_t)slot * h->seg, h->in + h->dsp[rb] + off, len);
     }
     h->kc++;
     if (h->kp < h->nseg) MT_CALL(ring_post(h, h->kp++));
-    if (h->kc == h->nseg && ++h->step < p - 1) MT_CALL(ring_post_step(h));
+    if (h->kc == h->nseg) {
+      h->step++;
+      MT_CALL(ring_post_step(h));
+    }
   }
   h->done = 1;
   return 0;
@@ -204,6 +243,29 @@ static int rs_allreduce(float *out, const float *in, size_t n, MPI_Comm comm, in
 }
 
 /* --------------------------------------------------------------- handles */
+
+/* The ring's blocks: equal blocks of h->n (counts NULL), or counts[b]
+ * elements at displs[b] (reduce_scatter_v; h->n becomes the largest). The
+ * partial sums go through out when no block is larger than this rank's. */
+static int ring_blocks(mt_coll *h, const int *counts, const int *displs) {
+  const int p = h->size;
+  h->window = ring_window;
+  MT_CALL(mt_calloc(&h->cnt, (size_t)p, sizeof(size_t), "ring blocks"));
+  MT_CALL(mt_calloc(&h->dsp, (size_t)p, sizeof(size_t), "ring blocks"));
+  size_t most = 0;
+  for (int b = 0; b < p; b++) {
+    h->cnt[b] = counts ? (size_t)counts[b] : h->n;
+    h->dsp[b] = counts ? (size_t)displs[b] : (size_t)b * h->n;
+    if (h->cnt[b] > most) most = h->cnt[b];
+  }
+  h->n = most;
+  h->seg = most < ring_seg ? (most ? most : 1) : ring_seg;
+  h->work = h->out;
+  if (h->kind == KIND_RS && p > 2 && most > h->cnt[h->rank])
+    MT_CALL(mt_calloc(&h->work, most, sizeof(float), "ring partial sums"));
+  return 0;
+}
+
 
 static int coll_init(mt_coll *h, int kind, int method, float *out, const float *in, size_t n,
                      MPI_Comm comm) {
@@ -243,12 +305,17 @@ static int coll_init(mt_coll *h, int kind, int method, float *out, const float *
   if (kind == KIND_AG && in != out + (size_t)h->rank * n)
     memcpy(out + (size_t)h->rank * n, in, n * sizeof(float));
   if (method == MT_COLL_RING) {
-    h->window = ring_window;
-    h->seg = n < ring_seg ? n : ring_seg;
-    h->nseg = (n + h->seg - 1) / h->seg;
     MT_CALL(next_tag(comm, &h->tag));
+    MT_CALL(ring_blocks(h, NULL, NULL));
   }
   return 0;
+}
+
+static void coll_free(mt_coll *h) {
+  if (h->work != h->out) mt_free(&h->work);
+  mt_free(&h->tmp);
+  mt_free(&h->cnt);
+  mt_free(&h->dsp);
 }
 
 /* Starts the work of an initialised handle (non-blocking methods). */
@@ -256,7 +323,7 @@ static int coll_begin(mt_coll *h) {
   if (h->n == 0 || h->size == 1) return 0;
   if (h->method == MT_COLL_RING) {
     if (h->kind == KIND_RS) {
-      size_t w = h->nseg < (size_t)h->window ? h->nseg : (size_t)h->window;
+      size_t ns = nseg_of(h, h->n), w = ns < (size_t)h->window ? ns : (size_t)h->window;
       MT_CALL(mt_calloc(&h->tmp, w * h->seg, sizeof(float), "ring reduce-scatter buffers"));
     }
     return ring_post_step(h);
@@ -289,7 +356,9 @@ static int coll_progress(mt_coll *h, int block) {
  * ring runs on a handle on the stack. */
 static int coll_run(int kind, int method, float *out, const float *in, size_t n, MPI_Comm comm) {
   mt_coll h;
-  MT_CALL(coll_init(&h, kind, method, out, in, n, comm));
+  int ierr = coll_init(&h, kind, method, out, in, n, comm);
+  if (ierr) coll_free(&h);
+  MT_CALL(ierr);
   if (n == 0 || h.size == 1) return 0;
   int p = h.size;
   if (h.method == MT_COLL_MPI && kind == KIND_RS)
@@ -303,7 +372,7 @@ static int coll_run(int kind, int method, float *out, const float *in, size_t n,
   else {
     int err = coll_begin(&h);
     if (!err) err = ring_progress(&h, 1);
-    mt_free(&h.tmp);
+    coll_free(&h);
     MT_CALL(err);
   }
   return 0;
@@ -346,7 +415,7 @@ static int coll_start(mt_coll **out, int kind, int method, float *o, const float
     err = MT_ERR(MT_ERR_ARG, "method %d has no non-blocking form", h->method);
   if (!err) err = coll_begin(h);
   if (err) {
-    mt_free(&h->tmp);
+    coll_free(h);
     mt_free(&h);
     MT_CALL(err);
   }
@@ -357,6 +426,42 @@ static int coll_start(mt_coll **out, int kind, int method, float *o, const float
 int mt_coll_start_reduce_scatter(mt_coll **h, float *shard_out, const float *full_in,
                                  size_t shard_n, MPI_Comm comm, int method) {
   MT_CALL(coll_start(h, KIND_RS, method, shard_out, full_in, shard_n, comm));
+  return 0;
+}
+
+int mt_coll_start_reduce_scatter_v(mt_coll **out, float *shard_out, const float *full_in,
+                                   const int *counts, const int *displs, MPI_Comm comm) {
+  *out = NULL;
+  mt_coll *h = NULL;
+  MT_CALL(mt_calloc(&h, 1, sizeof(*h), "collective handle"));
+  h->kind = KIND_RS;
+  h->method = MT_COLL_RING;
+  h->comm = comm;
+  h->out = shard_out;
+  h->in = full_in;
+  h->mreq = MPI_REQUEST_NULL;
+  for (int i = 0; i < 2 * RING_MAXW; i++) h->req[i] = MPI_REQUEST_NULL;
+  int err = MPI_Comm_rank(comm, &h->rank) != MPI_SUCCESS || MPI_Comm_size(comm, &h->size) != MPI_SUCCESS
+                ? MT_ERR(MT_ERR_MPI, "reduce_scatter_v: not a communicator")
+                : 0;
+  for (int b = 0; !err && b < h->size; b++)
+    if (counts[b] < 0 || displs[b] < 0 || (counts[b] && !full_in) ||
+        (b == h->rank && counts[b] &&
+         (!shard_out || overlaps(shard_out, (size_t)counts[b] * sizeof(float),
+                                 full_in + displs[b], (size_t)counts[b] * sizeof(float)))))
+      err = MT_ERR(MT_ERR_ARG, "reduce_scatter_v: block %d (%d at %d) is invalid or overlaps the "
+                   "output", b, counts[b], displs[b]);
+  if (!err && h->size == 1 && counts[0])
+    memcpy(shard_out, full_in + displs[0], (size_t)counts[0] * sizeof(float));
+  if (!err && h->size > 1) err = next_tag(comm, &h->tag);
+  if (!err && h->size > 1) err = ring_blocks(h, counts, displs);
+  if (!err) err = coll_begin(h);
+  if (err) {
+    coll_free(h);
+    mt_free(&h);
+    MT_CALL(err);
+  }
+  *out = h;
   return 0;
 }
 
@@ -377,7 +482,7 @@ int mt_coll_test(mt_coll *h, int *done) {
 int mt_coll_wait(mt_coll **h) {
   if (!h || !*h) return 0;
   int err = coll_progress(*h, 1);
-  mt_free(&(*h)->tmp);
+  coll_free(*h);
   mt_free(h);
   MT_CALL(err);
   return 0;

@@ -93,6 +93,14 @@ int mt_coll_auto_method(int all_gather, size_t shard_n, int size);
 typedef struct mt_coll mt_coll;
 int mt_coll_start_reduce_scatter(mt_coll **h, float *shard_out, const float *full_in,
                                  size_t shard_n, MPI_Comm comm, int method);
+/* Reduce-scatter of uneven blocks, by the ring: block b of full_in is
+ * counts[b] floats at full_in + displs[b] (counts may be 0, blocks need not
+ * be adjacent); rank r receives the sum of block r in shard_out (counts[r]
+ * floats, not overlapping its block of full_in). Every rank passes the same
+ * counts and displs. Block b is summed in the ring order above, the same
+ * bits on every call. */
+int mt_coll_start_reduce_scatter_v(mt_coll **h, float *shard_out, const float *full_in,
+                                   const int *counts, const int *displs, MPI_Comm comm);
 int mt_coll_start_all_gather(mt_coll **h, float *full_out, const float *shard_in, size_t shard_n,
                              MPI_Comm comm, int method);
 int mt_coll_test(mt_coll *h, int *done);
