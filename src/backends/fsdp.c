@@ -1,6 +1,7 @@
 /* fsdp: see fsdp.h. */
 #include "backends/fsdp.h"
 #include "backends/backends.h"
+#include "comm/comm.h"
 #include "core/core.h"
 #include "optim/optim.h"
 
@@ -39,7 +40,7 @@ struct mt_fsdp {
   /* the gradient reduction in flight (one unit: the next unit's backward
    * runs while it moves; a second would hold a third unit's gradient) */
   int pend;          /* its unit, -1 none                                    */
-  MPI_Request *rreq; /* gsize requests                                       */
+  mt_coll *rcoll;    /* its reduce-scatter (the ring, comm/collectives.c)    */
   float *rtmp;       /* this rank's piece of the sum                         */
   size_t rtmp_n;
   double comm_seconds, comm_bytes;
@@ -229,9 +230,7 @@ int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const
   MT_CALL(mt_calloc(&f->grads, sn ? sn : 1, sizeof(float), "fsdp gradient shard"));
   if (sn) memcpy(f->params, params + f->lo, sn * sizeof(float));
   f->mem.shard_params = f->mem.shard_grads = (double)sn * sizeof(float);
-  MT_CALL(mt_calloc(&f->rreq, (size_t)f->gsize, sizeof(MPI_Request), "fsdp requests"));
   MT_CALL(mt_calloc(&f->rtmp, f->rtmp_n ? f->rtmp_n : 1, sizeof(float), "fsdp reduction"));
-  for (int r = 0; r < f->gsize; r++) f->rreq[r] = MPI_REQUEST_NULL;
   f->view_bytes = (f->n ? f->n : 1) * sizeof(float);
   f->view_bytes = (f->view_bytes + f->page - 1) & ~(f->page - 1);
   MT_CALL(view_map(&f->pview, f->view_bytes));
@@ -245,15 +244,14 @@ void mt_fsdp_destroy(mt_fsdp **pf) {
   if (!f) return;
   for (int u = 0; f->greq && u < f->nunits; u++)
     if (f->greq[u] != MPI_REQUEST_NULL) MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE);
-  for (int r = 0; f->rreq && r < f->gsize; r++)
-    if (f->rreq[r] != MPI_REQUEST_NULL) MPI_Wait(&f->rreq[r], MPI_STATUS_IGNORE);
+  (void)mt_coll_wait(&f->rcoll);
   if (f->pview) munmap(f->pview, f->view_bytes);
   if (f->gview) munmap(f->gview, f->view_bytes);
   if (f->group != MPI_COMM_NULL) MPI_Comm_free(&f->group);
   if (f->replicas != MPI_COMM_NULL) MPI_Comm_free(&f->replicas);
   void *bufs[] = {&f->plo, &f->phi, &f->params, &f->grads, &f->unit_of, &f->members, &f->ndone,
                   &f->used, &f->seen, &f->ulo, &f->uhi, &f->counts, &f->displs, &f->pstate, &f->greq,
-                  &f->vec, &f->table.p, &f->rreq, &f->rtmp};
+                  &f->vec, &f->table.p, &f->rtmp};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
   mt_free(pf);
 }
@@ -275,24 +273,43 @@ static int reduce_finish(mt_fsdp *f);
 
 /* ------------------------------------------------------- parameters */
 
-static int gather_start(mt_fsdp *f, int u) {
+/* Time in communication calls (starting, driving and waiting for them, and
+ * summing the reduced pieces) goes to f->comm_seconds: the trainer counts
+ * it as exposed communication. */
+#define COMM_TIMED(f, call)                                                                        \
+  do {                                                                                             \
+    double t0_ = mt_now();                                                                         \
+    int e_ = (call);                                                                               \
+    (f)->comm_seconds += mt_now() - t0_;                                                           \
+    MT_CALL(e_);                                                                                   \
+  } while (0)
+
+static int gather_start_call(mt_fsdp *f, int u) {
   const int G = f->gsize;
   const int mine = f->counts[u * G + f->grank];
   const float *send = mine ? f->params + (f->ulo[u] + (size_t)f->displs[u * G + f->grank] - f->lo)
                            : f->params;
   MT_MPI(MPI_Iallgatherv(send, mine, MPI_FLOAT, f->pview + f->ulo[u], f->counts + u * G,
                          f->displs + u * G, MPI_FLOAT, f->group, &f->greq[u]));
+  return 0;
+}
+
+static int gather_start(mt_fsdp *f, int u) {
+  COMM_TIMED(f, gather_start_call(f, u));
   f->pstate[u] = IN_FLIGHT;
   f->comm_bytes += (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
+  return 0;
+}
+
+static int gather_wait_call(mt_fsdp *f, int u) {
+  MT_MPI(MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE));
   return 0;
 }
 
 static int gather_wait(mt_fsdp *f, int u) {
   if (f->pstate[u] == RELEASED) MT_CALL(gather_start(f, u));
   if (f->pstate[u] == IN_FLIGHT) {
-    double t0 = mt_now();
-    MT_MPI(MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE));
-    f->comm_seconds += mt_now() - t0;
+    COMM_TIMED(f, gather_wait_call(f, u));
     f->pstate[u] = GATHERED;
   }
   return 0;
@@ -305,12 +322,20 @@ static void param_release(mt_fsdp *f, int u) {
 }
 
 /* Moves the non-blocking operations in flight on (OpenMPI progresses them
- * only inside MPI calls). */
+ * only inside MPI calls): the reduction, and the gathers started. */
+static int progress_calls(mt_fsdp *f) {
+  int done;
+  MT_CALL(mt_coll_test(f->rcoll, &done));
+  for (int u = 0; u < f->nunits; u++)
+    if (f->pstate[u] == IN_FLIGHT) {
+      MT_MPI(MPI_Test(&f->greq[u], &done, MPI_STATUS_IGNORE));
+      if (done) f->pstate[u] = GATHERED;
+    }
+  return 0;
+}
+
 static int progress(mt_fsdp *f) {
-  if (f->pend >= 0) {
-    int flag;
-    MT_MPI(MPI_Testall(f->gsize, f->rreq, &flag, MPI_STATUSES_IGNORE));
-  }
+  COMM_TIMED(f, progress_calls(f));
   return 0;
 }
 
@@ -346,13 +371,8 @@ int mt_fsdp_unit_use(void *ctx, int munit, int pass) {
 
 static int reduce_start(mt_fsdp *f, int u) {
   const int G = f->gsize;
-  for (int r = 0; r < G; r++) {
-    int c = f->counts[u * G + r];
-    if (!c) continue;
-    const float *send = f->gview + f->ulo[u] + f->displs[u * G + r];
-    MT_MPI(MPI_Ireduce(send, r == f->grank ? f->rtmp : NULL, c, MPI_FLOAT, MPI_SUM, r, f->group,
-                       &f->rreq[r]));
-  }
+  COMM_TIMED(f, mt_coll_start_reduce_scatter_v(&f->rcoll, f->rtmp, f->gview + f->ulo[u],
+                                               f->counts + u * G, f->displs + u * G, f->group));
   f->pend = u;
   f->comm_bytes += (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
   return 0;
@@ -363,9 +383,8 @@ static int reduce_start(mt_fsdp *f, int u) {
 static int reduce_finish(mt_fsdp *f) {
   const int u = f->pend, G = f->gsize;
   if (u < 0) return 0;
-  double t0 = mt_now();
-  MT_MPI(MPI_Waitall(G, f->rreq, MPI_STATUSES_IGNORE));
-  f->comm_seconds += mt_now() - t0;
+  const double t0 = mt_now();
+  MT_CALL(mt_coll_wait(&f->rcoll));
   const int c = f->counts[u * G + f->grank];
   if (c) {
     float *g = f->grads + (f->ulo[u] + (size_t)f->displs[u * G + f->grank] - f->lo);
@@ -373,6 +392,7 @@ static int reduce_finish(mt_fsdp *f) {
 #pragma omp simd
     for (int i = 0; i < c; i++) g[i] += s[i];
   }
+  f->comm_seconds += mt_now() - t0; /* the wait above and the sum */
   view_release(f, f->gview, f->ulo[u], f->uhi[u], 1);
   f->pend = -1;
   return 0;
@@ -404,10 +424,7 @@ int mt_fsdp_finish_grads(mt_fsdp *f) {
     MT_CHECK(f->ndone[u] == 0, MT_ERR_STATE,
              "fsdp: the backward reported %d of the %d model units of unit %d as done", f->ndone[u],
              f->members[u], u);
-    if (f->pstate[u] == IN_FLIGHT) {
-      MT_MPI(MPI_Wait(&f->greq[u], MPI_STATUS_IGNORE));
-      f->pstate[u] = GATHERED;
-    }
+    if (f->pstate[u] == IN_FLIGHT) MT_CALL(gather_wait(f, u));
     param_release(f, u);
   }
   f->last = -1;
@@ -434,7 +451,13 @@ int mt_fsdp_grad_norm2(mt_fsdp *f, double *norm2) {
 
 int mt_fsdp_pin(mt_fsdp *f) {
   if (f->pinned) return 0;
-  for (int u = 0; u < f->nunits; u++) MT_CALL(gather_wait(f, u));
+  /* evaluation's and saving's gathers: not training's communication */
+  const double secs = f->comm_seconds, bytes = f->comm_bytes;
+  int err = 0;
+  for (int u = 0; u < f->nunits && !err; u++) err = gather_wait(f, u);
+  f->comm_seconds = secs;
+  f->comm_bytes = bytes;
+  MT_CALL(err);
   f->pinned = 1; /* not sampled: the peaks are those of training */
   return 0;
 }
