@@ -51,6 +51,12 @@ static int unit_use(void *ctx, int unit, int pass) {
   return t->fsdp ? mt_fsdp_unit_use(t->fsdp, unit, pass) : 0;
 }
 
+/* Seconds the backend has spent in communication calls so far (fsdp's
+ * gathers and reductions, ddp's overlapped all-reduce). */
+static double comm_seconds(const mt_trainer *t) {
+  return t->fsdp ? mt_fsdp_comm_seconds(t->fsdp) : t->backend->comm_seconds;
+}
+
 int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, float *losses,
                mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
@@ -62,9 +68,13 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
     if (backward) mt_ev_begin(MT_EV_FORWARD);
     m->unit_use = t->fsdp ? unit_use : NULL;
     m->unit_ctx = t;
+    double c0 = comm_seconds(t);
     MT_CALL(m->ops->forward(m, t->params, b, losses, st));
     if (backward) {
       mt_ev_end(MT_EV_FORWARD);
+      /* communication inside the passes is exposed: the pass waited for it */
+      mt_ev_move(MT_EV_FORWARD, MT_EV_COMM, comm_seconds(t) - c0);
+      c0 = comm_seconds(t);
       mt_ev_begin(MT_EV_BACKWARD);
       /* the step's last backward on one thread: units reported as done */
       int hook = t->fsdp || (t->last_micro && t->backend->overlap && t->backend->ops->unit_ready);
@@ -76,6 +86,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
       MT_CALL(err);
       MT_CALL(t->overlap_err);
       mt_ev_end(MT_EV_BACKWARD);
+      mt_ev_move(MT_EV_BACKWARD, MT_EV_COMM, comm_seconds(t) - c0);
     }
     return 0;
   }

@@ -37,6 +37,11 @@ void mt_ev_end(mt_event e) {
   if (registered_) (void)PetscLogEventEnd(ev_[e], 0, 0, 0, 0);
 }
 
+void mt_ev_move(mt_event from, mt_event to, double secs) {
+  total_[from] -= secs;
+  total_[to] += secs;
+}
+
 void mt_profile_epoch(const mt_trainer *t, int epoch, double secs, double bytes) {
   const mt_config *c = t->cfg;
   const mt_model *m = t->model;

@@ -153,6 +153,10 @@ typedef enum {
 int mt_profile_init(void);
 void mt_ev_begin(mt_event e);
 void mt_ev_end(mt_event e);
+/* Moves secs of this epoch's tally from one phase to another (the
+ * communication waits inside the forward and backward passes are counted
+ * as exposed communication); PETSc's events keep them nested. */
+void mt_ev_move(mt_event from, mt_event to, double secs);
 void mt_profile_epoch(const mt_trainer *t, int epoch, double secs, double bytes);
 
 /* Evaluation (validate.c). Each pass is forward only: rank r evaluates the
