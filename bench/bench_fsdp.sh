@@ -31,10 +31,12 @@ configs=(
   "sp1 1 sp"
   "ddp2 2 ddp"
   "full2 2 fsdp -fsdp_sharding_strategy full_shard"
+  "full2-pf0 2 fsdp -fsdp_sharding_strategy full_shard -fsdp_prefetch 0"
   "sgo2 2 fsdp -fsdp_sharding_strategy shard_grad_op"
   "noshard2 2 fsdp -fsdp_sharding_strategy no_shard"
   "ddp4 4 ddp"
   "full4 4 fsdp -fsdp_sharding_strategy full_shard"
+  "full4-pf0 4 fsdp -fsdp_sharding_strategy full_shard -fsdp_prefetch 0"
   "sgo4 4 fsdp -fsdp_sharding_strategy shard_grad_op"
   "hybrid4 4 fsdp -fsdp_sharding_strategy hybrid_shard -fsdp_node_size 2"
   "noshard4 4 fsdp -fsdp_sharding_strategy no_shard"
@@ -69,8 +71,9 @@ for c in "${configs[@]}"; do
   printf '%-10s %3s %10s %8s %8s | %7s %7s %7s %9s %9s %8s %8s\n' "$name" "$np" "$tok" "$ratio" \
     "$(median "$tmp/exp.$name")" "$(mib "$name" "ranks): parameters")" "$(mib "$name" "MiB, gradients")" \
     "$(mib "$name" "optimizer state")" "$(mib "$name" "in training)")" \
-    "$(mib "$name" "gradients (peak)")" "$(mib "$name" "; total")" "$(mib "$name" "largest unit")"
+    "$(mib "$name" "gradients (peak)")" "$(mib "$name" "; total")" "$(mib "$name" "gradient)")"
 done
 echo "memory columns: MiB per rank (largest over ranks); gathered/unitgrads: peak resident pages of"
 echo "fsdp's views in training (evaluation and saving gather the whole model); bound: ZeRO's"
-echo "(parameters + gradients + optimizer state) / N + the largest unit"
+echo "(parameters + gradients + optimizer state) / N + the largest unit's parameters and gradient;"
+echo "pf0: -fsdp_prefetch 0 (one unit at a time)"

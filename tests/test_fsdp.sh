@@ -9,8 +9,10 @@
 # - checkpoints hold the global tensors: fsdp(4) -> ddp(2), ddp(2) -> fsdp(3),
 #   fsdp(2) -> sp equal the uninterrupted run to 1e-6, fsdp(2) -> fsdp(2)
 #   bit for bit;
-# - the measured memory per rank shrinks with the ranks (shards) and a run
-#   whose forecast exceeds -memory_limit_mb is refused with the numbers;
+# - the measured memory per rank shrinks with the ranks (shards), with
+#   -fsdp_prefetch 0 it is within 0.2 MiB of ZeRO's bound (total/N + the
+#   largest unit's parameters and gradient), and a run whose forecast
+#   exceeds -memory_limit_mb is refused with the numbers;
 # - bad sharding options are refused, naming the option.
 . "$top_srcdir/tests/lib.sh"
 make_work
@@ -109,6 +111,21 @@ t_fsdp=$(total)
 if [ -n "$t_ddp" ] && awk -v a="$t_fsdp" -v b="$t_ddp" 'BEGIN { exit !(a > 0 && a < 0.6 * b) }'; then
   pass "full_shard at 4 ranks holds $t_fsdp MiB per rank, ddp $t_ddp MiB"
 else fail "full_shard at 4 ranks holds < 60% of ddp's memory" "fsdp '$t_fsdp' ddp '$t_ddp'"; fi
+# -fsdp_prefetch 0 holds one unit (parameters and gradient) at a time: ZeRO's
+# bound total/N + the largest unit, up to 0.2 MiB (gpt's tied embedding
+# keeps its gradient through the backward: (256 + 32) x 128 floats, 0.14
+# MiB; a unit's two edge pages stay: 6 units, 0.05 MiB); the same bits as
+# with prefetch
+bound() { sed -n 's/^memory per rank (measured.* gradient) \([0-9.]*\) MiB.*/\1/p' "$LAST_LOG"; }
+for np in 2 4; do
+  run mem-pf0-$np $np big fsdp -fsdp_prefetch 0
+  t0=$(total) b0=$(bound)
+  if [ -n "$b0" ] && awk -v a="$t0" -v b="$b0" 'BEGIN { exit !(a > 0 && a <= b + 0.2) }'; then
+    pass "full_shard, -fsdp_prefetch 0, $np ranks: $t0 MiB per rank, ZeRO's bound $b0 + 0.2"
+  else fail "full_shard, -fsdp_prefetch 0, $np ranks: ZeRO's bound + 0.2 MiB" "'$t0' bound '$b0'"; fi
+done
+run mem-pf1-2 2 big fsdp
+same "-fsdp_prefetch 0 == 1, bit for bit" mem-pf1-2 mem-pf0-2 0
 expect_error "a forecast past -memory_limit_mb is refused with the numbers" \
   "exceeds 2.0 MiB; use more ranks, -backend fsdp" \
   run_mpi 2 60 "$MPITRAIN" "${big[@]}" -backend ddp -memory_limit_mb 2 -output_dir "$WORK/mem-x"

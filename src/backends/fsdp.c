@@ -14,7 +14,7 @@
 enum { RELEASED = 0, IN_FLIGHT, GATHERED };
 
 struct mt_fsdp {
-  int strategy;
+  int strategy, prefetch;
   MPI_Comm group;    /* the ranks that shard among themselves                 */
   MPI_Comm replicas; /* hybrid_shard: the ranks that hold the same shard     */
   int grank, gsize;
@@ -189,12 +189,13 @@ static int plan_table(mt_fsdp *f, const mt_param_table *t) {
 }
 
 int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const float *params,
-                   int strategy, int whole_model, int node_size) {
+                   int strategy, int whole_model, int node_size, int prefetch) {
   mt_fsdp *f;
   *out = NULL;
   MT_CALL(mt_calloc(&f, 1, sizeof(*f), "fsdp"));
   *out = f;
   f->strategy = strategy;
+  f->prefetch = prefetch;
   f->group = f->replicas = MPI_COMM_NULL;
   f->last = -1;
   f->pend = -1;
@@ -353,14 +354,16 @@ int mt_fsdp_unit_use(void *ctx, int munit, int pass) {
     param_release(f, f->last);
   f->last = u;
   /* the unit's gradient of the previous micro-step must have left the
-   * view before this backward adds into it */
-  if (pass == 1 && f->pend == u) MT_CALL(reduce_finish(f));
+   * view before this backward adds into it; without prefetch every
+   * reduction ends before the next unit's backward */
+  if (pass == 1 && (f->pend == u || !f->prefetch)) MT_CALL(reduce_finish(f));
   MT_CALL(gather_wait(f, u));
   /* prefetch the next unit of the pass, unless the pass used it already
    * (gpt's forward ends with its first unit, the tied head) */
   f->seen[u] = 1;
   int next = pass == 0 ? u + 1 : u - 1;
-  if (next >= 0 && next < f->nunits && !f->seen[next] && f->pstate[next] == RELEASED)
+  if (f->prefetch && next >= 0 && next < f->nunits && !f->seen[next] &&
+      f->pstate[next] == RELEASED)
     MT_CALL(gather_start(f, next));
   MT_CALL(progress(f));
   sample_memory(f);

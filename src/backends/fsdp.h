@@ -56,9 +56,13 @@ typedef struct {
 /* Collective over world. params holds the whole initialised model (every
  * rank the same); it is copied into this rank's shard. whole_model: one
  * unit for the whole model (-fsdp_unit model). node_size: the sharding
- * group of hybrid_shard (world size must be a multiple of it). */
+ * group of hybrid_shard (world size must be a multiple of it). prefetch
+ * (-fsdp_prefetch): 1 gathers the next unit of a pass while a unit
+ * computes and lets a unit's gradient reduction run through the next
+ * unit's backward; 0 does neither, so at most one unit's parameters (two
+ * under shard_grad_op's forward) and one unit's gradient are held. */
 int mt_fsdp_create(mt_fsdp **f, MPI_Comm world, const mt_param_table *table, const float *params,
-                   int strategy, int whole_model, int node_size);
+                   int strategy, int whole_model, int node_size, int prefetch);
 void mt_fsdp_destroy(mt_fsdp **f);
 
 /* This rank's shard: [*lo, *hi) of the layout; its parameter and gradient

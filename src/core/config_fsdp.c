@@ -36,6 +36,12 @@ int mt_config_fsdp(mt_config *c) {
                         "fsdp hybrid_shard: ranks that shard among themselves (0: a node's)", 0,
                         0, 1 << 20, &v));
   c->fsdp_node_size = (int)v;
+  MT_CALL(mt_option_int("-fsdp_prefetch",
+                        "fsdp: 1: gather the next unit while one computes and reduce a unit's "
+                        "gradient during the next unit's backward (two units of parameters and "
+                        "of gradients held); 0: one unit of each, communication not overlapped",
+                        1, 0, 1, &v));
+  c->fsdp_prefetch = (int)v;
   PetscBool offload = PETSC_FALSE, set = PETSC_FALSE;
   if (PetscOptionsGetBool(NULL, NULL, "-fsdp_cpu_offload", &offload, &set))
     return MT_ERR(MT_ERR_OPTION, "option -fsdp_cpu_offload: not a boolean");
@@ -48,7 +54,7 @@ int mt_config_fsdp(mt_config *c) {
                          "node's memory / its ranks)", 0, 0, 1e12, &c->memory_limit_mb));
   if (!c->fsdp) {
     static const char *const only[] = {"-fsdp_sharding_strategy", "-fsdp_unit", "-fsdp_node_size",
-                                       "-fsdp_cpu_offload", NULL};
+                                       "-fsdp_cpu_offload", "-fsdp_prefetch", NULL};
     for (int i = 0; only[i]; i++)
       MT_CHECK(!given(only[i]), MT_ERR_OPTION, "option %s: needs -backend fsdp (this run has %s)",
                only[i], c->backend);
@@ -70,8 +76,8 @@ int mt_config_fsdp(mt_config *c) {
 
 void mt_config_fsdp_print(const mt_config *c, FILE *f) {
   if (!c->fsdp) return;
-  fprintf(f, "  fsdp: %s, unit %s", mt_fsdp_strategy_name(c->fsdp_strategy),
-          c->fsdp_whole_model ? "model" : "layer");
+  fprintf(f, "  fsdp: %s, unit %s%s", mt_fsdp_strategy_name(c->fsdp_strategy),
+          c->fsdp_whole_model ? "model" : "layer", c->fsdp_prefetch ? "" : ", no prefetch");
   if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD && c->fsdp_node_size)
     fprintf(f, ", groups of %d ranks", c->fsdp_node_size);
   else if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD)

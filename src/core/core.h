@@ -107,6 +107,7 @@ typedef struct {
   int fsdp_strategy;          /* mt_fsdp_strategy (backends/fsdp.h)           */
   int fsdp_whole_model;       /* -fsdp_unit model: one unit                   */
   int fsdp_node_size;         /* hybrid_shard's group; 0: the node's ranks    */
+  int fsdp_prefetch;          /* gather ahead, reduce behind (1) or not (0)   */
   int sync_module_states;     /* parameters broadcast from rank 0 at start    */
   double memory_limit_mb;     /* 0: the node's memory / its ranks            */
 } mt_config;

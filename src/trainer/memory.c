@@ -21,23 +21,23 @@ static double sum(const parts *p) {
   return p->params + p->grads + p->optim + p->gathered + p->unit_grads + p->acts;
 }
 
-/* The two and the three largest units' bytes. */
-static void largest(const mt_param_table *t, double *two, double *three) {
-  double top[3] = {0, 0, 0};
+/* The largest and the two largest units' bytes. */
+static void largest(const mt_param_table *t, double *one, double *two) {
+  double top[2] = {0, 0};
   int nu = 0;
   for (int i = 0; i < t->n; i++) nu = t->p[i].unit + 1 > nu ? t->p[i].unit + 1 : nu;
   for (int u = 0; u < nu; u++) {
     double b = 0;
     for (int i = 0; i < t->n; i++) b += t->p[i].unit == u ? (double)t->p[i].numel * 4.0 : 0.0;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 2; k++)
       if (b > top[k]) {
         double x = top[k];
         top[k] = b;
         b = x;
       }
   }
+  *one = top[0];
   *two = top[0] + top[1];
-  *three = *two + top[2];
 }
 
 static int max_over_ranks(const mt_trainer *t, double *v, int n) {
@@ -53,14 +53,14 @@ int mt_memory_forecast(mt_trainer *t) {
   parts p = {(double)o.n * 4.0, (double)o.n * 4.0, (double)t->mem_optim, 0, 0,
              (double)t->mem_acts};
   if (t->fsdp) {
-    double two, three;
-    largest(&t->model->params, &two, &three);
+    double one, two;
+    largest(&t->model->params, &one, &two);
     /* full_shard: the unit in use and the prefetched one; shard_grad_op
      * keeps the forward's units until the backward; evaluation gathers
-     * the whole model; up to three units' gradients (the one computed,
-     * two in reduction) */
+     * the whole model; the gradient of the unit computed and (with
+     * -fsdp_prefetch 1) of the one in reduction */
     p.gathered = whole;
-    p.unit_grads = c->fsdp_whole_model ? whole : three < whole ? three : whole;
+    p.unit_grads = c->fsdp_whole_model ? whole : c->fsdp_prefetch ? two : one;
   }
   double v[7] = {p.params, p.grads, p.optim, p.gathered, p.unit_grads, p.acts, sum(&p)};
   MT_CALL(max_over_ranks(t, v, 7));
@@ -96,15 +96,19 @@ int mt_memory_report(mt_trainer *t) {
     unit = m.largest_unit;
   }
   /* ZeRO's formula: (parameters + gradients + optimizer state) / N plus
-   * the largest unit, N the ranks that shard (1 unless fsdp) */
+   * the largest unit, gathered, and its gradient (N the ranks that shard,
+   * 1 unless fsdp). -fsdp_prefetch 1 holds a second unit of each; a unit
+   * whose parameters serve twice (gpt's tied embedding and head) keeps its
+   * gradient through the backward, and a unit's edge pages stay. */
   double per_elem = o.n ? p.optim / ((double)o.n * 4.0) : 0;
   int N = t->fsdp ? mt_fsdp_group_size(t->fsdp) : 1;
-  double bound = whole * (2.0 + per_elem) / N + unit;
+  double bound = whole * (2.0 + per_elem) / N + 2.0 * unit;
   double v[7] = {p.params, p.grads, p.optim, p.gathered, p.unit_grads, sum(&p), bound};
   MT_CALL(max_over_ranks(t, v, 7));
   mt_print0("memory per rank (measured, largest over ranks): parameters %.3f MiB, gradients "
             "%.3f, optimizer state %.3f, gathered parameters (peak in training) %.3f, unit "
-            "gradients (peak) %.3f; total %.3f MiB; ZeRO bound total/%d + largest unit %.3f MiB\n",
+            "gradients (peak) %.3f; total %.3f MiB; ZeRO bound total/%d + largest unit (parameters, "
+            "gradient) %.3f MiB\n",
             v[0] / MIB, v[1] / MIB, v[2] / MIB, v[3] / MIB, v[4] / MIB, v[5] / MIB, N,
             v[6] / MIB);
   return 0;

@@ -141,7 +141,7 @@ static int shard_model(mt_trainer *t) {
               "%d groups\n", node, comm->size / node);
   }
   int err = mt_fsdp_create(&t->fsdp, comm->world, &t->model->params, t->params, c->fsdp_strategy,
-                           c->fsdp_whole_model, node);
+                           c->fsdp_whole_model, node, c->fsdp_prefetch);
   MT_CALL(mt_agree(comm->world, err));
   mt_free(&t->params);
   mt_free(&t->grads);
