@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ddp communication at 2 ranks on an MLP big enough for it to matter
 # (784-4096-4096-10, 20 M parameters, 80 MB of gradient per step):
-# mpitrain with -ddp_overlap 0 and 1 (step time, exposed communication share,
+# mpitrain with -ddp_overlap 0, 1, and 1 with -ddp_comm_thread 1 (step time,
+# exposed communication share,
 # the all-reduce bus bandwidth achieved in training), an MPI_Allreduce
 # microbenchmark of the same gradient in the same run (bench/allreduce), and
 # PyTorch DDP (gloo) on the same model, batch (BATCH/2 per rank) and data.
@@ -30,10 +31,12 @@ mpi() { timeout 900 mpirun -np 2 --oversubscribe --bind-to none ${MPIRUN_ARGS:-}
 . "$here/lib.sh" # median, spread
 
 for i in $(seq "$R"); do
-  for ov in 0 1; do
+  for ov in 0 1 t; do
+    case $ov in 0) flags="-ddp_overlap 0" ;; 1) flags="-ddp_overlap 1" ;; t) flags="-ddp_overlap 1 -ddp_comm_thread 1" ;; esac
+    # shellcheck disable=SC2086
     mpi "$mt" -backend ddp -model mlp -mlp_hidden "$hidden" -data_train "$data/fashion-mnist-train.h5" \
       -batch_size "$batch" -epochs 1 -max_train_steps_per_epoch "$steps" -lr 0.05 -momentum 0.9 \
-      -threads 1 -log_every 0 -ddp_overlap $ov -checkpoint_at_end 0 -output_dir "$tmp/o" >"$tmp/log" 2>&1
+      -threads 1 -log_every 0 $flags -checkpoint_at_end 0 -output_dir "$tmp/o" >"$tmp/log" 2>&1
     sed -n 's/^RESULT mpitrain train_samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/log" >>"$tmp/rate$ov"
     # "epoch 1/1 time: ... exposed comm E% ..." and "gradient all-reduce (rank 0):
     # S s, P% of training, M MB, bus bandwidth B GB/s" (B: bytes over the time
@@ -55,16 +58,18 @@ for i in $(seq "$R"); do
   sed -n 's/^RESULT torch .*samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/tlog" >>"$tmp/torch"
   grep -q RESULT "$tmp/tlog" || { echo "torch failed:"; tail -3 "$tmp/tlog"; }
 done
-r0=$(median "$tmp/rate0") r1=$(median "$tmp/rate1") tr=$(median "$tmp/torch")
+r0=$(median "$tmp/rate0") r1=$(median "$tmp/rate1") rt=$(median "$tmp/ratet") tr=$(median "$tmp/torch")
 e0=$(cut -d' ' -f1 "$tmp/comm0" | median) e1=$(cut -d' ' -f1 "$tmp/comm1" | median)
+et=$(cut -d' ' -f1 "$tmp/commt" | median)
 b0=$(cut -d' ' -f2 "$tmp/comm0" | median - %.2f) b1=$(cut -d' ' -f2 "$tmp/comm1" | median - %.2f)
 mb=$(median "$tmp/micro" %.2f)
 echo "# MLP 784-$hidden-10, batch $batch, 2 ranks x 1 thread, $steps steps, median of $R; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-22s %12s %10s %14s\n" run samples/s exposed% "allreduce GB/s"
 printf "%-22s %12s %10s %14s\n" "mpitrain overlap 0" "$r0" "$e0" "$b0"
 printf "%-22s %12s %10s %14s\n" "mpitrain overlap 1" "$r1" "$e1" "$b1"
+printf "%-22s %12s %10s %14s\n" "mpitrain comm thread" "$rt" "$et" "-"
 printf "%-22s %12s %10s %14s\n" "MPI_Allreduce micro" "-" "-" "${mb:--}"
 printf "%-22s %12s\n" "PyTorch DDP (gloo)" "${tr:--}"
-awk -v a="$r0" -v b="$r1" -v t="$tr" -v m="$mb" -v x0="$b0" -v x1="$b1" 'BEGIN {
-  if (t > 0) printf "ratio vs PyTorch DDP: overlap 0 %.2fx, overlap 1 %.2fx\n", a / t, b / t
+awk -v a="$r0" -v b="$r1" -v c="$rt" -v t="$tr" -v m="$mb" -v x0="$b0" -v x1="$b1" 'BEGIN {
+  if (t > 0) printf "ratio vs PyTorch DDP: overlap 0 %.2fx, overlap 1 %.2fx, comm thread %.2fx\n", a / t, b / t, c / t
   if (m > 0) printf "training all-reduce / microbenchmark (16 MiB buckets): %.0f%% / %.0f%%\n", 100 * x0 / m, 100 * x1 / m }'

@@ -10,17 +10,18 @@
  * slowest rank's time (-best 1: the fastest repetition, for a busy
  * machine where a rank loses its core now and then). "rs/ar" is mt_reduce_scatter's time over
  * MPI_Allreduce's for the same full buffer (< 1: the reduce-scatter is
- * faster); "Ired/ar" the same for "Ired", one MPI_Ireduce of each block onto
- * its rank (fsdp's gradient reduction, src/backends/fsdp.c). */
+ * faster); "v1/ar" the same for "rs_v1", mt_coll_start_reduce_scatter_v
+ * with the whole buffer in the last rank's block: fsdp's reduction of a unit
+ * that one rank owns (src/backends/fsdp.c), the common case at 2 ranks. */
 #include "comm/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { AR, RSB, RS_RING, RS_CHUNK, RS_AR, RS_AUTO, IRSB, RED_OWN, AG, AG_RING, AG_AUTO, NM };
-static const char *names[NM] = {"Allreduce", "RSB",  "rs_ring",   "rs_chunk", "rs_allred", "mt_rs",
-                                "IRSB",      "Ired", "Allgather", "ag_ring",  "mt_ag"};
+enum { AR, RSB, RS_RING, RS_CHUNK, RS_AR, RS_AUTO, IRSB, RS_V1, AG, AG_RING, AG_AUTO, NM };
+static const char *names[NM] = {"Allreduce", "RSB",   "rs_ring",   "rs_chunk", "rs_allred", "mt_rs",
+                                "IRSB",      "rs_v1", "Allgather", "ag_ring",  "mt_ag"};
 
 static int rank_, size_;
 
@@ -59,13 +60,11 @@ static void run(int m, float *full, float *out, float *shard, size_t n) {
     die(mt_coll_start_reduce_scatter(&h, shard, full, s, w, MT_COLL_MPI));
     die(mt_coll_wait(&h));
     break;
-  case RED_OWN: { /* fsdp's gradient path: block r reduced onto its owner r */
-    MPI_Request req[64];
-    int k = size_ < 64 ? size_ : 64;
-    for (int r = 0; r < k; r++)
-      MPI_Ireduce(full + (size_t)r * s, r == rank_ ? shard : NULL, (int)s, MPI_FLOAT, MPI_SUM, r,
-                  w, &req[r]);
-    MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+  case RS_V1: { /* fsdp's gradient path for a unit with one owner */
+    int counts[64] = {0}, displs[64] = {0}, k = size_ < 64 ? size_ : 64;
+    counts[k - 1] = (int)n;
+    die(mt_coll_start_reduce_scatter_v(&h, out, full, counts, displs, w));
+    die(mt_coll_wait(&h));
     break;
   }
   case AG: MPI_Allgather(shard, (int)s, MPI_FLOAT, out, (int)s, MPI_FLOAT, w); break;
@@ -195,7 +194,7 @@ int main(int argc, char **argv) {
            mt_coll_auto_method(0, 1 << 20, size_) == MT_COLL_RING ? "ring" : "other",
            mt_coll_auto_method(1, 1 << 20, size_) == MT_COLL_RING ? "ring" : "MPI");
     for (int m = 0; m < NM; m++) printf(" %9s", names[m]);
-    printf("   rs/ar Ired/ar\n");
+    printf("   rs/ar   v1/ar\n");
   }
   for (size_t n = (size_t)(min_kib * 256); n <= maxn; n *= 2) {
     size_t nn = n / (size_t)size_ * (size_t)size_;
@@ -211,7 +210,7 @@ int main(int argc, char **argv) {
         double tm = m == AR ? tar : median(t[m], reps);
         printf(" %9.2f", (m == AR ? arf : rsf) * nn * 4.0 / tm / 1e9);
       }
-      printf("   %5.2f   %5.2f\n", trs / tar, median(t[RED_OWN], reps) / tar);
+      printf("   %5.2f   %5.2f\n", trs / tar, median(t[RS_V1], reps) / tar);
       fflush(stdout);
     }
   }

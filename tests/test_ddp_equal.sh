@@ -74,6 +74,18 @@ run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/ov1/model_final.h
 [ "$LAST_RC" = 0 ] && pass "overlap on == off at 2 ranks, bit for bit" || fail "overlap on == off at 2 ranks, bit for bit" "differ"
 same "overlap on == off at 4 ranks" ov40 ov41
 same "overlapped ddp == sp" sp1 ov1
+# the same buckets all-reduced by a communication thread (-ddp_comm_thread 1)
+for np in 2 4; do
+  run_logged run_mpi $np 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap 1 \
+    -ddp_comm_thread 1 -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ovt$np"
+  [ "$LAST_RC" = 0 ] && pass "ddp $np ranks -ddp_comm_thread 1" || fail "ddp $np ranks -ddp_comm_thread 1" "exit $LAST_RC"
+done
+run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/ovt2/model_final.h5" 0
+[ "$LAST_RC" = 0 ] && pass "communication thread == overlap off at 2 ranks, bit for bit" ||
+  fail "communication thread == overlap off at 2 ranks, bit for bit" "differ"
+same "communication thread == overlap off at 4 ranks" ov40 ovt4
+expect_error "-ddp_comm_thread needs -ddp_overlap 1" "option -ddp_comm_thread: runs the overlapped" \
+  run_mpi 2 60 "$MPITRAIN" "${common[@]}" -backend ddp -ddp_comm_thread 1 -output_dir "$WORK/ovx"
 
 # the comparison can fail: another seed gives other parameters
 run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" -backend sp -micro_batch_size 32 -seed 6 -output_dir "$WORK/sp1seed6"

@@ -302,6 +302,7 @@ struct mt_backend {
   double bucket_mb;    /* ddp: bucket size                                 */
   double first_bucket_mb; /* ddp: the first bucket (the last layers)        */
   int overlap;         /* ddp: start buckets during the backward pass      */
+  int comm_thread;     /* ddp overlap: a thread runs the buckets' all-reduce */
   const mt_param_table *table; /* the model's layout (set before setup)    */
   double comm_seconds; /* time spent in gradient communication             */
   double comm_bytes;   /* bytes all-reduced                                */

@@ -19,6 +19,7 @@
 #include "backends/backends.h"
 #include "core/core.h"
 
+#include <pthread.h>
 #include <string.h>
 
 typedef struct {
@@ -31,6 +32,15 @@ typedef struct {
   int *udone;
   int active;          /* unit_ready was called this step                   */
   int nstarted;
+  /* -ddp_comm_thread 1: a thread of the rank runs the started buckets'
+   * MPI_Allreduce (blocking, on a communicator of its own) while the
+   * backward goes on; nstarted buckets are handed over, ndone finished */
+  int thread_on, stop, ndone, terr;
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  MPI_Comm tcomm;
+  float *tgrads;
 } ddp;
 
 static void ddp_free(ddp *d) {
@@ -86,6 +96,51 @@ static int plan(mt_backend *b, size_t n) {
   return 0;
 }
 
+/* The communication thread: all-reduces the buckets handed over, in
+ * order, until told to stop. */
+static void *comm_thread(void *arg) {
+  ddp *d = arg;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while (!d->stop && d->ndone == d->nstarted) pthread_cond_wait(&d->cv, &d->mu);
+    if (d->ndone == d->nstarted) break; /* stop, nothing pending */
+    const int k = d->ndone;
+    float *g = d->tgrads;
+    pthread_mutex_unlock(&d->mu);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, g + d->lo[k], (int)(d->hi[k] - d->lo[k]), MPI_FLOAT,
+                           MPI_SUM, d->tcomm);
+    pthread_mutex_lock(&d->mu);
+    if (rc != MPI_SUCCESS && !d->terr) d->terr = rc;
+    d->ndone++;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+static int thread_start(ddp *d, MPI_Comm comm) {
+  MT_MPI(MPI_Comm_dup(comm, &d->tcomm));
+  MT_CHECK(!pthread_mutex_init(&d->mu, NULL) && !pthread_cond_init(&d->cv, NULL), MT_ERR_LIB,
+           "ddp: cannot make the communication thread's lock");
+  MT_CHECK(!pthread_create(&d->th, NULL, comm_thread, d), MT_ERR_LIB,
+           "ddp: cannot start the communication thread (-ddp_comm_thread)");
+  d->thread_on = 1;
+  return 0;
+}
+
+static void thread_stop(ddp *d) {
+  if (!d->thread_on) return;
+  pthread_mutex_lock(&d->mu);
+  d->stop = 1;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  pthread_join(d->th, NULL);
+  pthread_mutex_destroy(&d->mu);
+  pthread_cond_destroy(&d->cv);
+  MPI_Comm_free(&d->tcomm);
+  d->thread_on = 0;
+}
+
 static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   (void)params, (void)grads;
   MT_CHECK(b->bucket_mb > 0, MT_ERR_OPTION, "option -ddp_bucket_mb must be > 0");
@@ -93,14 +148,17 @@ static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   MT_CALL(mt_calloc(&d, 1, sizeof(*d), "ddp"));
   b->data = d;
   MT_CALL(plan(b, n));
+  if (b->overlap && b->comm_thread && b->size > 1) MT_CALL(thread_start(d, b->comm));
   return 0;
 }
 
 static void ddp_destroy(mt_backend *b) {
   ddp *d = b->data;
-  if (d)
+  if (d) {
+    thread_stop(d);
     for (int k = 0; k < d->nb; k++)
       if (d->req[k] != MPI_REQUEST_NULL) MPI_Wait(&d->req[k], MPI_STATUS_IGNORE);
+  }
   ddp_free(d);
   mt_free(&b->data);
 }
@@ -114,10 +172,32 @@ static int ddp_sync(mt_backend *b, float *params, size_t n) {
 }
 
 static int start(mt_backend *b, ddp *d, float *grads, int k) {
+  if (d->thread_on) { /* handed to the thread (buckets go in order) */
+    pthread_mutex_lock(&d->mu);
+    d->tgrads = grads;
+    d->started[k] = 1;
+    d->nstarted++;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+  }
   MT_MPI(MPI_Iallreduce(MPI_IN_PLACE, grads + d->lo[k], (int)(d->hi[k] - d->lo[k]), MPI_FLOAT,
                         MPI_SUM, b->comm, &d->req[k]));
   d->started[k] = 1;
   d->nstarted++;
+  return 0;
+}
+
+/* Waits until the thread has reduced every bucket; its MPI error if any. */
+static int thread_wait(ddp *d) {
+  pthread_mutex_lock(&d->mu);
+  while (d->ndone < d->nb) pthread_cond_wait(&d->cv, &d->mu);
+  int rc = d->terr;
+  d->terr = 0;
+  d->ndone = 0;
+  d->nstarted = 0;
+  pthread_mutex_unlock(&d->mu);
+  if (rc != MPI_SUCCESS) return mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
   return 0;
 }
 
@@ -137,7 +217,7 @@ static int ddp_unit_ready(mt_backend *b, float *grads, int unit) {
   d->udone[unit] = 1;
   /* start in bucket order only: every rank must start the same sequence */
   for (int k = d->nstarted; k < d->nb && ready(d, k); k++) MT_CALL(start(b, d, grads, k));
-  for (int k = 0; k < d->nstarted; k++) /* drive the started ones on */
+  for (int k = 0; k < d->nstarted && !d->thread_on; k++) /* drive the started ones on */
     if (d->req[k] != MPI_REQUEST_NULL) {
       int flag;
       MT_MPI(MPI_Test(&d->req[k], &flag, MPI_STATUS_IGNORE));
@@ -152,7 +232,10 @@ static int ddp_reduce(mt_backend *b, float *grads, size_t n) {
   double t0 = mt_now();
   if (d->active) {
     for (int k = d->nstarted; k < d->nb; k++) MT_CALL(start(b, d, grads, k));
-    MT_MPI(MPI_Waitall(d->nb, d->req, MPI_STATUSES_IGNORE));
+    if (d->thread_on)
+      MT_CALL(thread_wait(d));
+    else
+      MT_MPI(MPI_Waitall(d->nb, d->req, MPI_STATUSES_IGNORE));
     memset(d->udone, 0, (size_t)d->nunits * sizeof(int));
     memset(d->started, 0, (size_t)d->nb * sizeof(int));
     d->nstarted = 0;

@@ -76,6 +76,7 @@ typedef struct {
   double peak_gflops;  /* a core's fp32 GEMM peak, for the shares printed */
   double ddp_first_bucket_mb;
   int ddp_overlap;
+  int ddp_comm_thread;
   int prefetch;
   /* mixed precision (backends *-amp, *-amp-apex; read by config_amp.c) */
   int amp;              /* 0: fp32; 1: autocast-style (O1); 2: O2 (apex)   */

@@ -200,6 +200,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_backend_create(bname, comm->world, c->ddp_bucket_mb, &t->backend));
   t->backend->first_bucket_mb = c->ddp_first_bucket_mb;
   t->backend->overlap = c->ddp_overlap;
+  t->backend->comm_thread = c->ddp_comm_thread;
   t->backend->table = &t->model->params;
   int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
   MT_CALL(mt_agree(comm->world, err));
