@@ -39,8 +39,10 @@ for i in $(seq "$R"); do
       -threads 1 -log_every 0 $flags -checkpoint_at_end 0 -output_dir "$tmp/o" >"$tmp/log" 2>&1
     sed -n 's/^RESULT mpitrain train_samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/log" >>"$tmp/rate$ov"
     # "epoch 1/1 time: ... exposed comm E% ..." and "gradient all-reduce (rank 0):
-    # S s, P% of training, M MB, bus bandwidth B GB/s" (B: bytes over the time
-    # spent in the all-reduce calls and waits, overlapped or not)
+    # S s (W s of it waiting for the slowest rank), P% of training, M MB, bus
+    # bandwidth B GB/s" (B: bytes over the time spent in the all-reduce calls
+    # and waits, overlapped or not, less W: without overlap a barrier before
+    # the reduction takes the ranks' skew out of the transfer's time)
     e=$(sed -n 's/^epoch .* time: .* exposed comm \([0-9.]*\)%.*/\1/p' "$tmp/log" | tail -1)
     bw=$(sed -n 's/.*all-reduce (rank 0): .* bus bandwidth \([0-9.]*\) GB\/s.*/\1/p' "$tmp/log")
     echo "${e:-nan} ${bw:-nan}" >>"$tmp/comm$ov"

@@ -305,6 +305,8 @@ struct mt_backend {
   int comm_thread;     /* ddp overlap: a thread runs the buckets' all-reduce */
   const mt_param_table *table; /* the model's layout (set before setup)    */
   double comm_seconds; /* time spent in gradient communication             */
+  double wait_seconds; /* of it: waiting for the last rank to arrive (the
+                          ranks' skew; see mt_backend_arrive)              */
   double comm_bytes;   /* bytes all-reduced                                */
   void *data;
 };

@@ -91,7 +91,8 @@ static int ddp_amp_reduce(mt_backend *b, float *grads, size_t n) {
     leave(b, s);
     return err;
   }
-  double t0 = mt_now();
+  double t0;
+  MT_CALL(mt_backend_arrive(b, &t0));
   if (d->dtype == MT_PREC_BF16)
     mt_f32_to_bf16(d->lp, grads, n);
   else

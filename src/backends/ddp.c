@@ -230,6 +230,7 @@ static int ddp_reduce(mt_backend *b, float *grads, size_t n) {
   ddp *d = b->data;
   if (b->size == 1) return 0;
   double t0 = mt_now();
+  if (!d->active) MT_CALL(mt_backend_arrive(b, &t0));
   if (d->active) {
     for (int k = d->nstarted; k < d->nb; k++) MT_CALL(start(b, d, grads, k));
     if (d->thread_on)

@@ -1,6 +1,7 @@
 /* Backends by name: the built-ins plus any a user registers. */
 #include "backends/amp.h"
 #include "backends/backends.h"
+#include "core/core.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +71,15 @@ int mt_backend_create(const char *name, MPI_Comm comm, double bucket_mb, mt_back
   MT_MPI(MPI_Comm_rank(comm, &b->rank));
   MT_MPI(MPI_Comm_size(comm, &b->size));
   *out = b;
+  return 0;
+}
+
+int mt_backend_arrive(mt_backend *b, double *t_after) {
+  const double t0 = mt_now();
+  MT_MPI(MPI_Barrier(b->comm));
+  *t_after = mt_now();
+  b->wait_seconds += *t_after - t0;
+  b->comm_seconds += *t_after - t0;
   return 0;
 }
 
