@@ -7,8 +7,8 @@
 # Two simulated hosts (network namespaces on a bridge, tests/multihost/
 # hosts.sh; needs root), one rank on each, Open MPI over TCP only. The link is
 # left as it is or capped per host and direction with tc tbf; for each cap,
-# ddp runs with the overlap off and on (and, by default, on with 1 MiB
-# buckets). Model: MLP 784-1024-1024-10 on Fashion-MNIST, global batch 128
+# ddp runs with the overlap off, on (buckets driven by MPI_Test between
+# layers) and on with a communication thread (-ddp_comm_thread 1). Model: MLP 784-1024-1024-10 on Fashion-MNIST, global batch 128
 # (64 per rank), SGD momentum 0.9, 1 thread per rank. Reports the median of
 # R runs of: training samples/s (RESULT line), the exposed communication
 # share of the last epoch ("epoch N/N time: ... exposed comm X%"; also in
@@ -24,7 +24,7 @@ repeats=3
 steps=50
 epochs=2
 caps="none 1gbit 200mbit"
-variants="0 1 1:1"
+variants="0 1 t"
 run_timeout=300
 mt_data=""
 keep=""
@@ -40,6 +40,7 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --epochs N        epochs per run (default $epochs; the last one is reported)
   --caps "C.."      link caps: none or a tc rate (default "$caps")
   --variants "V.."  OVERLAP or OVERLAP:BUCKET_MB (default "$variants";
+                    OVERLAP 0, 1, or t: -ddp_overlap 1 -ddp_comm_thread 1;
                     without a bucket size mpitrain's defaults, 16 MiB buckets
                     and a 1 MiB first one)
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
@@ -114,6 +115,7 @@ run() {
   [ "$v" != "$ov" ] && b=${v#*:}
   log=$tmp/$cap-${v/:/b}-$3.log
   local extra=(-ddp_overlap "$ov")
+  [ "$ov" = t ] && extra=(-ddp_overlap 1 -ddp_comm_thread 1)
   [ -n "$b" ] && extra+=(-ddp_bucket_mb "$b" -ddp_first_bucket_mb "$b")
   rm -rf "$tmp/out"
   mh_mpirun 2 "$run_timeout" "$mpitrain" "${opts[@]}" "${extra[@]}" -output_dir "$tmp/out" >"$log" 2>&1
