@@ -3,7 +3,7 @@
 # Idempotent and non-interactive; run as root (or with sudo available).
 set -euo pipefail
 pkgs=(build-essential autoconf automake pkg-config libopenmpi-dev openmpi-bin
-  libhdf5-openmpi-dev libpetsc-real-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist
+  libhdf5-openmpi-dev libpetsc-real-dev libdnnl-dev libblas-dev zlib1g-dev dataset-fashion-mnist
   slurmctld slurmd slurm-client munge slurm-wlm-torque) # last line: for tests/test_slurm.sh
 missing=()
 for p in "${pkgs[@]}"; do

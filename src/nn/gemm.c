@@ -1,10 +1,14 @@
-/* GEMM through oneDNN (the CPU library PyTorch itself uses); under a
- * low-precision policy (nn/lowp.h) through gemm_lowp.c. */
+/* GEMM. float: through oneDNN (the CPU library PyTorch itself uses); under
+ * a low-precision policy (nn/lowp.h) through gemm_lowp.c. double: through
+ * the BLAS's cblas_dgemm (configure finds the library; Debian's reference
+ * BLAS, or OpenBLAS when installed as its alternative). */
 #include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
+#include <cblas.h>
 #include <dnnl.h>
+#include <limits.h>
 
 int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
             int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -15,5 +19,25 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", ta, tb, (long long)M,
            (long long)N, (long long)K, (int)s);
+  return 0;
+}
+
+int mt_gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc) {
+  if (M == 0 || N == 0) return 0;
+  MT_CHECK((ta == 'N' || ta == 'T') && (tb == 'N' || tb == 'T'), MT_ERR_ARG,
+           "mt_gemm_f64: op %c,%c (N or T)", ta, tb);
+  /* the CBLAS takes int sizes */
+  MT_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+               ldc <= INT_MAX && M > 0 && N > 0 && K >= 0,
+           MT_ERR_ARG, "mt_gemm_f64(M=%lld,N=%lld,K=%lld): sizes outside the BLAS's int range",
+           (long long)M, (long long)N, (long long)K);
+  MT_CHECK(lda >= (ta == 'N' ? K : M) && ldb >= (tb == 'N' ? N : K) && ldc >= N && lda >= 1 &&
+               ldb >= 1,
+           MT_ERR_ARG, "mt_gemm_f64: leading dimensions %lld, %lld, %lld too small",
+           (long long)lda, (long long)ldb, (long long)ldc);
+  cblas_dgemm(CblasRowMajor, ta == 'N' ? CblasNoTrans : CblasTrans,
+              tb == 'N' ? CblasNoTrans : CblasTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
+              B, (int)ldb, beta, C, (int)ldc);
   return 0;
 }

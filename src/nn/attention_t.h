@@ -1,0 +1,92 @@
+/* Causal multi-head self-attention, a template for REAL = float and double
+ * (attention.c). */
+
+int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *inp, int B, int T,
+                               int C, int NH) {
+  // inp is (B,T,3C); preatt and att are (B,NH,T,T); out is (B,T,C)
+  MT_CHECK(B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0, MT_ERR_ARG,
+           "attention: C=%d must be a positive multiple of NH=%d (B=%d, T=%d)", C, NH, B, T);
+  const int hs = C / NH;
+  const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
+  const REAL scale = (REAL)1 / MT_SQRT((REAL)hs);
+  int err = 0;
+#pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      const REAL *q = inp + (int64_t)b * T * C3 + (int64_t)h * hs;
+      const REAL *k = q + C, *v = q + 2 * (int64_t)C;
+      REAL *pre = preatt + ((int64_t)b * NH + h) * TT;
+      REAL *a = att + ((int64_t)b * NH + h) * TT;
+      /* pre (T,T) = scale * q k^T */
+      if (MT_T(mt_gemm)('N', 'T', T, T, hs, scale, q, C3, k, C3, (REAL)0, pre, T)) {
+#pragma omp atomic write
+        err = 1;
+      }
+      for (int t = 0; t < T; t++) {
+        REAL *pr = pre + (int64_t)t * T, *ar = a + (int64_t)t * T;
+        REAL mx = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) mx = pr[t2] > mx ? pr[t2] : mx;
+        REAL sum = (REAL)0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          ar[t2] = MT_EXP(pr[t2] - mx);
+          sum += ar[t2];
+        }
+        const REAL inv = (REAL)1 / sum;
+        for (int t2 = 0; t2 <= t; t2++) ar[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++) pr[t2] = ar[t2] = (REAL)0;
+      }
+      /* out_h (T,hs) = att v */
+      if (MT_T(mt_gemm)('N', 'N', T, hs, T, (REAL)1, a, T, v, C3, (REAL)0,
+                        out + (int64_t)b * T * C + h * hs, C)) {
+#pragma omp atomic write
+        err = 1;
+      }
+    }
+  MT_CHECK(!err, MT_ERR_LIB, "attention forward: a GEMM failed (B=%d T=%d C=%d NH=%d)", B, T, C,
+           NH);
+  return 0;
+}
+
+int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
+                                const REAL *att, int B, int T, int C, int NH) {
+  // dout is (B,T,C); inp and dinp are (B,T,3C); att and scratch are (B,NH,T,T)
+  MT_CHECK(B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0, MT_ERR_ARG,
+           "attention: C=%d must be a positive multiple of NH=%d (B=%d, T=%d)", C, NH, B, T);
+  const int hs = C / NH;
+  const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
+  const REAL scale = (REAL)1 / MT_SQRT((REAL)hs);
+  int err = 0;
+#pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      const int64_t off = (int64_t)b * T * C3 + (int64_t)h * hs;
+      const REAL *q = inp + off, *k = q + C, *v = q + 2 * (int64_t)C;
+      REAL *dq = dinp + off, *dk = dq + C, *dv = dq + 2 * (int64_t)C;
+      const REAL *d = dout + (int64_t)b * T * C + h * hs;
+      const REAL *a = att + ((int64_t)b * NH + h) * TT;
+      REAL *da = scratch + ((int64_t)b * NH + h) * TT;
+      int e = 0;
+      /* datt (T,T) = dout_h v^T; dv += att^T dout_h */
+      e |= MT_T(mt_gemm)('N', 'T', T, T, hs, (REAL)1, d, C, v, C3, (REAL)0, da, T);
+      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, (REAL)1, a, T, d, C, (REAL)1, dv, C3);
+      /* softmax backward per row, in place: dpre = att * (datt - <att, datt>) */
+      for (int t = 0; t < T; t++) {
+        const REAL *ar = a + (int64_t)t * T;
+        REAL *dr = da + (int64_t)t * T;
+        REAL dot = (REAL)0;
+        for (int t2 = 0; t2 <= t; t2++) dot += ar[t2] * dr[t2];
+        for (int t2 = 0; t2 <= t; t2++) dr[t2] = ar[t2] * (dr[t2] - dot);
+        for (int t2 = t + 1; t2 < T; t2++) dr[t2] = (REAL)0;
+      }
+      /* pre = scale q k^T: dq += scale dpre k; dk += scale dpre^T q */
+      e |= MT_T(mt_gemm)('N', 'N', T, hs, T, scale, da, T, k, C3, (REAL)1, dq, C3);
+      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, scale, da, T, q, C3, (REAL)1, dk, C3);
+      if (e) {
+#pragma omp atomic write
+        err = 1;
+      }
+    }
+  MT_CHECK(!err, MT_ERR_LIB, "attention backward: a GEMM failed (B=%d T=%d C=%d NH=%d)", B, T, C,
+           NH);
+  return 0;
+}

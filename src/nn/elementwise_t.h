@@ -1,0 +1,193 @@
+/* Element-wise layers and the row-wise losses, a template for REAL = float
+ * and double (elementwise.c). */
+
+/* ------------------------------------------------------------------ GELU */
+
+/* GELU's constants in the template's type (the float instance holds the
+ * values of the f-suffixed literals; tests/test_fp64.c checks) */
+#define GELU_KAPPA ((REAL)0.044715)
+#define GELU_BETA ((REAL)0.7978845608028654) /* sqrt(2/pi) */
+#define INV_SQRT2 ((REAL)0.7071067811865476)
+#define INV_SQRT_2PI ((REAL)0.3989422804014327)
+#if MT_F64
+#define MT_TANH tanh
+#else
+#define MT_TANH mt_tanhf
+#endif
+
+void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind kind) {
+  if (kind == MT_GELU_TANH) {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) {
+      const REAL x = inp[i];
+      out[i] = (REAL)0.5 * x * ((REAL)1 + MT_TANH(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) {
+      const REAL x = inp[i];
+      out[i] = (REAL)0.5 * x * ((REAL)1 + MT_ERF(x * INV_SQRT2));
+    }
+  }
+}
+
+void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
+                            mt_gelu_kind kind) {
+  if (kind == MT_GELU_TANH) {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) {
+      const REAL x = inp[i];
+      const REAL th = MT_TANH(GELU_BETA * (x + GELU_KAPPA * x * x * x));
+      const REAL dinner = GELU_BETA * ((REAL)1 + (REAL)3 * GELU_KAPPA * x * x);
+      dinp[i] += dout[i] * ((REAL)0.5 * ((REAL)1 + th) + (REAL)0.5 * x * ((REAL)1 - th * th) * dinner);
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) {
+      const REAL x = inp[i];
+      const REAL cdf = (REAL)0.5 * ((REAL)1 + MT_ERF(x * INV_SQRT2));
+      const REAL pdf = INV_SQRT_2PI * MT_EXP((REAL)-0.5 * x * x);
+      dinp[i] += dout[i] * (cdf + x * pdf);
+    }
+  }
+}
+
+/* -------------------------------------------------------------- residual */
+
+void MT_T(mt_residual_forward)(REAL *out, const REAL *a, const REAL *b, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+  for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void MT_T(mt_residual_backward)(REAL *da, REAL *db, const REAL *dout, int64_t n) {
+  if (da) {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) da[i] += dout[i];
+  }
+  if (db) {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) db[i] += dout[i];
+  }
+}
+
+/* --------------------------------------------------------------- dropout */
+
+void MT_T(mt_dropout_forward)(REAL *out, uint8_t *mask, const REAL *inp, REAL p, uint64_t key,
+                              uint64_t offset, int training, int64_t n) {
+  if (!training || p <= (REAL)0) {
+    if (out != inp) memmove(out, inp, (size_t)n * sizeof(REAL));
+    if (mask) memset(mask, 1, (size_t)n);
+    return;
+  }
+  if (p >= (REAL)1) { /* PyTorch: everything dropped, no division by zero */
+    memset(out, 0, (size_t)n * sizeof(REAL));
+    memset(mask, 0, (size_t)n);
+    return;
+  }
+  const REAL scale = (REAL)1 / ((REAL)1 - p);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; i++) {
+    const uint8_t keep = mt_randu(key, offset + (uint64_t)i) >= p;
+    mask[i] = keep;
+    out[i] = keep ? inp[i] * scale : (REAL)0;
+  }
+}
+
+void MT_T(mt_dropout_backward)(REAL *dinp, const REAL *dout, const uint8_t *mask, REAL p,
+                               int64_t n) {
+  if (!mask || p <= (REAL)0) {
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) dinp[i] += dout[i];
+    return;
+  }
+  if (p >= (REAL)1) return;
+  const REAL scale = (REAL)1 / ((REAL)1 - p);
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+  for (int64_t i = 0; i < n; i++) dinp[i] += mask[i] ? dout[i] * scale : (REAL)0;
+}
+
+/* ---------------------------------------------------------------- losses */
+
+int MT_T(mt_xent_ignore_forward)(REAL *probs, REAL *losses, double *loss_sum, int64_t *count,
+                                 int64_t *correct, const REAL *logits, const int32_t *y,
+                                 int ignore_index, int N, int C) {
+  // logits and probs are (N,C); y and losses are (N)
+  for (int i = 0; i < N; i++)
+    MT_CHECK(y[i] == ignore_index || (y[i] >= 0 && y[i] < C), MT_ERR_DATA,
+             "cross-entropy: label %d of row %d is outside [0,%d) and not the ignore index %d",
+             (int)y[i], i, C, ignore_index);
+  double sum = 0.0;
+  int64_t cnt = 0, hits = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sum, cnt, hits) if ((int64_t)N * C > 65536)
+  for (int i = 0; i < N; i++) {
+    const REAL *l = logits + (int64_t)i * C;
+    REAL *p = probs + (int64_t)i * C;
+    int arg = 0;
+    REAL mx = l[0];
+    for (int j = 1; j < C; j++)
+      if (l[j] > mx) {
+        mx = l[j];
+        arg = j;
+      }
+    const int counted = y[i] != ignore_index;
+    const REAL ly = counted ? l[y[i]] : (REAL)0; /* read before p may overwrite l */
+    double z = 0.0;
+    for (int j = 0; j < C; j++) {
+      p[j] = MT_EXP(l[j] - mx);
+      z += p[j];
+    }
+    const REAL inv = (REAL)(1.0 / z);
+    for (int j = 0; j < C; j++) p[j] *= inv;
+    const double loss = counted ? log(z) - (double)(ly - mx) : 0.0;
+    if (losses) losses[i] = (REAL)loss;
+    sum += loss;
+    cnt += counted;
+    hits += counted && arg == y[i];
+  }
+  *loss_sum = sum;
+  *count = cnt;
+  if (correct) *correct += hits;
+  return 0;
+}
+
+void MT_T(mt_xent_ignore_backward)(REAL *dlogits, const REAL *probs, const int32_t *y,
+                                   int ignore_index, REAL scale, int N, int C) {
+  // probs and dlogits are (N,C); y is (N)
+#pragma omp parallel for schedule(static) if ((int64_t)N * C > 65536)
+  for (int i = 0; i < N; i++) {
+    if (y[i] == ignore_index) continue;
+    const REAL *p = probs + (int64_t)i * C;
+    REAL *d = dlogits + (int64_t)i * C;
+    for (int j = 0; j < C; j++) d[j] += scale * p[j];
+    d[y[i]] -= scale;
+  }
+}
+
+double MT_T(mt_mse_forward)(REAL *losses, const REAL *pred, const REAL *target, int B, int K) {
+  // pred and target are (B,K); losses is (B)
+  double sum = 0.0;
+  for (int i = 0; i < B; i++) {
+    double s = 0.0;
+    for (int k = 0; k < K; k++) {
+      const double d = (double)pred[(int64_t)i * K + k] - target[(int64_t)i * K + k];
+      s += d * d;
+    }
+    if (losses) losses[i] = (REAL)(s / K);
+    sum += s;
+  }
+  return sum;
+}
+
+void MT_T(mt_mse_backward)(REAL *dpred, const REAL *pred, const REAL *target, REAL scale, int B,
+                           int K) {
+  const int64_t n = (int64_t)B * K;
+  const REAL s2 = (REAL)2 * scale;
+#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+  for (int64_t i = 0; i < n; i++) dpred[i] += s2 * (pred[i] - target[i]);
+}
+
+#undef GELU_KAPPA
+#undef GELU_BETA
+#undef INV_SQRT2
+#undef INV_SQRT_2PI
+#undef MT_TANH

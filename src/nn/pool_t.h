@@ -1,0 +1,169 @@
+/* 2-d max and average pooling and global average pooling, a template for
+ * REAL = float and double (pool.c). */
+
+/* 2x2 windows, stride 2, no padding (the CNN's pool): the general rule
+ * below (scan order, the first maximum wins, a NaN always wins) written with
+ * selects instead of branches, so it vectorises over a row; the branchy loop
+ * mispredicted on real activations and took a third of a CNN step. */
+static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
+                              const mt_pool2d_shape *s) {
+  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  const int64_t ohw = (int64_t)s->OH * s->OW;
+  const int W = s->W, OW = s->OW;
+#pragma omp parallel for schedule(static) if (planes * ohw > 32768)
+  for (int64_t p = 0; p < planes; p++) {
+    const REAL *x = inp + p * hw;
+    REAL *o = out + p * ohw;
+    int32_t *am = argmax + p * ohw;
+    for (int oh = 0; oh < s->OH; oh++) {
+      const REAL *r0 = x + 2 * oh * W, *r1 = r0 + W;
+      const int32_t base = 2 * oh * W;
+#pragma omp simd
+      for (int ow = 0; ow < OW; ow++) {
+        const REAL a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+        const int32_t ia = base + 2 * ow;
+        REAL m = a;
+        int32_t i = ia;
+        int t = (b > m) | (b != b);
+        m = t ? b : m, i = t ? ia + 1 : i;
+        t = (c > m) | (c != c);
+        m = t ? c : m, i = t ? ia + W : i;
+        t = (d > m) | (d != d);
+        m = t ? d : m, i = t ? ia + W + 1 : i;
+        o[oh * OW + ow] = m;
+        am[oh * OW + ow] = i;
+      }
+    }
+  }
+}
+
+void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
+                                const mt_pool2d_shape *s) {
+  // inp is (B,C,H,W); out and argmax are (B,C,OH,OW)
+  if (s->KH == 2 && s->KW == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
+      s->pad_w == 0) {
+    MT_T(maxpool_2x2)(out, argmax, inp, s);
+    return;
+  }
+  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  const int64_t ohw = (int64_t)s->OH * s->OW;
+#pragma omp parallel for schedule(static) if (planes * ohw > 32768)
+  for (int64_t p = 0; p < planes; p++) {
+    const REAL *x = inp + p * hw;
+    REAL *o = out + p * ohw;
+    int32_t *am = argmax + p * ohw;
+    for (int oh = 0; oh < s->OH; oh++) {
+      const int h0 = imax(oh * s->stride_h - s->pad_h, 0);
+      const int h1 = imin(oh * s->stride_h - s->pad_h + s->KH, s->H);
+      for (int ow = 0; ow < s->OW; ow++) {
+        const int w0 = imax(ow * s->stride_w - s->pad_w, 0);
+        const int w1 = imin(ow * s->stride_w - s->pad_w + s->KW, s->W);
+        int best = h0 * s->W + w0; /* pad <= kernel/2: never an empty window */
+        REAL mx = -INFINITY;
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) {
+            const REAL v = x[ih * s->W + iw];
+            if (v > mx || isnan(v)) {
+              mx = v;
+              best = ih * s->W + iw;
+            }
+          }
+        o[oh * s->OW + ow] = mx;
+        am[oh * s->OW + ow] = best;
+      }
+    }
+  }
+}
+
+void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                 const mt_pool2d_shape *s) {
+  // dout and argmax are (B,C,OH,OW); dinp is (B,C,H,W)
+  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  const int64_t ohw = (int64_t)s->OH * s->OW;
+#pragma omp parallel for schedule(static) if (planes * ohw > 32768)
+  for (int64_t p = 0; p < planes; p++) {
+    REAL *dx = dinp + p * hw;
+    const REAL *d = dout + p * ohw;
+    const int32_t *am = argmax + p * ohw;
+    for (int64_t i = 0; i < ohw; i++) dx[am[i]] += d[i];
+  }
+}
+
+/* Window [h0,h1) x [w0,w1) clipped to the input and its divisor. */
+static inline void MT_T(avg_window)(const mt_pool2d_shape *s, int oh, int ow, int *h0, int *h1,
+                                    int *w0, int *w1, REAL *inv) {
+  const int hs = oh * s->stride_h - s->pad_h, ws = ow * s->stride_w - s->pad_w;
+  *h0 = imax(hs, 0);
+  *h1 = imin(hs + s->KH, s->H);
+  *w0 = imax(ws, 0);
+  *w1 = imin(ws + s->KW, s->W);
+  /* floor mode: the window always lies inside the padded input, so with
+   * count_include_pad the divisor is the whole kernel */
+  const int n = s->count_include_pad ? s->KH * s->KW : (*h1 - *h0) * (*w1 - *w0);
+  *inv = (REAL)1 / (REAL)n;
+}
+
+void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shape *s) {
+  // inp is (B,C,H,W); out is (B,C,OH,OW)
+  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  const int64_t ohw = (int64_t)s->OH * s->OW;
+#pragma omp parallel for schedule(static) if (planes * ohw > 32768)
+  for (int64_t p = 0; p < planes; p++) {
+    const REAL *x = inp + p * hw;
+    REAL *o = out + p * ohw;
+    for (int oh = 0; oh < s->OH; oh++)
+      for (int ow = 0; ow < s->OW; ow++) {
+        int h0, h1, w0, w1;
+        REAL inv;
+        MT_T(avg_window)(s, oh, ow, &h0, &h1, &w0, &w1, &inv);
+        REAL acc = (REAL)0;
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) acc += x[ih * s->W + iw];
+        o[oh * s->OW + ow] = acc * inv;
+      }
+  }
+}
+
+void MT_T(mt_avgpool2d_backward)(REAL *dinp, const REAL *dout, const mt_pool2d_shape *s) {
+  // dout is (B,C,OH,OW); dinp is (B,C,H,W)
+  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  const int64_t ohw = (int64_t)s->OH * s->OW;
+#pragma omp parallel for schedule(static) if (planes * ohw > 32768)
+  for (int64_t p = 0; p < planes; p++) {
+    REAL *dx = dinp + p * hw;
+    const REAL *d = dout + p * ohw;
+    for (int oh = 0; oh < s->OH; oh++)
+      for (int ow = 0; ow < s->OW; ow++) {
+        int h0, h1, w0, w1;
+        REAL inv;
+        MT_T(avg_window)(s, oh, ow, &h0, &h1, &w0, &w1, &inv);
+        const REAL g = d[oh * s->OW + ow] * inv;
+        for (int ih = h0; ih < h1; ih++)
+          for (int iw = w0; iw < w1; iw++) dx[ih * s->W + iw] += g;
+      }
+  }
+}
+
+void MT_T(mt_global_avgpool_forward)(REAL *out, const REAL *inp, int B, int C, int HW) {
+  // inp is (B,C,HW); out is (B,C)
+  const int64_t planes = (int64_t)B * C;
+#pragma omp parallel for schedule(static) if (planes * HW > 65536)
+  for (int64_t p = 0; p < planes; p++) {
+    const REAL *x = inp + p * HW;
+    double acc = 0.0;
+    for (int i = 0; i < HW; i++) acc += x[i];
+    out[p] = (REAL)(acc / HW);
+  }
+}
+
+void MT_T(mt_global_avgpool_backward)(REAL *dinp, const REAL *dout, int B, int C, int HW) {
+  // dout is (B,C); dinp is (B,C,HW)
+  const int64_t planes = (int64_t)B * C;
+  const REAL inv = (REAL)1 / (REAL)HW;
+#pragma omp parallel for schedule(static) if (planes * HW > 65536)
+  for (int64_t p = 0; p < planes; p++) {
+    REAL *dx = dinp + p * HW;
+    const REAL g = dout[p] * inv;
+    for (int i = 0; i < HW; i++) dx[i] += g;
+  }
+}
