@@ -6,9 +6,10 @@
  * Conventions (see DESIGN.md):
  *  - every fallible function returns an int status, 0 on success, and callers
  *    wrap calls in MT_CALL() so a failure becomes a traceback;
- *  - all parameters of a model live in ONE flat float buffer described by a
+ *  - all parameters of a model live in ONE flat buffer described by a
  *    parameter table (name, shape, offset); gradients and optimizer state use
- *    the same layout.
+ *    the same layout. The buffer is float, or double under -precision fp64
+ *    (mt_dtype: the *64 operations below).
  */
 #ifndef MPITRAIN_H
 #define MPITRAIN_H
@@ -22,6 +23,10 @@ extern "C" {
 #endif
 
 #define MPITRAIN_VERSION "0.1.0"
+
+/* The element type of the flat buffers (parameters, gradients, optimizer
+ * state, model buffers) and of a model's compute: -precision fp32 | fp64. */
+typedef enum { MT_FP32 = 0, MT_FP64 = 1 } mt_dtype;
 
 /* ---------------------------------------------------------------- errors */
 
@@ -194,6 +199,8 @@ typedef struct {
   float *logits;    /* (B, logits_len) the outputs before the softmax; a
                        model that offers none fails with MT_ERR_ARG       */
   int logits_len;   /* row length of logits: the number of classes        */
+  double *logits64; /* the same for forward64 (-precision fp64), which
+                       fills this one instead of logits                    */
 } mt_batch_stats;
 
 typedef struct mt_model mt_model;
@@ -220,6 +227,19 @@ typedef struct {
   /* FLOPs of one forward+backward per sample (for metrics); may be NULL. */
   double (*flops_per_sample)(const mt_model *m);
   void (*destroy)(mt_model *m);
+  /* Optional: -precision fp64, PyTorch's model.double(). A model made with
+   * m->dtype == MT_FP64 (mt_model_create_as) computes with double
+   * parameters, gradients, activations and losses: forward64 and
+   * backward64 are forward and backward with double buffers (the batch's
+   * inputs and targets stay float and are widened at the model's input;
+   * per-sample logits go to st->logits64, st->logits is NULL) and read and
+   * update m->buf64 instead of m->buf. setup sees m->dtype and sizes its
+   * buffers for it; init still fills float parameters and m->buf, which
+   * mt_model_init widens (as model.double() after construction). A model
+   * without them is refused under -precision fp64. */
+  int (*forward64)(mt_model *m, const double *params, const mt_batch *b, double *losses,
+                   mt_batch_stats *st);
+  int (*backward64)(mt_model *m, const double *params, double *grads, double scale, int B);
 } mt_model_ops;
 
 struct mt_model {
@@ -251,6 +271,11 @@ struct mt_model {
   mt_data_spec spec;
   int max_batch;
   void *data; /* implementation state                                      */
+  /* The element type the model was made for (mt_model_create_as; set
+   * before setup) and, under MT_FP64, its buffers in double (allocated
+   * with buf; mt_model_init widens buf into them). */
+  mt_dtype dtype;
+  double *buf64;
 };
 
 /* A model's backward reports a finished unit (see mt_model.unit_done). */
@@ -271,6 +296,14 @@ int mt_model_register(const mt_model_ops *ops);
 const mt_model_ops *mt_model_find(const char *name);
 void mt_model_names(char *buf, size_t len);
 int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, mt_model **m);
+/* The same for an element type: MT_FP64 needs the model's forward64 and
+ * backward64 (else MT_ERR_OPTION naming -precision). */
+int mt_model_create_as(const char *name, const mt_data_spec *spec, int max_batch, mt_dtype dtype,
+                       mt_model **m);
+/* Initialises params (float, or double for an MT_FP64 model) and the model
+ * buffers from seed with the init op; for MT_FP64 the op fills a float copy
+ * that is then widened, and m->buf is widened into m->buf64. */
+int mt_model_init(mt_model *m, void *params, uint64_t seed);
 void mt_model_destroy(mt_model **m);
 
 /* ------------------------------------------------------------- backends */

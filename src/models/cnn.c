@@ -13,7 +13,9 @@
  * training the statistics are those of the forward's batch and the
  * running ones are updated with momentum 0.1 (PyTorch's defaults, eps
  * 1e-5); in evaluation the running ones normalise. The input shape comes
- * from the data file: (C,H,W), or (H,W) read as one channel. */
+ * from the data file: (C,H,W), or (H,W) read as one channel. The model in
+ * float and in double (-precision fp64) is one template, cnn_t.h. */
+#define MT_NN_GENERIC
 #include "core/core.h"
 #include "models/models.h"
 #include "nn/nn.h"
@@ -24,13 +26,13 @@
 
 #define MT_PURPOSE_INIT_CNN 3
 #define MAX_BLOCKS 8
-#define BN_EPS 1e-5f
-#define BN_MOMENTUM 0.1f
+#define BN_EPS 1e-5 /* as the model's type: (REAL)BN_EPS */
+#define BN_MOMENTUM 0.1
 #define DROPOUT_LAYER 64 /* the classifier's dropout in mt_model_dropout keys */
 
 static int channels_[MAX_BLOCKS] = {32, 64};
 static int nblocks_ = 2, kernel_ = 3, hidden_ = 128, batchnorm_ = 0;
-static float dropout_ = 0.0f;
+static double dropout_ = 0.0;
 
 int mt_cnn_set(const int *channels, int n, int kernel, int hidden, int batchnorm, double dropout) {
   MT_CHECK(n >= 1 && n <= MAX_BLOCKS, MT_ERR_OPTION, "option -cnn_channels: 1 to %d blocks", MAX_BLOCKS);
@@ -42,284 +44,53 @@ int mt_cnn_set(const int *channels, int n, int kernel, int hidden, int batchnorm
   kernel_ = kernel;
   hidden_ = hidden;
   batchnorm_ = batchnorm;
-  dropout_ = (float)dropout;
+  dropout_ = dropout;
   return 0;
 }
-
-typedef struct {
-  int nb, C0, H0, W0, flat, hidden, classes, bn, pcls;
-  int pconv[MAX_BLOCKS], pbn[MAX_BLOCKS]; /* parameter indices               */
-  mt_conv2d conv[MAX_BLOCKS];
-  mt_pool2d_shape pool[MAX_BLOCKS];
-  float *z[MAX_BLOCKS], *dz[MAX_BLOCKS];  /* conv outputs before batch norm   */
-  float *mean[MAX_BLOCKS], *rstd[MAX_BLOCKS];
-  float *a[MAX_BLOCKS], *da[MAX_BLOCKS];  /* block activations after ReLU     */
-  float *p[MAX_BLOCKS], *dp[MAX_BLOCKS];  /* pooled (B,C,H/2,W/2)             */
-  int32_t *arg[MAX_BLOCKS];
-  float *h, *dh, *logits, *dlogits, *probs;
-  uint8_t *mask;
-  float drop;
-  const float *x;
-  const int32_t *y;
-  int B, train, dropped;
-} cnn;
 
 static size_t numel(const mt_pool2d_shape *s, int out) {
   return (size_t)s->C * (out ? (size_t)s->OH * s->OW : (size_t)s->H * s->W);
 }
 
-static int cnn_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
-  cnn *s;
-  MT_CALL(mt_calloc(&s, 1, sizeof(*s), "cnn"));
-  m->data = s;
-  MT_CHECK(!spec->tokens && spec->nclasses >= 2, MT_ERR_DATA,
-           "model cnn needs images /x and class labels /y (this data set holds %s)",
-           spec->tokens ? "/tokens" : "no class labels");
-  MT_CHECK(spec->ndim == 2 || spec->ndim == 3, MT_ERR_DATA,
-           "model cnn needs samples of shape (C,H,W) or (H,W); the data has %d dimensions",
-           spec->ndim);
-  s->C0 = spec->ndim == 3 ? (int)spec->shape[0] : 1;
-  s->H0 = (int)spec->shape[spec->ndim - 2];
-  s->W0 = (int)spec->shape[spec->ndim - 1];
-  s->nb = nblocks_;
-  s->hidden = hidden_;
-  s->classes = spec->nclasses;
-  s->bn = batchnorm_;
-  s->drop = dropout_;
-  const int step = s->bn ? 4 : 3; /* modules per block in features */
-  int C = s->C0, H = s->H0, W = s->W0;
-  char name[MT_NAME_MAX];
-  for (int l = 0; l < s->nb; l++) {
-    mt_conv2d_shape cs = {.B = max_batch, .IC = C, .H = H, .W = W, .OC = channels_[l],
-                          .KH = kernel_, .KW = kernel_, .stride_h = 1, .stride_w = 1,
-                          .pad_h = kernel_ / 2, .pad_w = kernel_ / 2, .dil_h = 1, .dil_w = 1,
-                          .groups = 1};
-    MT_CALL(mt_conv2d_init(&s->conv[l], &cs, 1));
-    int64_t w[4] = {channels_[l], C, kernel_, kernel_}, b[1] = {channels_[l]};
-    s->pconv[l] = m->params.n;
-    snprintf(name, sizeof(name), "features.%d.weight", step * l);
-    MT_CALL(mt_param_table_add(&m->params, name, 4, w, l));
-    snprintf(name, sizeof(name), "features.%d.bias", step * l);
-    MT_CALL(mt_param_table_add(&m->params, name, 1, b, l));
-    C = channels_[l];
-    mt_pool2d_shape ps = {.B = max_batch, .C = C, .H = H, .W = W, .KH = 2, .KW = 2,
-                          .stride_h = 2, .stride_w = 2};
-    MT_CHECK(H >= 2 && W >= 2, MT_ERR_DATA, "model cnn: block %d gets %dx%d, too small to pool",
-             l + 1, H, W);
-    MT_CALL(mt_pool2d_shape_init(&ps));
-    s->pool[l] = ps;
-    size_t in = numel(&ps, 0) * (size_t)max_batch, out = numel(&ps, 1) * (size_t)max_batch;
-    if (s->bn) {
-      static const char *const pn[2] = {"weight", "bias"}, *const bn[2] = {"running_mean", "running_var"};
-      s->pbn[l] = m->params.n;
-      for (int k = 0; k < 2; k++) {
-        snprintf(name, sizeof(name), "features.%d.%s", step * l + 1, pn[k]);
-        MT_CALL(mt_param_table_add(&m->params, name, 1, b, l));
-      }
-      for (int k = 0; k < 2; k++) {
-        snprintf(name, sizeof(name), "features.%d.%s", step * l + 1, bn[k]);
-        MT_CALL(mt_param_table_add(&m->buffers, name, 1, b, l));
-      }
-      MT_CALL(mt_calloc(&s->z[l], in, sizeof(float), "conv outputs"));
-      MT_CALL(mt_calloc(&s->dz[l], in, sizeof(float), "conv output gradients"));
-      MT_CALL(mt_calloc(&s->mean[l], (size_t)C, sizeof(float), "batch norm means"));
-      MT_CALL(mt_calloc(&s->rstd[l], (size_t)C, sizeof(float), "batch norm deviations"));
-    }
-    MT_CALL(mt_calloc(&s->a[l], in, sizeof(float), "conv activations"));
-    MT_CALL(mt_calloc(&s->da[l], in, sizeof(float), "conv activation gradients"));
-    MT_CALL(mt_calloc(&s->p[l], out, sizeof(float), "pooled activations"));
-    MT_CALL(mt_calloc(&s->dp[l], out, sizeof(float), "pooled activation gradients"));
-    MT_CALL(mt_calloc(&s->arg[l], out, sizeof(int32_t), "pooling indices"));
-    H = ps.OH;
-    W = ps.OW;
-  }
-  s->flat = C * H * W;
-  int64_t w1[2] = {s->hidden, s->flat}, b1[1] = {s->hidden}, w2[2] = {s->classes, s->hidden},
-          b2[1] = {s->classes};
-  s->pcls = m->params.n;
-  MT_CALL(mt_param_table_add(&m->params, "classifier.1.weight", 2, w1, s->nb));
-  MT_CALL(mt_param_table_add(&m->params, "classifier.1.bias", 1, b1, s->nb));
-  MT_CALL(mt_param_table_add(&m->params, "classifier.3.weight", 2, w2, s->nb + 1));
-  MT_CALL(mt_param_table_add(&m->params, "classifier.3.bias", 1, b2, s->nb + 1));
-  size_t B = (size_t)max_batch;
-  MT_CALL(mt_calloc(&s->h, B * s->hidden, sizeof(float), "hidden"));
-  MT_CALL(mt_calloc(&s->dh, B * s->hidden, sizeof(float), "hidden gradients"));
-  if (s->drop > 0) MT_CALL(mt_calloc(&s->mask, B * s->hidden, 1, "dropout masks"));
-  MT_CALL(mt_calloc(&s->logits, B * s->classes, sizeof(float), "logits"));
-  MT_CALL(mt_calloc(&s->dlogits, B * s->classes, sizeof(float), "logit gradients"));
-  MT_CALL(mt_calloc(&s->probs, B * s->classes, sizeof(float), "probabilities"));
-  return 0;
-}
+#define MT_TEMPLATE "models/cnn_t.h"
+#include "core/real_t.h"
 
 /* PyTorch's Conv2d/Linear default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
  * weight and bias, fan_in = in_channels * kh * kw (or in_features); batch
- * norm: weight 1, bias 0, running mean 0, running variance 1. */
+ * norm: weight 1, bias 0, running mean 0, running variance 1 (cnn_init_bn).
+ * Always float: mt_model_init widens it for -precision fp64. */
 static int cnn_init(mt_model *m, float *params, uint64_t seed) {
-  cnn *s = m->data;
   MT_CALL(mt_init_torch_default(m, params, seed, MT_PURPOSE_INIT_CNN));
-  for (int l = 0; s->bn && l < s->nb; l++) {
-    const mt_param *w = &m->params.p[s->pbn[l]], *b = &m->params.p[s->pbn[l] + 1];
-    const mt_param *rm = &m->buffers.p[2 * l], *rv = &m->buffers.p[2 * l + 1];
-    for (size_t i = 0; i < w->numel; i++) {
-      params[w->offset + i] = 1.0f;
-      params[b->offset + i] = 0.0f;
-      m->buf[rm->offset + i] = 0.0f;
-      m->buf[rv->offset + i] = 1.0f;
-    }
-  }
+  if (m->dtype == MT_FP64)
+    cnn_init_bn_f64(m, params);
+  else
+    cnn_init_bn(m, params);
   return 0;
 }
 
-static const float *P(const mt_model *m, const float *params, int k) {
-  return params + m->params.p[k].offset;
+static int cnn_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
+  return m->dtype == MT_FP64 ? cnn_setup_f64(m, spec, max_batch) : cnn_setup(m, spec, max_batch);
 }
 
-static float *G(const mt_model *m, float *grads, int k) { return grads + m->params.p[k].offset; }
-
-static int cnn_forward(mt_model *m, const float *params, const mt_batch *bt, float *losses,
-                       mt_batch_stats *st) {
-  cnn *s = m->data;
-  const int B = bt->n;
-  MT_CHECK(bt->x && bt->labels, MT_ERR_DATA, "model cnn needs inputs /x and class labels /y");
-  MT_CHECK(B <= m->max_batch, MT_ERR_ARG, "batch %d exceeds %d", B, m->max_batch);
-  s->x = bt->x;
-  s->y = bt->labels;
-  s->B = B;
-  s->train = bt->train;
-  s->dropped = bt->train && s->drop > 0;
-  if (B == 0) return 0;
-  const float *in = bt->x;
-  for (int l = 0; l < s->nb; l++) {
-    mt_pool2d_shape ps = s->pool[l];
-    ps.B = B;
-    const int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
-    const int k = s->pconv[l];
-    MT_CALL(mt_model_unit_use(m, l, 0));
-    MT_CALL(mt_conv2d_forward(s->bn ? s->z[l] : s->a[l], in, P(m, params, k), P(m, params, k + 1),
-                              B, &s->conv[l]));
-    if (s->bn) {
-      const int kb = s->pbn[l];
-      MT_CALL(mt_batchnorm2d_forward(s->a[l], s->mean[l], s->rstd[l],
-                                     m->buf + m->buffers.p[2 * l].offset,
-                                     m->buf + m->buffers.p[2 * l + 1].offset, s->z[l],
-                                     P(m, params, kb), P(m, params, kb + 1), B, ps.C,
-                                     ps.H * ps.W, BN_EPS, BN_MOMENTUM, s->train));
-    }
-    mt_relu_forward(s->a[l], s->a[l], na);
-    mt_maxpool2d_forward(s->p[l], s->arg[l], s->a[l], &ps);
-    in = s->p[l];
-  }
-  const int k = s->pcls;
-  MT_CALL(mt_model_unit_use(m, s->nb, 0));
-  MT_CALL(mt_linear_forward(s->h, in, P(m, params, k), P(m, params, k + 1), B, s->flat, s->hidden));
-  mt_relu_forward(s->h, s->h, (int64_t)B * s->hidden);
-  if (s->dropped) mt_model_dropout(s->h, s->mask, s->drop, bt, DROPOUT_LAYER, s->hidden);
-  MT_CALL(mt_model_unit_use(m, s->nb + 1, 0));
-  MT_CALL(mt_linear_forward(s->logits, s->h, P(m, params, k + 2), P(m, params, k + 3), B,
-                            s->hidden, s->classes));
-  int64_t correct = 0;
-  double sum = mt_softmax_xent_forward(s->probs, losses, &correct, s->logits, s->y, B, s->classes);
-  st->loss_sum += sum;
-  st->correct += (double)correct;
-  MT_CALL(mt_model_put_outputs("cnn", st, s->logits, B, s->classes));
-  return 0;
+static double cnn_flops_dt(const mt_model *m) {
+  return m->dtype == MT_FP64 ? cnn_flops_f64(m) : cnn_flops(m);
 }
 
-static int cnn_backward(mt_model *m, const float *params, float *grads, float scale, int B) {
-  cnn *s = m->data;
-  MT_CHECK(B == s->B, MT_ERR_STATE, "cnn backward of %d samples after a forward of %d", B, s->B);
-  if (B == 0) return 0;
-  const int k = s->pcls;
-  memset(s->dlogits, 0, (size_t)B * s->classes * sizeof(float));
-  memset(s->dh, 0, (size_t)B * s->hidden * sizeof(float));
-  mt_softmax_xent_backward(s->dlogits, s->probs, s->y, scale, B, s->classes);
-  MT_CALL(mt_model_unit_use(m, s->nb + 1, 1));
-  const float *last = s->p[s->nb - 1];
-  float *dlast = s->dp[s->nb - 1];
-  MT_CALL(mt_linear_backward(s->dh, G(m, grads, k + 2), G(m, grads, k + 3), s->dlogits, s->h,
-                             P(m, params, k + 2), B, s->hidden, s->classes));
-  mt_model_unit_done(m, s->nb + 1);
-  /* h is after ReLU and dropout: positive exactly where both kept it */
-  if (s->dropped) mt_model_dropout_backward(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
-  mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
-  memset(dlast, 0, (size_t)B * s->flat * sizeof(float));
-  MT_CALL(mt_model_unit_use(m, s->nb, 1));
-  MT_CALL(mt_linear_backward(dlast, G(m, grads, k), G(m, grads, k + 1), s->dh, last,
-                             P(m, params, k), B, s->flat, s->hidden));
-  mt_model_unit_done(m, s->nb);
-  for (int l = s->nb - 1; l >= 0; l--) {
-    mt_pool2d_shape ps = s->pool[l];
-    ps.B = B;
-    int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
-    memset(s->da[l], 0, (size_t)na * sizeof(float));
-    mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
-    mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
-    const float *dconv = s->da[l];
-    MT_CALL(mt_model_unit_use(m, l, 1));
-    if (s->bn) {
-      const int kb = s->pbn[l];
-      memset(s->dz[l], 0, (size_t)na * sizeof(float));
-      mt_batchnorm2d_backward(s->dz[l], G(m, grads, kb), G(m, grads, kb + 1), s->da[l], s->z[l],
-                              P(m, params, kb), s->mean[l], s->rstd[l], B, ps.C, ps.H * ps.W,
-                              s->train);
-      dconv = s->dz[l];
-    }
-    float *dinp = NULL;
-    if (l > 0) {
-      dinp = s->dp[l - 1];
-      memset(dinp, 0, (size_t)B * numel(&s->pool[l - 1], 1) * sizeof(float));
-    }
-    const float *in = l ? s->p[l - 1] : s->x;
-    const int kc = s->pconv[l];
-    MT_CALL(mt_conv2d_backward(dinp, G(m, grads, kc), G(m, grads, kc + 1), dconv, in,
-                               P(m, params, kc), B, &s->conv[l]));
-    mt_model_unit_done(m, l);
-  }
-  return 0;
-}
-
-static double cnn_flops(const mt_model *m) {
-  const cnn *s = m->data;
-  double f = 0;
-  for (int l = 0; l < s->nb; l++) {
-    const mt_conv2d_shape *c = &s->conv[l].s;
-    double fwd = 2.0 * c->OC * c->OH * c->OW * (double)c->IC * c->KH * c->KW;
-    f += fwd * (l ? 3 : 2); /* the first layer needs no input gradient */
-  }
-  f += 2.0 * s->flat * s->hidden * 3 + 2.0 * s->hidden * s->classes * 3;
-  return f;
-}
-
-static void cnn_destroy(mt_model *m) {
-  cnn *s = m->data;
-  if (!s) return;
-  for (int l = 0; l < MAX_BLOCKS; l++) {
-    mt_conv2d_free(&s->conv[l]);
-    mt_free(&s->a[l]);
-    mt_free(&s->da[l]);
-    mt_free(&s->p[l]);
-    mt_free(&s->dp[l]);
-    mt_free(&s->arg[l]);
-    mt_free(&s->z[l]);
-    mt_free(&s->dz[l]);
-    mt_free(&s->mean[l]);
-    mt_free(&s->rstd[l]);
-  }
-  mt_free(&s->mask);
-  mt_free(&s->h);
-  mt_free(&s->dh);
-  mt_free(&s->logits);
-  mt_free(&s->dlogits);
-  mt_free(&s->probs);
-  mt_free(&m->data);
+static void cnn_destroy_dt(mt_model *m) {
+  if (m->dtype == MT_FP64)
+    cnn_destroy_f64(m);
+  else
+    cnn_destroy(m);
 }
 
 const mt_model_ops mt_cnn_ops = {
     .name = "cnn",
-    .setup = cnn_setup,
+    .setup = cnn_setup_dt,
     .init = cnn_init,
     .forward = cnn_forward,
     .backward = cnn_backward,
-    .flops_per_sample = cnn_flops,
-    .destroy = cnn_destroy,
+    .flops_per_sample = cnn_flops_dt,
+    .destroy = cnn_destroy_dt,
+    .forward64 = cnn_forward_f64,
+    .backward64 = cnn_backward_f64,
 };

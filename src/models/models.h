@@ -4,6 +4,8 @@
 
 #include "mpitrain/mpitrain.h"
 
+#include <stdint.h>
+
 extern const mt_model_ops mt_mlp_ops;
 extern const mt_model_ops mt_cnn_ops;
 extern const mt_model_ops mt_gpt_ops;
@@ -26,18 +28,13 @@ int mt_gpt_set(int layers, int heads, int embd, int block, int gelu_tanh, double
  * with norms re-initialises theirs afterwards.) */
 int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint64_t purpose);
 
-/* The per-sample outputs st asks for (pred = argmax, logits) from a
- * classifier's logits (B, C); model names the model in errors. */
-int mt_model_put_outputs(const char *model, mt_batch_stats *st, const float *logits, int B, int C);
+/* Helpers of the models for float and double (registry_t.h): declared
+ * once in models_decl_t.h, as nn.h does for the layers. */
+#define MT_TEMPLATE "models/models_decl_t.h"
+#include "core/real_t.h"
 
-/* Dropout of a batch's rows x (b->n, row_len), in place, only in a training
- * pass (b->train) with p > 0: row i's mask is drawn from the key
- * (b->key, layer, b->ids[i]) (see mt_batch), so it is the same for a sample
- * whatever rank, thread or micro-batch computes it; mask (b->n, row_len)
- * records it. Backward in place on the gradient d: d = d * mask / (1 - p)
- * (a no-op for p <= 0; call it only after a training forward). */
-void mt_model_dropout(float *x, uint8_t *mask, float p, const mt_batch *b, int layer,
-                      int64_t row_len);
-void mt_model_dropout_backward(float *d, const uint8_t *mask, float p, int64_t n);
+/* The model buffers (running statistics) of a model's element type. */
+static inline float *mt_model_buf(const mt_model *m) { return m->buf; }
+static inline double *mt_model_buf_f64(const mt_model *m) { return m->buf64; }
 
 #endif

@@ -53,22 +53,48 @@ int mt_model_register(const mt_model_ops *ops) {
 }
 
 int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, mt_model **out) {
+  return mt_model_create_as(name, spec, max_batch, MT_FP32, out);
+}
+
+int mt_model_create_as(const char *name, const mt_data_spec *spec, int max_batch, mt_dtype dtype,
+                       mt_model **out) {
   builtins();
   *out = NULL;
   const mt_model_ops *ops = NULL;
   for (int i = 0; i < nmodels_; i++)
     if (!strcmp(models_[i]->name, name)) ops = models_[i];
   MT_CHECK(ops, MT_ERR_OPTION, "option -model: unknown model '%s'", name);
+  MT_CHECK(dtype == MT_FP32 || (dtype == MT_FP64 && ops->forward64 && ops->backward64),
+           MT_ERR_OPTION,
+           "option -precision fp64: model %s has no double-precision operations (forward64 and "
+           "backward64 in its mt_model_ops); run it with -precision fp32", name);
   mt_model *m;
   MT_CALL(mt_calloc(&m, 1, sizeof(*m), "model"));
   m->ops = ops;
   m->spec = *spec;
   m->max_batch = max_batch;
+  m->dtype = dtype;
   *out = m;
   MT_CALL(ops->setup(m, spec, max_batch));
   if (m->buffers.total)
     MT_CALL(mt_calloc(&m->buf, m->buffers.total, sizeof(float), "model buffers"));
+  if (m->buffers.total && dtype == MT_FP64)
+    MT_CALL(mt_calloc(&m->buf64, m->buffers.total, sizeof(double), "model buffers"));
   return 0;
+}
+
+int mt_model_init(mt_model *m, void *params, uint64_t seed) {
+  if (m->dtype == MT_FP32) return m->ops->init(m, params, seed);
+  /* PyTorch's model.double() after construction: made in float, widened */
+  const size_t n = m->params.total;
+  float *tmp = NULL;
+  MT_CALL(mt_calloc(&tmp, n ? n : 1, sizeof(float), "float parameters for initialisation"));
+  int err = m->ops->init(m, tmp, seed);
+  double *p = params;
+  for (size_t i = 0; !err && i < n; i++) p[i] = tmp[i];
+  for (size_t i = 0; !err && i < m->buffers.total; i++) m->buf64[i] = m->buf[i];
+  mt_free(&tmp);
+  return err;
 }
 
 void mt_model_destroy(mt_model **pm) {
@@ -78,6 +104,7 @@ void mt_model_destroy(mt_model **pm) {
   mt_param_table_free(&m->params);
   mt_param_table_free(&m->buffers);
   mt_free(&m->buf);
+  mt_free(&m->buf64);
   mt_free(pm);
 }
 
@@ -98,36 +125,5 @@ int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint6
   return 0;
 }
 
-int mt_model_put_outputs(const char *model, mt_batch_stats *st, const float *logits, int B, int C) {
-  if (st->logits) {
-    MT_CHECK(st->logits_len == C, MT_ERR_ARG,
-             "model %s: logits rows of %d asked for, it has %d classes", model, st->logits_len, C);
-    memcpy(st->logits, logits, (size_t)B * C * sizeof(float));
-  }
-  for (int i = 0; st->pred && i < B; i++) {
-    const float *l = logits + (size_t)i * C;
-    int arg = 0;
-    for (int j = 1; j < C; j++)
-      if (l[j] > l[arg]) arg = j;
-    st->pred[i] = arg;
-  }
-  return 0;
-}
-
-void mt_model_dropout(float *x, uint8_t *mask, float p, const mt_batch *b, int layer,
-                      int64_t row_len) {
-  if (!b->train || p <= 0.0f) return;
-  for (int i = 0; i < b->n; i++) {
-    uint64_t id = b->ids ? (uint64_t)b->ids[i] : (uint64_t)i;
-    uint64_t key = mt_key(b->key, (uint64_t)layer + 1, id);
-    float *r = x + (int64_t)i * row_len;
-    mt_dropout_forward(r, mask + (int64_t)i * row_len, r, p, key, 0, 1, row_len);
-  }
-}
-
-void mt_model_dropout_backward(float *d, const uint8_t *mask, float p, int64_t n) {
-  if (p <= 0.0f) return;
-  const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-#pragma omp simd
-  for (int64_t i = 0; i < n; i++) d[i] = mask[i] ? d[i] * scale : 0.0f;
-}
+#define MT_TEMPLATE "models/registry_t.h"
+#include "core/real_t.h"

@@ -1,0 +1,228 @@
+/* The GPT (gpt.c), a template for REAL = float and double: its state,
+ * setup, forward, backward, flops and destroy. */
+
+/* activations of one block (N = B*T rows) */
+typedef struct {
+  REAL *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *preatt, *att, *attproj, *res2;
+  REAL *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
+} MT_T(block_acts);
+
+typedef struct {
+  int L, NH, C, T, V, maxB;
+  MT_T(block_acts) a[64], d[64]; /* activations and their gradients      */
+  REAL *enc, *denc, *lnf, *lnf_mean, *lnf_rstd, *dlnf, *logits, *dlogits;
+  int32_t *inp, *tgt;       /* (B,T) inputs and targets                  */
+  /* dropout (nanoGPT's, without the one on attention weights): masks of
+   * the embedding and of each block's two projections into the stream */
+  REAL drop;
+  uint8_t *mask_enc, *mask_att[64], *mask_fc[64];
+  int B, dropped;
+} MT_T(gpt);
+
+static int MT_T(alloc_acts)(MT_T(block_acts) *a, size_t N, size_t C, size_t att) {
+  REAL **f[] = {&a->ln1, &a->qkv, &a->atty, &a->attproj, &a->res2, &a->ln2, &a->fch,
+                 &a->fch_gelu, &a->fcproj, &a->res3, &a->preatt, &a->att,
+                 &a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd};
+  size_t n[] = {N * C, N * 3 * C, N * C, N * C, N * C, N * C, N * 4 * C,
+                N * 4 * C, N * C, N * C, att, att, N, N, N, N};
+  for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++)
+    MT_CALL(mt_calloc(f[i], n[i], sizeof(REAL), "gpt activations"));
+  return 0;
+}
+
+static void MT_T(free_acts)(MT_T(block_acts) *a) {
+  REAL **f[] = {&a->ln1, &a->qkv, &a->atty, &a->attproj, &a->res2, &a->ln2, &a->fch,
+                 &a->fch_gelu, &a->fcproj, &a->res3, &a->preatt, &a->att,
+                 &a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd};
+  for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) mt_free(f[i]);
+}
+
+static int MT_T(gpt_setup)(mt_model *m, const mt_data_spec *spec, int max_batch) {
+  MT_T(gpt) *s;
+  MT_CALL(mt_calloc(&s, 1, sizeof(*s), "gpt"));
+  m->data = s;
+  MT_CHECK(spec->tokens, MT_ERR_DATA, "model gpt needs a token data set (/tokens; see mt-data text)");
+  MT_CHECK(L_ <= 64, MT_ERR_OPTION, "option -gpt_layers: at most 64");
+  s->L = L_, s->NH = NH_, s->C = C_, s->T = (int)spec->sample_numel, s->V = spec->nclasses;
+  s->maxB = max_batch;
+  const int C = s->C;
+  MT_CALL(add(m, "transformer.wte.weight", 2, s->V, C, 0));
+  MT_CALL(add(m, "transformer.wpe.weight", 2, s->T, C, 0));
+  static const char *const names[NPER] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
+                                          "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                                          "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+                                          "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  const int64_t d0[NPER] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
+  const int64_t d1[NPER] = {0, 0, C, 0, C, 0, 0, 0, C, 0, 4 * C, 0};
+  char name[MT_NAME_MAX];
+  for (int l = 0; l < s->L; l++)
+    for (int k = 0; k < NPER; k++) {
+      snprintf(name, sizeof(name), "transformer.h.%d.%s", l, names[k]);
+      MT_CALL(add(m, name, d1[k] ? 2 : 1, d0[k], d1[k], l + 1));
+    }
+  MT_CALL(add(m, "transformer.ln_f.weight", 1, C, 0, s->L + 1));
+  MT_CALL(add(m, "transformer.ln_f.bias", 1, C, 0, s->L + 1));
+  size_t N = (size_t)max_batch * s->T, att = (size_t)max_batch * s->NH * s->T * s->T;
+  for (int l = 0; l < s->L; l++) {
+    MT_CALL(MT_T(alloc_acts)(&s->a[l], N, C, att));
+    MT_CALL(MT_T(alloc_acts)(&s->d[l], N, C, att));
+  }
+  REAL **f[] = {&s->enc, &s->denc, &s->lnf, &s->dlnf, &s->logits, &s->dlogits, &s->lnf_mean, &s->lnf_rstd};
+  size_t n[] = {N * C, N * C, N * C, N * C, N * s->V, N * s->V, N, N};
+  for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++)
+    MT_CALL(mt_calloc(f[i], n[i], sizeof(REAL), "gpt activations"));
+  MT_CALL(mt_calloc(&s->inp, N, sizeof(int32_t), "gpt inputs"));
+  MT_CALL(mt_calloc(&s->tgt, N, sizeof(int32_t), "gpt targets"));
+  s->drop = (REAL)dropout_;
+  if (s->drop > 0) {
+    MT_CALL(mt_calloc(&s->mask_enc, N * C, 1, "gpt dropout masks"));
+    for (int l = 0; l < s->L; l++) {
+      MT_CALL(mt_calloc(&s->mask_att[l], N * C, 1, "gpt dropout masks"));
+      MT_CALL(mt_calloc(&s->mask_fc[l], N * C, 1, "gpt dropout masks"));
+    }
+  }
+  return 0;
+}
+
+static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt, REAL *losses,
+                             mt_batch_stats *st) {
+  MT_T(gpt) *s = m->data;
+  MT_CHECK(m->dtype == MT_DT, MT_ERR_STATE, "gpt: forward of another precision than set up");
+  const int B = bt->n, T = s->T, C = s->C, NH = s->NH, V = s->V;
+  MT_CHECK(bt->tokens && bt->tokens_len == T + 1, MT_ERR_DATA,
+           "model gpt needs token windows of %d + 1 tokens", T);
+  MT_CHECK(B <= s->maxB, MT_ERR_ARG, "batch %d exceeds %d", B, s->maxB);
+  MT_CHECK(!st->logits && !st->logits64, MT_ERR_ARG,
+           "model gpt offers no per-sample logits (token data)");
+  for (int b = 0; st->pred && b < B; b++) st->pred[b] = -1; /* no class per sample */
+  s->B = B;
+  s->dropped = bt->train && s->drop > 0;
+  if (B == 0) return 0;
+  const int N = B * T;
+  const int64_t row = (int64_t)T * C; /* a sample's activations */
+  for (int b = 0; b < B; b++) {
+    memcpy(s->inp + b * T, bt->tokens + (int64_t)b * (T + 1), (size_t)T * sizeof(int32_t));
+    memcpy(s->tgt + b * T, bt->tokens + (int64_t)b * (T + 1) + 1, (size_t)T * sizeof(int32_t));
+  }
+  MT_CALL(mt_model_unit_use(m, 0, 0));
+  MT_CALL(mt_embedding_forward(s->enc, s->inp, PW(WTE), PW(WPE), B, T, C, V));
+  if (s->dropped) MT_T(mt_model_dropout)(s->enc, s->mask_enc, s->drop, bt, 0, row);
+  const REAL *res = s->enc;
+  for (int l = 0; l < s->L; l++) {
+    MT_T(block_acts) *a = &s->a[l];
+    MT_CALL(mt_model_unit_use(m, l + 1, 0));
+    mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, res, PW(bidx(l, LN1W)), PW(bidx(l, LN1B)), N, C, LN_EPS);
+    MT_CALL(mt_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C, 3 * C));
+    MT_CALL(mt_attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH));
+    MT_CALL(mt_linear_forward(a->attproj, a->atty, PW(bidx(l, PROJW)), PW(bidx(l, PROJB)), N, C, C));
+    if (s->dropped) MT_T(mt_model_dropout)(a->attproj, s->mask_att[l], s->drop, bt, 1 + 2 * l, row);
+    mt_residual_forward(a->res2, res, a->attproj, (int64_t)N * C);
+    mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(bidx(l, LN2W)), PW(bidx(l, LN2B)), N, C, LN_EPS);
+    MT_CALL(mt_linear_forward(a->fch, a->ln2, PW(bidx(l, FCW)), PW(bidx(l, FCB)), N, C, 4 * C));
+    mt_gelu_forward(a->fch_gelu, a->fch, (int64_t)N * 4 * C, gelu_);
+    MT_CALL(mt_linear_forward(a->fcproj, a->fch_gelu, PW(bidx(l, FCPW)), PW(bidx(l, FCPB)), N, 4 * C, C));
+    if (s->dropped) MT_T(mt_model_dropout)(a->fcproj, s->mask_fc[l], s->drop, bt, 2 + 2 * l, row);
+    mt_residual_forward(a->res3, a->res2, a->fcproj, (int64_t)N * C);
+    res = a->res3;
+  }
+  MT_CALL(mt_model_unit_use(m, s->L + 1, 0));
+  mt_layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s->L, 0)), PW(lnf_idx(s->L, 1)), N, C, LN_EPS);
+  MT_CALL(mt_model_unit_use(m, 0, 0));
+  MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V)); /* tied head */
+  double sum = 0;
+  int64_t count = 0, hits = 0;
+  /* per-token losses land in dlogits' first N values, reused by backward */
+  REAL *tok_loss = losses ? s->dlogits : NULL;
+  MT_CALL(mt_xent_ignore_forward(s->logits, tok_loss, &sum, &count, &hits, s->logits, s->tgt, -1, N, V));
+  if (losses)
+    for (int b = 0; b < B; b++) {
+      double l = 0;
+      for (int t = 0; t < T; t++) l += tok_loss[b * T + t];
+      losses[b] = (REAL)(l / T);
+    }
+  st->loss_sum += sum / T;
+  st->correct += (double)hits / T;
+  return 0;
+}
+
+static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL scale, int B) {
+  MT_T(gpt) *s = m->data;
+  MT_CHECK(m->dtype == MT_DT, MT_ERR_STATE, "gpt: backward of another precision than set up");
+  MT_CHECK(B == s->B, MT_ERR_STATE, "gpt backward of %d samples after a forward of %d", B, s->B);
+  if (B == 0) return 0;
+  const int T = s->T, C = s->C, NH = s->NH, V = s->V, N = B * T;
+  /* zero the activation gradients (backward adds) */
+  memset(s->dlogits, 0, (size_t)N * V * sizeof(REAL));
+  memset(s->dlnf, 0, (size_t)N * C * sizeof(REAL));
+  memset(s->denc, 0, (size_t)N * C * sizeof(REAL));
+  for (int l = 0; l < s->L; l++) {
+    MT_T(block_acts) *d = &s->d[l];
+    REAL *f[] = {d->ln1, d->qkv, d->atty, d->attproj, d->res2, d->ln2, d->fch, d->fch_gelu, d->fcproj, d->res3};
+    size_t n[] = {1, 3, 1, 1, 1, 1, 4, 4, 1, 1};
+    for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) memset(f[i], 0, (size_t)N * C * n[i] * sizeof(REAL));
+  }
+  /* logits held the softmax after forward (probs == logits) */
+  mt_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (REAL)T, N, V);
+  MT_CALL(mt_model_unit_use(m, 0, 1));
+  MT_CALL(mt_linear_backward(s->dlnf, GW(WTE), NULL, s->dlogits, s->lnf, PW(WTE), N, C, V));
+  const REAL *last = s->L ? s->a[s->L - 1].res3 : s->enc;
+  REAL *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
+  MT_CALL(mt_model_unit_use(m, s->L + 1, 1));
+  mt_layernorm_backward(dlast, GW(lnf_idx(s->L, 0)), GW(lnf_idx(s->L, 1)), s->dlnf, last,
+                        PW(lnf_idx(s->L, 0)), s->lnf_mean, s->lnf_rstd, N, C);
+  mt_model_unit_done(m, s->L + 1);
+  for (int l = s->L - 1; l >= 0; l--) {
+    MT_T(block_acts) *a = &s->a[l], *d = &s->d[l];
+    const REAL *res = l ? s->a[l - 1].res3 : s->enc;
+    REAL *dres = l ? s->d[l - 1].res3 : s->denc;
+    MT_CALL(mt_model_unit_use(m, l + 1, 1));
+    mt_residual_backward(d->res2, d->fcproj, d->res3, (int64_t)N * C);
+    if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, (int64_t)N * C);
+    MT_CALL(mt_linear_backward(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj, a->fch_gelu,
+                               PW(bidx(l, FCPW)), N, 4 * C, C));
+    mt_gelu_backward(d->fch, d->fch_gelu, a->fch, (int64_t)N * 4 * C, gelu_);
+    MT_CALL(mt_linear_backward(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, a->ln2,
+                               PW(bidx(l, FCW)), N, C, 4 * C));
+    mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
+                          PW(bidx(l, LN2W)), a->ln2_mean, a->ln2_rstd, N, C);
+    mt_residual_backward(dres, d->attproj, d->res2, (int64_t)N * C);
+    if (s->dropped) MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, (int64_t)N * C);
+    MT_CALL(mt_linear_backward(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj, a->atty,
+                               PW(bidx(l, PROJW)), N, C, C));
+    MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH));
+    MT_CALL(mt_linear_backward(d->ln1, GW(bidx(l, QKVW)), GW(bidx(l, QKVB)), d->qkv, a->ln1,
+                               PW(bidx(l, QKVW)), N, C, 3 * C));
+    mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
+                          PW(bidx(l, LN1W)), a->ln1_mean, a->ln1_rstd, N, C);
+    mt_model_unit_done(m, l + 1);
+  }
+  if (s->dropped) MT_T(mt_model_dropout_backward)(s->denc, s->mask_enc, s->drop, (int64_t)N * C);
+  mt_embedding_backward(GW(WTE), GW(WPE), s->denc, s->inp, B, T, C);
+  mt_model_unit_done(m, 0); /* wte: the tied head's gradient came first */
+  return 0;
+}
+
+static double MT_T(gpt_flops)(const mt_model *m) {
+  const MT_T(gpt) *s = m->data;
+  double C = s->C, T = s->T, V = s->V;
+  /* per token: 6 x (weights touched by GEMMs) + attention 2 x 2 T C per layer x 3 */
+  double w = s->L * 12.0 * C * C + V * C;
+  return T * (6.0 * w + s->L * 6.0 * T * C);
+}
+
+static void MT_T(gpt_destroy)(mt_model *m) {
+  MT_T(gpt) *s = m->data;
+  if (!s) return;
+  for (int l = 0; l < 64; l++) {
+    MT_T(free_acts)(&s->a[l]);
+    MT_T(free_acts)(&s->d[l]);
+    mt_free(&s->mask_att[l]);
+    mt_free(&s->mask_fc[l]);
+  }
+  mt_free(&s->mask_enc);
+  REAL **f[] = {&s->enc, &s->denc, &s->lnf, &s->dlnf, &s->logits, &s->dlogits, &s->lnf_mean, &s->lnf_rstd};
+  for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) mt_free(f[i]);
+  mt_free(&s->inp);
+  mt_free(&s->tgt);
+  mt_free(&m->data);
+}
