@@ -1,8 +1,8 @@
 /* Optimizers, learning-rate schedules and gradient clipping on flat buffers.
  *
  * Every buffer here has the layout of the parameter table (one flat float
- * buffer, tensors at t->p[i].offset); optimizer state uses the same layout,
- * so a step is one loop per tensor. Loops over large tensors run on OpenMP
+ * buffer, or double under -precision fp64; tensors at t->p[i].offset);
+ * optimizer state uses the same layout, so a step is one loop per tensor. Loops over large tensors run on OpenMP
  * threads (above 256 Ki elements) and are written to vectorize; the AdamW
  * loop needs -fno-math-errno for its sqrtf to become a vector instruction. */
 #ifndef MT_OPTIM_H
@@ -16,17 +16,6 @@ typedef struct {
   double momentum, dampening, weight_decay;
   int nesterov;
 } mt_sgd_hparams;
-
-/* One step of torch.optim.SGD on the whole flat buffer, PyTorch's rule:
- *   g = grad + wd * p                    (wd only where t->p[i].decay or all_decay)
- *   buf = g on the first step, else momentum * buf + (1 - dampening) * g
- *   g = g + momentum * buf if nesterov, else buf
- *   p -= lr * g
- * buf may be NULL when momentum == 0. all_decay = 0 is -weight_decay_skip_1d:
- * 1-d tensors (biases, norm scales; decay == 0 in the table) get no decay,
- * as PyTorch does with a second param group of weight_decay 0. */
-int mt_sgd_step(const mt_param_table *t, float *params, const float *grads, float *buf,
-                int first_step, const mt_sgd_hparams *h, int all_decay, double lr);
 
 /* ----------------------------------------------------------------- AdamW */
 
@@ -42,38 +31,6 @@ mt_adamw_hparams mt_adamw_defaults(void);
 /* 0 when 0 <= beta1, beta2 < 1, eps >= 0 and weight_decay >= 0 (PyTorch's
  * checks); else MT_ERR_OPTION naming the option (-adam_beta1, ...). */
 int mt_adamw_check(const mt_adamw_hparams *h);
-
-/* AdamW state: two (three with amsgrad) flat buffers of n floats with the
- * layout of the parameters, and the number of steps taken. PyTorch keeps a
- * step count per tensor; every tensor of the table steps together here, so
- * one count is the same thing. A checkpoint stores the buffers and step. */
-typedef struct {
-  float *exp_avg;        /* first moment m                                  */
-  float *exp_avg_sq;     /* second moment v                                 */
-  float *max_exp_avg_sq; /* running max of v (amsgrad only, else NULL)      */
-  size_t n;              /* floats in each buffer                           */
-  long step;             /* steps taken; the next step is step + 1          */
-} mt_adamw_state;
-
-/* Allocates zeroed buffers of n floats (64-byte aligned) and sets step = 0.
- * On failure nothing stays allocated. Free with mt_adamw_state_free, which
- * accepts a zeroed or already freed state. */
-int mt_adamw_state_init(mt_adamw_state *s, size_t n, int amsgrad);
-void mt_adamw_state_free(mt_adamw_state *s);
-
-/* One step of torch.optim.AdamW (1.13, foreach or not) on the flat buffer.
- * With k = ++s->step, per element, in this order:
- *   p *= 1 - lr * wd                   (wd only where t->p[i].decay or all_decay)
- *   m = beta1 * m + (1 - beta1) * g
- *   v = beta2 * v + (1 - beta2) * g * g
- *   vmax = max(vmax, v) and v' = vmax with amsgrad, else v' = v
- *   p -= lr / (1 - beta1^k) * m / (sqrt(v') / sqrt(1 - beta2^k) + eps)
- * lr may change between calls (schedules). Scalars are formed in double,
- * elements are updated in float. Returns MT_ERR_ARG when the state is
- * missing a buffer or is smaller than t->total, MT_ERR_OPTION for bad
- * hyper-parameters (mt_adamw_check); nothing is changed then. */
-int mt_adamw_step(const mt_param_table *t, float *params, const float *grads, mt_adamw_state *s,
-                  const mt_adamw_hparams *h, int all_decay, double lr);
 
 /* --------------------------------------------------------------- schedules */
 
@@ -275,21 +232,13 @@ float mt_scaler_inv_scale(const mt_scaler *s);
 void mt_scaler_state_pack(const mt_scaler *s, double out[MT_SCALER_STATE_N]);
 int mt_scaler_state_unpack(mt_scaler *s, const double in[MT_SCALER_STATE_N]);
 
-/* -------------------------------------------------------------- clipping */
+/* ------------------------------------------- float and double (templates) */
 
-/* Global L2 norm of n floats (accumulated in double). */
-double mt_l2_norm(const float *g, size_t n);
-/* torch.nn.utils.clip_grad_norm_: scales g by max / (norm + 1e-6) when that
- * is below 1; returns the norm before clipping. */
-double mt_clip_grad_norm(float *g, size_t n, double max_norm);
-/* The same with the norm given: the norm of a whole gradient of which g is
- * a shard (fsdp: from the shards' squared norms). */
-double mt_clip_grad_norm_given(float *g, size_t n, double norm, double max_norm);
-/* torch.nn.utils.clip_grad_value_: clamps every element into [-c, c] with c
- * = (float)clip_value; NaN stays NaN, +-inf become +-c. MT_ERR_ARG unless
- * clip_value > 0 (g is then unchanged). Element-wise, so a shard may clip
- * its own range; but clip the reduced (global) gradient, as PyTorch does
- * after DDP's backward: clipping per-rank gradients before the sum differs. */
-int mt_clip_grad_value(float *g, size_t n, double clip_value);
+/* SGD's and AdamW's steps, AdamW's state and the clipping functions, for
+ * float (the plain names) and double (the _f64 names, -precision fp64),
+ * declared once in optim_decl_t.h and implemented by the templates
+ * sgd_t.h, adamw_t.h and clip_t.h. */
+#define MT_TEMPLATE "optim/optim_decl_t.h"
+#include "core/real_t.h"
 
 #endif
