@@ -326,6 +326,13 @@ typedef struct {
    * start reducing them. reduce_grads then finishes the step's reduction. */
   int (*unit_ready)(mt_backend *b, float *grads, int unit);
   void (*destroy)(mt_backend *b);
+  /* Optional: -precision fp64 (b->dtype == MT_FP64). The same operations on
+   * double buffers; setup is then called with NULL params and grads. A
+   * backend without sync_params64 and reduce_grads64 is refused under
+   * -precision fp64; unit_ready64 (overlap) may be NULL. */
+  int (*sync_params64)(mt_backend *b, double *params, size_t n);
+  int (*reduce_grads64)(mt_backend *b, double *grads, size_t n);
+  int (*unit_ready64)(mt_backend *b, double *grads, int unit);
 } mt_backend_ops;
 
 struct mt_backend {
@@ -342,6 +349,7 @@ struct mt_backend {
                           ranks' skew; see mt_backend_arrive)              */
   double comm_bytes;   /* bytes all-reduced                                */
   void *data;
+  mt_dtype dtype;      /* the buffers' element type (set before setup)      */
 };
 
 int mt_backend_register(const mt_backend_ops *ops);

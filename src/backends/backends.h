@@ -19,4 +19,15 @@ int mt_backend_arrive(mt_backend *b, double *t_after);
 extern const mt_backend_ops mt_fsdp_ops;
 extern const mt_backend_ops mt_fsdp_amp_ops;
 
+/* The backend's operations on the trainer's buffers, of b->dtype (float,
+ * or double through the *64 entries under -precision fp64): parameters
+ * made equal (a no-op without sync_params), gradients summed, and a unit's
+ * gradients ready during the backward (a no-op without unit_ready).
+ * mt_backend_has_dtype tells whether ops has the entries for dtype. */
+int mt_backend_has_dtype(const mt_backend_ops *ops, mt_dtype dtype);
+int mt_backend_sync(mt_backend *b, void *params, size_t n);
+int mt_backend_reduce(mt_backend *b, void *grads, size_t n);
+int mt_backend_unit_ready(mt_backend *b, void *grads, int unit);
+int mt_backend_can_overlap(const mt_backend *b);
+
 #endif

@@ -15,7 +15,11 @@
  * (a + b). On this project's 2-core machines overlap measured 0-23% slower
  * (bench/README.md: the ranks' cores also do the copies, and OpenMPI's
  * non-blocking all-reduce is progressed only inside MPI calls), so it is off
- * by default. */
+ * by default.
+ *
+ * -precision fp64 (b->dtype): the same on double buffers (the *64 entries),
+ * all-reduced as MPI_DOUBLE; bucket sizes stay in MiB, so a bucket holds
+ * half as many elements. */
 #include "backends/backends.h"
 #include "core/core.h"
 
@@ -40,7 +44,9 @@ typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   MPI_Comm tcomm;
-  float *tgrads;
+  void *tgrads;
+  size_t tesz;        /* the thread's element size and type (b->dtype)      */
+  MPI_Datatype ttype;
 } ddp;
 
 static void ddp_free(ddp *d) {
@@ -54,10 +60,19 @@ static void ddp_free(ddp *d) {
   mt_free(&d->udone);
 }
 
+/* The buffers' element size and MPI type. */
+static size_t esz(const mt_backend *b) { return b->dtype == MT_FP64 ? sizeof(double) : sizeof(float); }
+static MPI_Datatype mpi_type(const mt_backend *b) {
+  return b->dtype == MT_FP64 ? MPI_DOUBLE : MPI_FLOAT;
+}
+
+/* Element i of a buffer of the backend's type. */
+static void *at(const mt_backend *b, void *buf, size_t i) { return (char *)buf + i * esz(b); }
+
 static int plan(mt_backend *b, size_t n) {
   ddp *d = b->data;
-  size_t bucket = (size_t)(b->bucket_mb * 1048576.0 / sizeof(float));
-  size_t first = (size_t)(b->first_bucket_mb * 1048576.0 / sizeof(float));
+  size_t bucket = (size_t)(b->bucket_mb * 1048576.0 / (double)esz(b));
+  size_t first = (size_t)(b->first_bucket_mb * 1048576.0 / (double)esz(b));
   if (bucket < 1024) bucket = 1024;
   if (first < 1024 || first > bucket) first = bucket;
   int nb = 0;
@@ -105,10 +120,10 @@ static void *comm_thread(void *arg) {
     while (!d->stop && d->ndone == d->nstarted) pthread_cond_wait(&d->cv, &d->mu);
     if (d->ndone == d->nstarted) break; /* stop, nothing pending */
     const int k = d->ndone;
-    float *g = d->tgrads;
+    char *g = d->tgrads;
     pthread_mutex_unlock(&d->mu);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, g + d->lo[k], (int)(d->hi[k] - d->lo[k]), MPI_FLOAT,
-                           MPI_SUM, d->tcomm);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, g + d->lo[k] * d->tesz, (int)(d->hi[k] - d->lo[k]),
+                           d->ttype, MPI_SUM, d->tcomm);
     pthread_mutex_lock(&d->mu);
     if (rc != MPI_SUCCESS && !d->terr) d->terr = rc;
     d->ndone++;
@@ -148,6 +163,8 @@ static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   MT_CALL(mt_calloc(&d, 1, sizeof(*d), "ddp"));
   b->data = d;
   MT_CALL(plan(b, n));
+  d->tesz = esz(b);
+  d->ttype = mpi_type(b);
   if (b->overlap && b->comm_thread && b->size > 1) MT_CALL(thread_start(d, b->comm));
   return 0;
 }
@@ -163,15 +180,22 @@ static void ddp_destroy(mt_backend *b) {
   mt_free(&b->data);
 }
 
-static int ddp_sync(mt_backend *b, float *params, size_t n) {
+/* Entries of the other type than the backend was set up for are a bug. */
+static int check_type(const mt_backend *b, mt_dtype dt) {
+  MT_CHECK(b->dtype == dt, MT_ERR_STATE, "ddp: a %s buffer for a backend set up for %s",
+           dt == MT_FP64 ? "double" : "float", b->dtype == MT_FP64 ? "double" : "float");
+  return 0;
+}
+
+static int sync_any(mt_backend *b, void *params, size_t n) {
   for (size_t o = 0; o < n; o += (size_t)1 << 28) {
     size_t k = n - o < ((size_t)1 << 28) ? n - o : ((size_t)1 << 28);
-    MT_MPI(MPI_Bcast(params + o, (int)k, MPI_FLOAT, 0, b->comm));
+    MT_MPI(MPI_Bcast(at(b, params, o), (int)k, mpi_type(b), 0, b->comm));
   }
   return 0;
 }
 
-static int start(mt_backend *b, ddp *d, float *grads, int k) {
+static int start(mt_backend *b, ddp *d, void *grads, int k) {
   if (d->thread_on) { /* handed to the thread (buckets go in order) */
     pthread_mutex_lock(&d->mu);
     d->tgrads = grads;
@@ -181,8 +205,8 @@ static int start(mt_backend *b, ddp *d, float *grads, int k) {
     pthread_mutex_unlock(&d->mu);
     return 0;
   }
-  MT_MPI(MPI_Iallreduce(MPI_IN_PLACE, grads + d->lo[k], (int)(d->hi[k] - d->lo[k]), MPI_FLOAT,
-                        MPI_SUM, b->comm, &d->req[k]));
+  MT_MPI(MPI_Iallreduce(MPI_IN_PLACE, at(b, grads, d->lo[k]), (int)(d->hi[k] - d->lo[k]),
+                        mpi_type(b), MPI_SUM, b->comm, &d->req[k]));
   d->started[k] = 1;
   d->nstarted++;
   return 0;
@@ -208,7 +232,7 @@ static int ready(const ddp *d, int k) {
   return 1;
 }
 
-static int ddp_unit_ready(mt_backend *b, float *grads, int unit) {
+static int unit_ready_any(mt_backend *b, void *grads, int unit) {
   ddp *d = b->data;
   if (b->size == 1 || !d->udone) return 0;
   MT_CHECK(unit >= 0 && unit < d->nunits, MT_ERR_ARG, "ddp: unit %d of %d", unit, d->nunits);
@@ -226,7 +250,7 @@ static int ddp_unit_ready(mt_backend *b, float *grads, int unit) {
   return 0;
 }
 
-static int ddp_reduce(mt_backend *b, float *grads, size_t n) {
+static int reduce_any(mt_backend *b, void *grads, size_t n) {
   ddp *d = b->data;
   if (b->size == 1) return 0;
   double t0 = mt_now();
@@ -243,12 +267,42 @@ static int ddp_reduce(mt_backend *b, float *grads, size_t n) {
     d->active = 0;
   } else {
     for (int k = 0; k < d->nb; k++)
-      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, grads + d->lo[k], (int)(d->hi[k] - d->lo[k]), MPI_FLOAT,
-                           MPI_SUM, b->comm));
+      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, at(b, grads, d->lo[k]), (int)(d->hi[k] - d->lo[k]),
+                           mpi_type(b), MPI_SUM, b->comm));
   }
   b->comm_seconds += mt_now() - t0;
-  b->comm_bytes += (double)n * sizeof(float);
+  b->comm_bytes += (double)n * (double)esz(b);
   return 0;
+}
+
+static int ddp_sync(mt_backend *b, float *params, size_t n) {
+  MT_CALL(check_type(b, MT_FP32));
+  return sync_any(b, params, n);
+}
+
+static int ddp_sync64(mt_backend *b, double *params, size_t n) {
+  MT_CALL(check_type(b, MT_FP64));
+  return sync_any(b, params, n);
+}
+
+static int ddp_reduce(mt_backend *b, float *grads, size_t n) {
+  MT_CALL(check_type(b, MT_FP32));
+  return reduce_any(b, grads, n);
+}
+
+static int ddp_reduce64(mt_backend *b, double *grads, size_t n) {
+  MT_CALL(check_type(b, MT_FP64));
+  return reduce_any(b, grads, n);
+}
+
+static int ddp_unit_ready(mt_backend *b, float *grads, int unit) {
+  MT_CALL(check_type(b, MT_FP32));
+  return unit_ready_any(b, grads, unit);
+}
+
+static int ddp_unit_ready64(mt_backend *b, double *grads, int unit) {
+  MT_CALL(check_type(b, MT_FP64));
+  return unit_ready_any(b, grads, unit);
 }
 
 const mt_backend_ops mt_ddp_ops = {.name = "ddp",
@@ -256,4 +310,7 @@ const mt_backend_ops mt_ddp_ops = {.name = "ddp",
                                    .sync_params = ddp_sync,
                                    .reduce_grads = ddp_reduce,
                                    .unit_ready = ddp_unit_ready,
-                                   .destroy = ddp_destroy};
+                                   .destroy = ddp_destroy,
+                                   .sync_params64 = ddp_sync64,
+                                   .reduce_grads64 = ddp_reduce64,
+                                   .unit_ready64 = ddp_unit_ready64};

@@ -89,3 +89,33 @@ void mt_backend_destroy(mt_backend **pb) {
   if (b->ops && b->ops->destroy) b->ops->destroy(b);
   mt_free(pb);
 }
+
+int mt_backend_has_dtype(const mt_backend_ops *ops, mt_dtype dtype) {
+  return dtype == MT_FP32 || (dtype == MT_FP64 && ops->sync_params64 && ops->reduce_grads64);
+}
+
+int mt_backend_sync(mt_backend *b, void *params, size_t n) {
+  if (b->dtype == MT_FP64) {
+    MT_CHECK(b->ops->sync_params64, MT_ERR_STATE, "backend %s: no sync_params64", b->ops->name);
+    return b->ops->sync_params64(b, params, n);
+  }
+  return b->ops->sync_params ? b->ops->sync_params(b, params, n) : 0;
+}
+
+int mt_backend_reduce(mt_backend *b, void *grads, size_t n) {
+  if (b->dtype == MT_FP64) {
+    MT_CHECK(b->ops->reduce_grads64, MT_ERR_STATE, "backend %s: no reduce_grads64", b->ops->name);
+    return b->ops->reduce_grads64(b, grads, n);
+  }
+  return b->ops->reduce_grads(b, grads, n);
+}
+
+int mt_backend_unit_ready(mt_backend *b, void *grads, int unit) {
+  if (b->dtype == MT_FP64) return b->ops->unit_ready64 ? b->ops->unit_ready64(b, grads, unit) : 0;
+  return b->ops->unit_ready ? b->ops->unit_ready(b, grads, unit) : 0;
+}
+
+int mt_backend_can_overlap(const mt_backend *b) {
+  return b->overlap && (b->dtype == MT_FP64 ? b->ops->unit_ready64 != NULL
+                                             : b->ops->unit_ready != NULL);
+}

@@ -20,5 +20,15 @@ static int sp_reduce(mt_backend *b, float *grads, size_t n) {
   return 0;
 }
 
-const mt_backend_ops mt_sp_ops = {
-    .name = "sp", .setup = sp_setup, .sync_params = sp_sync, .reduce_grads = sp_reduce};
+/* -precision fp64: nothing to do either */
+static int sp_nothing64(mt_backend *b, double *buf, size_t n) {
+  (void)b, (void)buf, (void)n;
+  return 0;
+}
+
+const mt_backend_ops mt_sp_ops = {.name = "sp",
+                                  .setup = sp_setup,
+                                  .sync_params = sp_sync,
+                                  .reduce_grads = sp_reduce,
+                                  .sync_params64 = sp_nothing64,
+                                  .reduce_grads64 = sp_nothing64};
