@@ -186,12 +186,12 @@ int main(int argc, char **argv) {
     die("alloc");
   for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1000003) * 1e-3f;
   mt_ckpt_buf buf = {"params", x}, rbuf = {"params", y};
-  mt_ckpt_tensors ts = {&t, &buf, 1, mt_ckpt_replicated()};
-  mt_ckpt_tensors rts = {&t, &rbuf, 1, mt_ckpt_replicated()};
+  mt_ckpt_tensors ts = {&t, &buf, 1, mt_ckpt_replicated(), MT_FP32};
+  mt_ckpt_tensors rts = {&t, &rbuf, 1, mt_ckpt_replicated(), MT_FP32};
   mt_ckpt_range g; /* this rank's shard for the sharded read */
   mt_ckpt_split(n, size_, rank_, 16, &g);
   mt_ckpt_buf sbuf = {"params", y + g.a};
-  mt_ckpt_tensors sts = {&t, &sbuf, 1, mt_ckpt_shard(g.a, g.b)};
+  mt_ckpt_tensors sts = {&t, &sbuf, 1, mt_ckpt_shard(g.a, g.b), MT_FP32};
   mt_ckpt_state st;
   memset(&st, 0, sizeof(st));
   mt_ckpt_state_set_i64(&st, "global_step", 1);

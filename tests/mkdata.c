@@ -3,8 +3,12 @@
  *   mkdata synth OUT.h5 N D C SEED [uint8|image]  learnable synthetic classes
  *   mkdata regress OUT.h5 N D K SEED         float targets y (N,K) of x (N,D)
  *   mkdata bad KIND OUT.h5                   a small file broken in one way
- *   mkdata compare A.h5 B.h5 RTOL [SKIP]     float32 datasets of A vs B (names
- *                                            containing SKIP left out)
+ *   mkdata compare A.h5 B.h5 RTOL [SKIP]     float32 and float64 datasets of A vs
+ *                                            B (names containing SKIP left out;
+ *                                            compared as doubles, so float32
+ *                                            against float64 works too)
+ *   mkdata types FILE.h5 [float32|float64]   each root dataset's type; with a
+ *                                            type: every float dataset of it
  *   mkdata stats FILE.h5                     shapes, label histogram, mean x
  *   mkdata outstats FILE.h5 [N]              an outputs file (src/io/outputs.h):
  *                                            rows in order, mean loss, accuracy
@@ -336,12 +340,13 @@ static int cmd_bad(int argc, char **argv) {
 
 /* ------------------------------------------------------------ reading */
 
-/* Reads a whole dataset as float (converted by HDF5); rank, dims out. */
-static float *read_float(hid_t f, const char *file, const char *name, int *rank, hsize_t *dims,
-                         size_t *n) {
+/* Reads a whole dataset as mtype (esize bytes a value, converted by HDF5);
+ * rank, dims out. */
+static void *read_as(hid_t f, const char *file, const char *name, hid_t mtype, size_t esize,
+                     int *rank, hsize_t *dims, size_t *n) {
   hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
   hid_t sp = d < 0 ? -1 : H5Dget_space(d);
-  float *buf = NULL;
+  void *buf = NULL;
   *rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
   if (*rank < 0 || *rank > 16 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
     fail("%s: cannot read dataset /%s", file, name);
@@ -349,9 +354,10 @@ static float *read_float(hid_t f, const char *file, const char *name, int *rank,
   }
   *n = 1;
   for (int i = 0; i < *rank; i++) *n *= dims[i];
-  buf = malloc((*n ? *n : 1) * sizeof(float));
-  if (!buf || (*n && H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {
-    fail("%s: cannot read dataset /%s as float", file, name);
+  buf = malloc((*n ? *n : 1) * esize);
+  if (!buf || (*n && H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {
+    fail("%s: cannot read dataset /%s as %s", file, name,
+         esize == sizeof(double) ? "double" : "float");
     free(buf);
     buf = NULL;
   }
@@ -359,6 +365,16 @@ out:
   if (sp >= 0) H5Sclose(sp);
   if (d >= 0) H5Dclose(d);
   return buf;
+}
+
+static float *read_float(hid_t f, const char *file, const char *name, int *rank, hsize_t *dims,
+                         size_t *n) {
+  return read_as(f, file, name, H5T_NATIVE_FLOAT, sizeof(float), rank, dims, n);
+}
+
+static double *read_double(hid_t f, const char *file, const char *name, int *rank,
+                           hsize_t *dims, size_t *n) {
+  return read_as(f, file, name, H5T_NATIVE_DOUBLE, sizeof(double), rank, dims, n);
 }
 
 /* Type class and size of a root dataset; class H5T_NO_CLASS if not one. */
@@ -399,7 +415,7 @@ static herr_t cmp_one(hid_t a, const char *name, const H5L_info_t *info, void *o
   (void)info;
   cmp_ctx *c = op;
   size_t sa, sb;
-  if (dset_class(a, name, &sa) != H5T_FLOAT || sa != 4) return 0; /* float32 only */
+  if (dset_class(a, name, &sa) != H5T_FLOAT) return 0; /* float32 and float64 */
   if (c->skip && strstr(name, c->skip)) {
     printf("%-40s skipped\n", name);
     return 0;
@@ -413,8 +429,8 @@ static herr_t cmp_one(hid_t a, const char *name, const H5L_info_t *info, void *o
   int ra, rb;
   hsize_t da[16], db[16];
   size_t na, nb;
-  float *xa = read_float(a, c->fa, name, &ra, da, &na);
-  float *xb = xa ? read_float(c->b, c->fb, name, &rb, db, &nb) : NULL;
+  double *xa = read_double(a, c->fa, name, &ra, da, &na);
+  double *xb = xa ? read_double(c->b, c->fb, name, &rb, db, &nb) : NULL;
   if (!xa || !xb) {
     free(xa);
     c->bad++;
@@ -432,7 +448,7 @@ static herr_t cmp_one(hid_t a, const char *name, const H5L_info_t *info, void *o
     /* NaN anywhere makes err NaN, which fails the test below. */
     double amax = 0, dmax = 0;
     for (size_t i = 0; i < na; i++) {
-      double d = fabs((double)xa[i] - (double)xb[i]);
+      double d = fabs(xa[i] - xb[i]);
       if (!(fabs(xa[i]) <= amax)) amax = fabs(xa[i]);
       if (!(d <= dmax)) dmax = d;
       if (isnan(amax) || isnan(dmax)) break;
@@ -440,7 +456,9 @@ static herr_t cmp_one(hid_t a, const char *name, const H5L_info_t *info, void *o
     double err = dmax / fmax(amax, 1e-30);
     if (isnan(amax)) err = NAN;
     int ok = err <= c->rtol;
-    printf("%-40s %-16s rel_err %.3e %s\n", name, sha, err, ok ? "ok" : "FAIL");
+    char ty[24] = ""; /* the types, when not both float32 */
+    if (sa != 4 || sb != 4) snprintf(ty, sizeof(ty), " float%zu/float%zu", 8 * sa, 8 * sb);
+    printf("%-40s %-16s rel_err %.3e %s%s\n", name, sha, err, ok ? "ok" : "FAIL", ty);
     c->bad += !ok;
   }
   free(xa);
@@ -472,7 +490,7 @@ static int cmd_compare(int argc, char **argv) {
     return 1;
   }
   if (c.seen == 0) {
-    fail("%s: no float32 dataset at the root to compare", argv[0]);
+    fail("%s: no float dataset at the root to compare", argv[0]);
     return 1;
   }
   printf("%d dataset%s compared, %d failed (rtol %g)\n", c.seen, c.seen == 1 ? "" : "s", c.bad,
@@ -572,7 +590,7 @@ typedef struct {
   hsize_t rows, C; /* C: logits per row, 0 without /logits                */
   long long *index;
   int *label, *pred;
-  float *loss, *logits;
+  double *loss, *logits; /* float32 or float64 in the file */
 } outfile;
 
 static void out_close(outfile *o) {
@@ -597,11 +615,11 @@ static int out_open(const char *file, outfile *o) {
   o->index = read_col(o->f, file, "index", H5T_NATIVE_LLONG, sizeof(long long), &r[0], &w[0]);
   o->label = o->index ? read_col(o->f, file, "label", H5T_NATIVE_INT, sizeof(int), &r[1], &w[1]) : NULL;
   o->pred = o->label ? read_col(o->f, file, "pred", H5T_NATIVE_INT, sizeof(int), &r[2], &w[2]) : NULL;
-  o->loss = o->pred ? read_col(o->f, file, "loss", H5T_NATIVE_FLOAT, sizeof(float), &r[3], &w[3]) : NULL;
+  o->loss = o->pred ? read_col(o->f, file, "loss", H5T_NATIVE_DOUBLE, sizeof(double), &r[3], &w[3]) : NULL;
   if (!o->loss) return -1;
   o->rows = r[0];
   if (H5Lexists(o->f, "logits", H5P_DEFAULT) > 0) {
-    o->logits = read_col(o->f, file, "logits", H5T_NATIVE_FLOAT, sizeof(float), &r[4], &o->C);
+    o->logits = read_col(o->f, file, "logits", H5T_NATIVE_DOUBLE, sizeof(double), &r[4], &o->C);
     if (!o->logits) return -1;
     if (r[4] != o->rows) {
       fail("%s: /logits has %llu rows, /index %llu", file, (unsigned long long)r[4],
@@ -651,7 +669,7 @@ static int cmd_outstats(int argc, char **argv) {
       hits += o.pred[i] == o.label[i];
     }
     if (!o.logits) continue;
-    const float *l = o.logits + i * o.C;
+    const double *l = o.logits + i * o.C;
     int arg = 0;
     for (hsize_t j = 1; j < o.C; j++)
       if (l[j] > l[arg]) arg = (int)j;
@@ -735,6 +753,55 @@ done:
   return rc;
 }
 
+/* types: each root dataset's type (float32, float64, int32, ...); with
+ * EXPECT, exit 1 unless every float dataset is of that type and there is
+ * one at least. */
+typedef struct {
+  const char *want;
+  int floats, other;
+} types_ctx;
+
+static herr_t type_one(hid_t f, const char *name, const H5L_info_t *info, void *op) {
+  (void)info;
+  types_ctx *c = op;
+  size_t sz;
+  H5T_class_t k = dset_class(f, name, &sz);
+  if (k == H5T_NO_CLASS) return 0;
+  char ty[32];
+  snprintf(ty, sizeof(ty), "%s%zu", k == H5T_FLOAT ? "float" : k == H5T_INTEGER ? "int" : "other",
+           8 * sz);
+  printf("%-40s %s\n", name, ty);
+  if (k != H5T_FLOAT) return 0;
+  c->floats++;
+  c->other += c->want && strcmp(ty, c->want);
+  return 0;
+}
+
+static int cmd_types(int argc, char **argv) {
+  if (argc != 1 && argc != 2) {
+    fail("usage: mkdata types FILE.h5 [float32|float64]");
+    return 2;
+  }
+  hid_t f = H5Fopen(argv[0], H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    fail("%s: cannot open as HDF5", argv[0]);
+    return 1;
+  }
+  types_ctx c = {argc == 2 ? argv[1] : NULL, 0, 0};
+  hsize_t idx = 0;
+  herr_t st = H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, type_one, &c);
+  H5Fclose(f);
+  if (st < 0) {
+    fail("%s: cannot list the root group", argv[0]);
+    return 1;
+  }
+  if (c.want && (c.other || !c.floats)) {
+    fail("%s: %d of %d float datasets are not %s", argv[0], c.other, c.floats, c.want);
+    return 1;
+  }
+  return 0;
+}
+
 /* outindex: the sample indices of an outputs file, one a line. */
 static int cmd_outindex(int argc, char **argv) {
   if (argc != 1) {
@@ -758,6 +825,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "outstats")) return cmd_outstats(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "rows")) return cmd_rows(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "outindex")) return cmd_outindex(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "types")) return cmd_types(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: mkdata synth OUT.h5 N D C SEED [uint8|image]\n"
           "       mkdata regress OUT.h5 N D K SEED\n"
@@ -767,6 +835,7 @@ int main(int argc, char **argv) {
           "       mkdata stats FILE.h5\n"
           "       mkdata outstats FILE.h5 [N]\n"
           "       mkdata rows A.h5 B.h5 RTOL [subset]\n"
-          "       mkdata outindex FILE.h5\n");
+          "       mkdata outindex FILE.h5\n"
+          "       mkdata types FILE.h5 [float32|float64]\n");
   return 2;
 }

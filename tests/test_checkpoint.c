@@ -770,7 +770,7 @@ static void test_kill(size_t nfloats) {
   big_table(&t, nfloats);
   float *x = tu_xmalloc(t.total * sizeof(float));
   mt_ckpt_buf b = {"params", x};
-  mt_ckpt_tensors ts = {&t, &b, 1, mt_ckpt_replicated()};
+  mt_ckpt_tensors ts = {&t, &b, 1, mt_ckpt_replicated(), MT_FP32};
   mt_ckpt_state st;
   memset(&st, 0, sizeof(st));
   big_fill(&t, x, 1);
@@ -802,7 +802,7 @@ static void test_afterkill(size_t nfloats, int save) {
   big_table(&t, nfloats);
   float *x = tu_xmalloc(t.total * sizeof(float)), *e = tu_xmalloc(t.total * sizeof(float));
   mt_ckpt_buf b = {"params", x};
-  mt_ckpt_tensors ts = {&t, &b, 1, mt_ckpt_replicated()};
+  mt_ckpt_tensors ts = {&t, &b, 1, mt_ckpt_replicated(), MT_FP32};
   mt_ckpt_state st;
   memset(&st, 0, sizeof(st));
   CHECK_OK(mt_ckpt_read(MPI_COMM_WORLD, p, &ts, NULL, &st), "read it at %d ranks", size_);

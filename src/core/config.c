@@ -538,6 +538,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
     mt_error_clear();
     mt_config_fsdp(cfg);
     mt_error_clear();
+    mt_config_precision(cfg);
+    mt_error_clear();
     return 0;
   }
   derive(cfg);
@@ -548,6 +550,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   if (!err) err = mt_config_amp(cfg);
   if (!err) err = mt_config_dp(cfg);
   if (!err) err = mt_config_fsdp(cfg);
+  if (!err) err = mt_config_precision(cfg);
   if (!err) {
     check_unused();
     if (bad_[0]) err = mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_);
@@ -578,8 +581,9 @@ void mt_config_print(const mt_config *c, FILE *f) {
     size_t k = strlen(hid);
     snprintf(hid + k, sizeof(hid) - k, "%s%d", i ? "," : "", c->mlp_hidden[i]);
   }
-  fprintf(f, "mpitrain %s: backend %s, model %s%s%s%s, %d rank%s x %d thread%s\n",
-          MPITRAIN_VERSION, c->backend, c->model, strcmp(c->model, "mlp") ? "" : " (hidden ",
+  fprintf(f, "mpitrain %s: backend %s, precision %s, model %s%s%s%s, %d rank%s x %d thread%s\n",
+          MPITRAIN_VERSION, c->backend, c->dtype == MT_FP64 ? "fp64" : "fp32", c->model,
+          strcmp(c->model, "mlp") ? "" : " (hidden ",
           strcmp(c->model, "mlp") ? "" : hid, strcmp(c->model, "mlp") ? "" : ")", c->world_size,
           c->world_size > 1 ? "s" : "", c->threads, c->threads > 1 ? "s" : "");
   fprintf(f, "  data: train %s", c->data_train);

@@ -1,6 +1,9 @@
 /* Mixed-precision options: read with mt_option_* (so -help lists them and
  * they are not unknown), checked against the backend. Backends whose name
- * ends in -amp run autocast-style (O1), -amp-apex O2 (src/trainer/amp.c). */
+ * ends in -amp run autocast-style (O1), -amp-apex O2 (src/trainer/amp.c).
+ * And -precision fp32 | fp64: the element type of the parameters,
+ * gradients, optimizer state, activations and losses (src/trainer/dtype.c),
+ * with what fp64 does not cover refused by name. */
 #include "core/core.h"
 #include "nn/precision.h"
 #include "optim/optim.h"
@@ -80,5 +83,36 @@ int mt_config_amp(mt_config *c) {
              mt_precision_name((mt_precision)c->ddp_reduce_dtype), c->backend);
     c->loss_scale_mode = 0;
   }
+  return 0;
+}
+
+int mt_config_precision(mt_config *c) {
+  char s[64];
+  MT_CALL(mt_option_string("-precision",
+                           "Element type of the parameters, gradients, optimizer state, "
+                           "activations and losses: fp32 | fp64 (double end to end, as PyTorch's "
+                           "model.double(); backends sp and ddp)", "fp32", s, sizeof(s)));
+  MT_CHECK(!strcmp(s, "fp32") || !strcmp(s, "fp64"), MT_ERR_OPTION,
+           "option -precision: '%s' is not one of: fp32, fp64", s);
+  c->dtype = !strcmp(s, "fp64") ? MT_FP64 : MT_FP32;
+  if (c->dtype == MT_FP32) return 0;
+  /* fp64 runs the sp and ddp rules on double buffers; the rest is fp32 */
+  MT_CHECK(!c->amp, MT_ERR_OPTION,
+           "option -precision fp64: -backend %s is mixed precision (low-precision compute on "
+           "fp32 parameters); fp64 runs with -backend sp or ddp", c->backend);
+  MT_CHECK(!c->dp, MT_ERR_OPTION,
+           "option -precision fp64: the DP-SGD backend %s is fp32 only; use -backend sp or ddp",
+           c->backend);
+  MT_CHECK(!c->fsdp, MT_ERR_OPTION,
+           "option -precision fp64: -backend %s shards fp32 buffers only; use -backend ddp",
+           c->backend);
+  const mt_backend_ops *b = mt_backend_find(c->backend);
+  MT_CHECK(b && b->sync_params64 && b->reduce_grads64, MT_ERR_OPTION,
+           "option -precision fp64: backend %s has no double-precision operations "
+           "(sync_params64, reduce_grads64 in its mt_backend_ops)", c->backend);
+  const mt_model_ops *m = mt_model_find(c->model);
+  MT_CHECK(m && m->forward64 && m->backward64, MT_ERR_OPTION,
+           "option -precision fp64: model %s has no double-precision operations (forward64, "
+           "backward64 in its mt_model_ops)", c->model);
   return 0;
 }

@@ -86,6 +86,8 @@ typedef struct {
   double loss_scale_init, loss_scale_growth_factor, loss_scale_backoff_factor;
   double loss_scale_min;
   long loss_scale_growth_interval, loss_scale_hysteresis;
+  /* -precision fp32 | fp64 (config_amp.c): mt_dtype of every flat buffer */
+  int dtype;
   /* derived */
   int world_size;
   int accum_steps;
@@ -135,8 +137,11 @@ void mt_config_dp_print(const mt_config *cfg, FILE *f);
 int mt_config_fsdp(mt_config *cfg);
 void mt_config_fsdp_print(const mt_config *cfg, FILE *f);
 /* The mixed-precision options (config_amp.c): read and checked against
- * the backend; called by mt_config_from_options. */
+ * the backend; called by mt_config_from_options. mt_config_precision reads
+ * -precision and refuses what fp64 does not cover (called after the DP and
+ * sharding options are known). */
 int mt_config_amp(mt_config *cfg);
+int mt_config_precision(mt_config *cfg);
 /* Prints the configuration (rank 0 only prints). */
 void mt_config_print(const mt_config *cfg, FILE *f);
 /* 64-bit FNV-1a hash of bytes. */

@@ -90,6 +90,36 @@ hid_t mt_ckpt_dxpl(void) {
   return dxpl;
 }
 
+size_t mt_ckpt_esz(mt_dtype dtype) { return dtype == MT_FP64 ? sizeof(double) : sizeof(float); }
+hid_t mt_ckpt_h5_file_type(mt_dtype dtype) {
+  return dtype == MT_FP64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE;
+}
+hid_t mt_ckpt_h5_mem_type(mt_dtype dtype) {
+  return dtype == MT_FP64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT;
+}
+
+void mt_ckpt_sum64(const double *x, size_t n, uint64_t i0, uint64_t s[2]) {
+  /* s[0] += sum u_j; s[1] += sum (i0 + j + 1) u_j, with 64-bit u_j: every
+   * product is taken modulo 2^64, as the sums are */
+  uint64_t a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+  for (size_t j = 0; j < n; j++) {
+    uint64_t u;
+    memcpy(&u, &x[j], sizeof(u));
+    a += u;
+    b += (uint64_t)j * u;
+  }
+  s[0] += a;
+  s[1] += b + (i0 + 1) * a;
+}
+
+void mt_ckpt_sum_dt(mt_dtype dtype, const void *x, size_t n, uint64_t i0, uint64_t s[2]) {
+  if (dtype == MT_FP64)
+    mt_ckpt_sum64(x, n, i0, s);
+  else
+    mt_ckpt_sum(x, n, i0, s);
+}
+
 void mt_ckpt_sum(const float *x, size_t n, uint64_t i0, uint64_t s[2]) {
   /* s[0] += sum u_j; s[1] += sum (i0 + j + 1) u_j, in blocks short enough
    * that the in-block index fits 32 bits (one 32x32->64 multiply). */
@@ -528,8 +558,8 @@ static int create_datasets(writer *w) {
       for (int k = 0; k < q->ndim; k++) dims[k] = (hsize_t)q->shape[k];
       hid_t sp = H5Screate_simple(q->ndim, dims, NULL);
       hid_t d = sp < 0 ? H5I_INVALID_HID
-                       : H5Dcreate2(w->grp[b], q->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT,
-                                    w->dcpl, H5P_DEFAULT);
+                       : H5Dcreate2(w->grp[b], q->name, mt_ckpt_h5_file_type(w->ts->dtype), sp,
+                                    H5P_DEFAULT, w->dcpl, H5P_DEFAULT);
       if (sp >= 0) H5Sclose(sp);
       w->ds[b * t->n + i] = d;
       if (d < 0) {
@@ -547,7 +577,9 @@ static int create_datasets(writer *w) {
  * its checksum part. Collective. */
 static int write_tensor(writer *w, int b, int i, int skip) {
   const mt_param *q = &w->ts->table->p[i];
-  const float *data = w->ts->bufs[b].data;
+  const char *data = w->ts->bufs[b].data;
+  const mt_dtype dt = w->ts->dtype;
+  const size_t esz = mt_ckpt_esz(dt);
   hid_t d = w->ds[b * w->ts->table->n + i];
   hsize_t dims[MT_MAX_DIMS];
   for (int k = 0; k < q->ndim; k++) dims[k] = (hsize_t)q->shape[k];
@@ -563,9 +595,9 @@ static int write_tensor(writer *w, int b, int i, int skip) {
     H5Sselect_none(fs);
     count = 0;
   }
-  static const float dummy = 0;
-  const float *ptr = count ? data + (first - w->pl->base) : &dummy;
-  if (H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, w->dxpl, ptr) < 0 && !err) {
+  static const double dummy = 0;
+  const void *ptr = count ? data + (first - w->pl->base) * esz : (const void *)&dummy;
+  if (H5Dwrite(d, mt_ckpt_h5_mem_type(dt), ms, fs, w->dxpl, ptr) < 0 && !err) {
     char why[256];
     mt_ckpt_h5_reason(why, sizeof(why));
     err = MT_ERR(MT_ERR_FILE, "checkpoint %s: writing tensor /%s/%s failed: %s", w->path,
@@ -578,7 +610,7 @@ static int write_tensor(writer *w, int b, int i, int skip) {
   for (int k = 0; k < w->pl->nown; k++) {
     size_t a = w->pl->own[k].a > q->offset ? w->pl->own[k].a : q->offset;
     size_t e = w->pl->own[k].b < q->offset + q->numel ? w->pl->own[k].b : q->offset + q->numel;
-    if (a < e) mt_ckpt_sum(data + (a - w->pl->base), e - a, a - q->offset, s);
+    if (a < e) mt_ckpt_sum_dt(dt, data + (a - w->pl->base) * esz, e - a, a - q->offset, s);
   }
   return 0;
 }

@@ -9,14 +9,17 @@
  *                           world_size (int), backend, options (strings),
  *                           created (UTC time), checksum_algorithm
  *   /<buffer>/<tensor>      float32 dataset with the tensor's shape, e.g.
- *                           /params/layers.0.weight, /exp_avg/layers.0.weight;
+ *                           /params/layers.0.weight, /exp_avg/layers.0.weight
+ *                           (float64 for a run under -precision fp64: all
+ *                           tensors of a file have the type of its run);
  *                           attribute checksum: uint64[2] (below)
  *   /trainer_state          a group whose attributes are the trainer's typed
  *                           key/value entries (mt_ckpt_state): int64 and
  *                           double scalars, strings, int64 and double arrays
  *
  * Checksum ("mt-possum-1"). For a tensor with elements x_0 .. x_{N-1} in
- * row-major order, let u_i be the 32-bit pattern of x_i. The stored value is
+ * row-major order, let u_i be the 32-bit pattern of x_i (float32; the
+ * 64-bit pattern for float64). The stored value is
  *
  *     { sum_i u_i ,  sum_i (i + 1) * u_i }   both modulo 2^64.
  *
@@ -111,9 +114,10 @@ void mt_ckpt_state_free(mt_ckpt_state *s);
  * MT_NAME_MAX-1 characters, no '/', not "trainer_state"). */
 typedef struct {
   const char *name;
-  float *data; /* replicated: element 0 of the flat buffer; sharded: element
-                  lo (may be NULL when this rank holds nothing). Read only
-                  when writing. */
+  void *data; /* float or double (mt_ckpt_tensors.dtype). replicated:
+                 element 0 of the flat buffer; sharded: element lo (may be
+                 NULL when this rank holds nothing). Read only when
+                 writing. */
 } mt_ckpt_buf;
 
 /* Which elements of every flat buffer this rank holds. */
@@ -148,6 +152,9 @@ typedef struct {
   const mt_ckpt_buf *bufs;
   int nbufs;
   mt_ckpt_part part;
+  mt_dtype dtype; /* MT_FP32 (zero): float buffers, float32 datasets;
+                     MT_FP64: double buffers, float64 datasets. A read
+                     refuses a file of the other type, naming the tensor. */
 } mt_ckpt_tensors;
 
 /* Who wrote the checkpoint. NULL strings are stored as "". */
@@ -183,7 +190,7 @@ int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
 
 /* Reads a checkpoint collectively, on any number of ranks. First checks the
  * format version and that every tensor of every buffer of ts exists in the
- * file, is float32 and has the table's shape (and that the file's buffer
+ * file, is float32 (float64 for ts->dtype MT_FP64) and has the table's shape (and that the file's buffer
  * groups hold no tensor the table lacks); any mismatch fails, naming the
  * tensor and both shapes, before a buffer is touched. Then each rank reads
  * the slices it needs into ts's buffers and every tensor's checksum is
@@ -198,7 +205,8 @@ int mt_ckpt_read(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
 
 typedef enum {
   MT_CKPT_CHECK_OPEN = 0, /* opens; format version; every dataset float32
-                             with a checksum attribute; state readable     */
+                             or float64 with a checksum attribute; state
+                             readable                                      */
   MT_CKPT_CHECK_DATA = 1  /* and every dataset's checksum, reading each
                              tensor once, split among ranks                */
 } mt_ckpt_check;
@@ -280,8 +288,16 @@ void mt_ckpt_plan_free(mt_ckpt_plan *p);
 void mt_ckpt_split(size_t total, int size, int r, size_t unit, mt_ckpt_range *out);
 
 /* Adds to s the checksum part of n elements that start at row-major index
- * i0 of their tensor. */
+ * i0 of their tensor: float elements (32-bit patterns), or double ones
+ * (64-bit patterns) with mt_ckpt_sum64; mt_ckpt_sum_dt picks by dtype. */
 void mt_ckpt_sum(const float *x, size_t n, uint64_t i0, uint64_t s[2]);
+void mt_ckpt_sum64(const double *x, size_t n, uint64_t i0, uint64_t s[2]);
+void mt_ckpt_sum_dt(mt_dtype dtype, const void *x, size_t n, uint64_t i0, uint64_t s[2]);
+
+/* Bytes of an element, its HDF5 file and memory types, for a dtype. */
+size_t mt_ckpt_esz(mt_dtype dtype);
+hid_t mt_ckpt_h5_file_type(mt_dtype dtype);
+hid_t mt_ckpt_h5_mem_type(mt_dtype dtype);
 
 /* File access list for the MPI-IO driver over comm (collective metadata),
  * a collective transfer list; H5I_INVALID_HID on failure. */

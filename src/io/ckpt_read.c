@@ -409,10 +409,12 @@ static int read_checksum(hid_t d, uint64_t s[2]) {
   return ok ? 0 : -1;
 }
 
-/* The file's shape of dataset d and whether it is float32. */
-static int dataset_shape(hid_t d, int *nd, int64_t *shape, int *f32) {
+/* The file's shape of dataset d and its element type: 32 (float32), 64
+ * (float64) or 0 (anything else). */
+static int dataset_shape(hid_t d, int *nd, int64_t *shape, int *bits) {
   hid_t ty = H5Dget_type(d), sp = H5Dget_space(d);
-  *f32 = ty >= 0 && H5Tget_class(ty) == H5T_FLOAT && H5Tget_size(ty) == 4;
+  const size_t sz = ty >= 0 && H5Tget_class(ty) == H5T_FLOAT ? H5Tget_size(ty) : 0;
+  *bits = sz == 4 ? 32 : sz == 8 ? 64 : 0;
   *nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
   hsize_t dims[H5S_MAX_RANK];
   int ok = *nd >= 0 && *nd <= H5S_MAX_RANK && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0;
@@ -465,12 +467,16 @@ static int check_structure(reader *r) {
                q->name, ms);
       hid_t d = r->ds[b * t->n + i] = H5Dopen2(r->grp[b], q->name, H5P_DEFAULT);
       MT_CHECK(d >= 0, MT_ERR_DATA, "checkpoint %s: /%s/%s is not a dataset", r->path, bn, q->name);
-      int nd, f32;
+      int nd, bits;
       int64_t shape[MT_MAX_DIMS] = {0};
-      MT_CHECK(dataset_shape(d, &nd, shape, &f32) == 0, MT_ERR_DATA,
+      MT_CHECK(dataset_shape(d, &nd, shape, &bits) == 0, MT_ERR_DATA,
                "checkpoint %s: cannot read the shape of tensor /%s/%s", r->path, bn, q->name);
-      MT_CHECK(f32, MT_ERR_DATA, "checkpoint %s: tensor /%s/%s is not float32", r->path, bn,
-               q->name);
+      const int want = r->ts->dtype == MT_FP64 ? 64 : 32;
+      MT_CHECK(bits, MT_ERR_DATA, "checkpoint %s: tensor /%s/%s is not float32 or float64",
+               r->path, bn, q->name);
+      MT_CHECK(bits == want, MT_ERR_DATA,
+               "checkpoint %s: tensor /%s/%s is float%d, this run (-precision fp%d) reads "
+               "float%d", r->path, bn, q->name, bits, want, want);
       int same = nd == q->ndim;
       for (int k = 0; same && k < nd; k++) same = shape[k] == q->shape[k];
       if (!same) {
@@ -504,7 +510,9 @@ static int check_structure(reader *r) {
 static int read_tensor(reader *r, int b, int i, int skip) {
   const mt_param *q = &r->ts->table->p[i];
   const mt_ckpt_plan *pl = r->pl;
-  float *data = r->ts->bufs[b].data;
+  char *data = r->ts->bufs[b].data;
+  const mt_dtype dt = r->ts->dtype;
+  const size_t esz = mt_ckpt_esz(dt);
   const mt_ckpt_range *rg = r->ts->part.sharded ? &pl->held : pl->own;
   int nr = skip ? 0 : r->ts->part.sharded ? 1 : pl->nown;
   hsize_t dims[MT_MAX_DIMS];
@@ -521,9 +529,9 @@ static int read_tensor(reader *r, int b, int i, int skip) {
     H5Sselect_none(fs);
     count = 0;
   }
-  float dummy = 0;
-  float *ptr = count ? data + (first - pl->base) : &dummy;
-  if (H5Dread(r->ds[b * r->ts->table->n + i], H5T_NATIVE_FLOAT, ms, fs, r->dxpl, ptr) < 0 &&
+  double dummy = 0;
+  void *ptr = count ? data + (first - pl->base) * esz : (void *)&dummy;
+  if (H5Dread(r->ds[b * r->ts->table->n + i], mt_ckpt_h5_mem_type(dt), ms, fs, r->dxpl, ptr) < 0 &&
       !err) {
     char why[256];
     mt_ckpt_h5_reason(why, sizeof(why));
@@ -537,7 +545,7 @@ static int read_tensor(reader *r, int b, int i, int skip) {
   for (int k = 0; k < pl->nown; k++) {
     size_t a = pl->own[k].a > q->offset ? pl->own[k].a : q->offset;
     size_t e = pl->own[k].b < q->offset + q->numel ? pl->own[k].b : q->offset + q->numel;
-    if (a < e) mt_ckpt_sum(data + (a - pl->base), e - a, a - q->offset, s);
+    if (a < e) mt_ckpt_sum_dt(dt, data + (a - pl->base) * esz, e - a, a - q->offset, s);
   }
   return 0;
 }
@@ -545,12 +553,13 @@ static int read_tensor(reader *r, int b, int i, int skip) {
 /* Zeroes the padding after each tensor inside z, in every buffer. */
 static void zero_padding(const mt_ckpt_tensors *ts, const mt_ckpt_plan *pl, mt_ckpt_range z) {
   const mt_param_table *t = ts->table;
+  const size_t esz = mt_ckpt_esz(ts->dtype);
   for (int i = 0; i < t->n; i++) {
     size_t a = t->p[i].offset + t->p[i].numel, e = i + 1 < t->n ? t->p[i + 1].offset : t->total;
     if (a < z.a) a = z.a;
     if (e > z.b) e = z.b;
     for (int b = 0; a < e && b < ts->nbufs; b++)
-      memset(ts->bufs[b].data + (a - pl->base), 0, (e - a) * sizeof(float));
+      memset((char *)ts->bufs[b].data + (a - pl->base) * esz, 0, (e - a) * esz);
   }
 }
 
@@ -569,7 +578,9 @@ static int allgather(reader *r) {
       err = MT_ERR(MT_ERR_ARG, "checkpoint: a tensor of %zu elements is too large to all-gather",
                    pl->segs[i].b - pl->segs[i].a);
   err = mt_agree(r->comm, err);
-  if (!err) rc = MPI_Type_contiguous(16, MPI_FLOAT, &ty16);
+  const MPI_Datatype ty1 = r->ts->dtype == MT_FP64 ? MPI_DOUBLE : MPI_FLOAT;
+  const size_t esz = mt_ckpt_esz(r->ts->dtype);
+  if (!err) rc = MPI_Type_contiguous(16, ty1, &ty16);
   if (!err && rc == MPI_SUCCESS) rc = MPI_Type_commit(&ty16);
   for (int i = 0; !err && rc == MPI_SUCCESS && i < pl->nsegs; i++) {
     const mt_ckpt_seg *sg = &pl->segs[i];
@@ -584,9 +595,9 @@ static int allgather(reader *r) {
       cnt[q] = (int)((g.b - g.a) / unit);
       dsp[q] = (int)((g.a - sg->a) / unit);
     }
-    MPI_Datatype ty = unit == 16 ? ty16 : MPI_FLOAT;
+    MPI_Datatype ty = unit == 16 ? ty16 : ty1;
     for (int b = 0; rc == MPI_SUCCESS && b < r->ts->nbufs; b++) {
-      float *x = r->ts->bufs[b].data + sg->a;
+      char *x = (char *)r->ts->bufs[b].data + sg->a * esz;
       if (sg->k == 1)
         rc = MPI_Bcast(x, (int)(len / unit), ty, sg->first, r->comm);
       else
@@ -767,8 +778,9 @@ static int vlist_add(vlist *v, const char *g, const char *d) {
 /* Reads this rank's piece of dataset d in chunks and sums it: the tensor is
  * split like a segment (mt_ckpt_seg), among k ranks from *next on. Every
  * rank makes the same number of collective reads. */
-static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, const mt_ckpt_plan *pl,
-                       int *next, float *scratch, const char *path, const char *name,
+static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, mt_dtype dt,
+                       const mt_ckpt_plan *pl, int *next, void *scratch, const char *path,
+                       const char *name,
                        uint64_t s[2]) {
   mt_param q;
   memset(&q, 0, sizeof(q));
@@ -804,9 +816,9 @@ static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, const 
     size_t first = 0, count = 0;
     if (fs < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for %s failed", name);
     int e = mt_ckpt_select(fs, &q, &g, have, &ms, &first, &count);
-    if (!e && H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, scratch) < 0)
+    if (!e && H5Dread(d, mt_ckpt_h5_mem_type(dt), ms, fs, dxpl, scratch) < 0)
       e = MT_ERR(MT_ERR_FILE, "checkpoint %s: reading tensor %s failed", path, name);
-    if (!e && count) mt_ckpt_sum(scratch, count, first, s);
+    if (!e && count) mt_ckpt_sum_dt(dt, scratch, count, first, s);
     if (ms >= 0) H5Sclose(ms);
     H5Sclose(fs);
     if (!err) err = e;
@@ -817,7 +829,7 @@ static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, const 
 /* Checks every dataset of one buffer group; data errors (local) go to
  * *derr and the collective reads go on. */
 static int verify_group(hid_t f, const char *path, const char *gname, mt_ckpt_check level,
-                        const mt_ckpt_plan *pl, hid_t dxpl, float *scratch, vlist *v,
+                        const mt_ckpt_plan *pl, hid_t dxpl, void *scratch, vlist *v,
                         int *derr) {
   hid_t g = H5Gopen2(f, gname, H5P_DEFAULT);
   MT_CHECK(g >= 0, MT_ERR_DATA, "checkpoint %s: cannot open /%s", path, gname);
@@ -839,17 +851,17 @@ static int verify_group(hid_t f, const char *path, const char *gname, mt_ckpt_ch
       err = MT_ERR(MT_ERR_DATA, "checkpoint %s: %s is not a dataset", path, full);
       break;
     }
-    int nd = 0, f32 = 0;
+    int nd = 0, bits = 0;
     int64_t shape[MT_MAX_DIMS] = {0};
-    if (dataset_shape(d, &nd, shape, &f32) || !f32 || nd < 1 || nd > MT_MAX_DIMS)
-      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s is not a float32 array of 1 to %d "
-                   "dimensions", path, full, MT_MAX_DIMS);
+    if (dataset_shape(d, &nd, shape, &bits) || !bits || nd < 1 || nd > MT_MAX_DIMS)
+      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s is not a float32 or float64 array of 1 "
+                   "to %d dimensions", path, full, MT_MAX_DIMS);
     else if (read_checksum(d, v->stored + 2 * (v->n - 1)))
       err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s has no valid checksum attribute", path,
                    full);
     else if (level == MT_CKPT_CHECK_DATA) {
-      int e = verify_data(d, dxpl, nd, shape, pl, &v->next, scratch, path, full,
-                          v->sums + 2 * (v->n - 1));
+      int e = verify_data(d, dxpl, nd, shape, bits == 64 ? MT_FP64 : MT_FP32, pl, &v->next,
+                          scratch, path, full, v->sums + 2 * (v->n - 1));
       if (!*derr) *derr = e;
     }
     H5Dclose(d);
@@ -859,7 +871,7 @@ static int verify_group(hid_t f, const char *path, const char *gname, mt_ckpt_ch
 }
 
 static int verify_locked(MPI_Comm comm, const char *path, mt_ckpt_check level,
-                         const mt_ckpt_plan *pl, float *scratch) {
+                         const mt_ckpt_plan *pl, void *scratch) {
   hid_t fapl, f, dxpl = H5I_INVALID_HID;
   int err = open_file(comm, path, &fapl, &f);
   if (fapl >= 0) H5Pclose(fapl);
@@ -901,10 +913,10 @@ int mt_ckpt_verify(MPI_Comm comm, const char *path, mt_ckpt_check level) {
   memset(&pl, 0, sizeof(pl));
   MT_MPI(MPI_Comm_rank(comm, &pl.rank));
   MT_MPI(MPI_Comm_size(comm, &pl.size));
-  float *scratch = NULL;
+  double *scratch = NULL; /* room for float64 chunks */
   int err = 0;
   if (level == MT_CKPT_CHECK_DATA)
-    err = mt_calloc(&scratch, VERIFY_CHUNK, sizeof(float), "checkpoint verification buffer");
+    err = mt_calloc(&scratch, VERIFY_CHUNK, sizeof(double), "checkpoint verification buffer");
   MT_CALL(mt_agree(comm, err));
   mt_h5_lock();
   err = verify_locked(comm, path, level, &pl, scratch);

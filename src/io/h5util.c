@@ -15,12 +15,21 @@ void mt_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 int mt_h5_write_floats(hid_t loc, const char *name, int ndim, const int64_t *shape,
                        const float *data) {
+  return mt_h5_write_tensor(loc, name, ndim, shape, data, MT_FP32);
+}
+
+int mt_h5_write_tensor(hid_t loc, const char *name, int ndim, const int64_t *shape,
+                       const void *data, mt_dtype dtype) {
   hsize_t dims[MT_MAX_DIMS + 1];
   for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
   hid_t sp = H5Screate_simple(ndim, dims, NULL);
   if (sp < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for %s failed", name);
-  hid_t ds = H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  herr_t st = ds < 0 ? -1 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  const int f64 = dtype == MT_FP64;
+  hid_t ds = H5Dcreate2(loc, name, f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE, sp, H5P_DEFAULT,
+                        H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = ds < 0 ? -1
+                     : H5Dwrite(ds, f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
+                                H5P_DEFAULT, data);
   if (ds >= 0) H5Dclose(ds);
   H5Sclose(sp);
   if (st < 0) return MT_ERR(MT_ERR_HDF5, "writing dataset %s failed", name);
@@ -50,21 +59,25 @@ int mt_h5_attr_string(hid_t loc, const char *name, const char *v) {
   return 0;
 }
 
-static int save_params_locked(const char *tmp, const mt_model *m, const float *params) {
+static int save_params_locked(const char *tmp, const mt_model *m, const void *params) {
   hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) return MT_ERR(MT_ERR_FILE, "cannot create %s", tmp);
   int err = 0;
   const mt_param_table *t = &m->params, *b = &m->buffers;
+  const size_t esz = m->dtype == MT_FP64 ? sizeof(double) : sizeof(float);
+  const char *p = params, *buf = m->dtype == MT_FP64 ? (const char *)m->buf64 : (const char *)m->buf;
   for (int i = 0; i < t->n && !err; i++)
-    err = mt_h5_write_floats(f, t->p[i].name, t->p[i].ndim, t->p[i].shape, params + t->p[i].offset);
+    err = mt_h5_write_tensor(f, t->p[i].name, t->p[i].ndim, t->p[i].shape,
+                             p + t->p[i].offset * esz, m->dtype);
   for (int i = 0; i < b->n && !err; i++)
-    err = mt_h5_write_floats(f, b->p[i].name, b->p[i].ndim, b->p[i].shape, m->buf + b->p[i].offset);
+    err = mt_h5_write_tensor(f, b->p[i].name, b->p[i].ndim, b->p[i].shape,
+                             buf + b->p[i].offset * esz, m->dtype);
   if (!err) err = mt_h5_attr_string(f, "format", "mpitrain-params-1");
   if (H5Fclose(f) < 0 && !err) err = MT_ERR(MT_ERR_FILE, "closing %s failed", tmp);
   return err;
 }
 
-int mt_h5_save_model(const char *path, const mt_model *m, const float *params) {
+int mt_h5_save_model(const char *path, const mt_model *m, const void *params) {
   char tmp[MT_PATH_MAX + 64];
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   mt_h5_lock();
@@ -98,7 +111,9 @@ int mt_mkdir_p(const char *dir) {
   return 0;
 }
 
-static int load_params_locked(hid_t f, const char *path, const mt_param_table *t, float *params) {
+static int load_params_locked(hid_t f, const char *path, const mt_param_table *t, void *params,
+                              mt_dtype dtype) {
+  const size_t esz = dtype == MT_FP64 ? sizeof(double) : sizeof(float);
   for (int i = 0; i < t->n; i++) {
     const mt_param *q = &t->p[i];
     if (H5Lexists(f, q->name, H5P_DEFAULT) <= 0)
@@ -124,19 +139,24 @@ static int load_params_locked(hid_t f, const char *path, const mt_param_table *t
       return MT_ERR(MT_ERR_DATA, "option -init_from: %s: tensor %s is (%s), the model's is (%s)",
                     path, q->name, have, want);
     }
-    herr_t st = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, params + q->offset);
+    /* HDF5 converts: a float64 file into a float run rounds, float32 into
+     * a double run widens exactly */
+    herr_t st = H5Dread(d, dtype == MT_FP64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL,
+                        H5S_ALL, H5P_DEFAULT, (char *)params + q->offset * esz);
     H5Dclose(d);
     if (st < 0) return MT_ERR(MT_ERR_DATA, "option -init_from: %s: cannot read %s", path, q->name);
   }
   return 0;
 }
 
-int mt_h5_load_model(const char *path, mt_model *m, float *params) {
+int mt_h5_load_model(const char *path, mt_model *m, void *params) {
   mt_h5_lock();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   int err = f < 0 ? MT_ERR(MT_ERR_FILE, "option -init_from: cannot open %s as HDF5", path)
-                  : load_params_locked(f, path, &m->params, params);
-  if (!err && m->buffers.n) err = load_params_locked(f, path, &m->buffers, m->buf);
+                  : load_params_locked(f, path, &m->params, params, m->dtype);
+  if (!err && m->buffers.n)
+    err = load_params_locked(f, path, &m->buffers,
+                             m->dtype == MT_FP64 ? (void *)m->buf64 : (void *)m->buf, m->dtype);
   if (f >= 0) H5Fclose(f);
   mt_h5_unlock();
   return err;

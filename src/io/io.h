@@ -18,23 +18,30 @@ void mt_h5_quiet(void);
     if ((expr) < 0) return MT_ERR(MT_ERR_HDF5, "%s failed", #expr);        \
   } while (0)
 
-/* Writes a float32 dataset `name` of the given shape at loc (serial). */
+/* Writes a dataset `name` of the given shape at loc (serial): float32 from
+ * float data (mt_h5_write_floats, or mt_h5_write_tensor with MT_FP32),
+ * float64 from double data (MT_FP64). */
 int mt_h5_write_floats(hid_t loc, const char *name, int ndim, const int64_t *shape,
                        const float *data);
+int mt_h5_write_tensor(hid_t loc, const char *name, int ndim, const int64_t *shape,
+                       const void *data, mt_dtype dtype);
 /* Writes a scalar attribute to loc. */
 int mt_h5_attr_double(hid_t loc, const char *name, double v);
 int mt_h5_attr_string(hid_t loc, const char *name, const char *v);
 
 /* Writes every tensor of the model's table from the flat buffer params,
  * and its buffers (m->buf), into a new file (serial, call on one rank), via
- * a temporary name and a rename. */
-int mt_h5_save_model(const char *path, const mt_model *m, const float *params);
+ * a temporary name and a rename. The buffers' type is the model's
+ * (m->dtype): float32 datasets, or float64 ones (from params as double and
+ * m->buf64) for MT_FP64. */
+int mt_h5_save_model(const char *path, const mt_model *m, const void *params);
 
 /* Reads every tensor of the model's table by name from path (PyTorch names
- * and layouts, float32 or any float type) into the flat buffer params, and
- * its buffers into m->buf; a missing tensor or another shape is an error
- * naming the tensor and both shapes. */
-int mt_h5_load_model(const char *path, mt_model *m, float *params);
+ * and layouts, float32, float64 or any float type, converted to the model's
+ * type) into the flat buffer params (float, or double for MT_FP64), and its
+ * buffers into m->buf (m->buf64); a missing tensor or another shape is an
+ * error naming the tensor and both shapes. */
+int mt_h5_load_model(const char *path, mt_model *m, void *params);
 
 /* The learning curve: one row per epoch and validation set. */
 typedef struct {

@@ -81,12 +81,12 @@ static int write_attrs(writer *w) {
   return 0;
 }
 
-/* File and memory types of dataset k. */
-static hid_t file_type(int k) {
-  return k == D_INDEX ? H5T_STD_I64LE : k <= D_PRED ? H5T_STD_I32LE : H5T_IEEE_F32LE;
+/* File and memory types of dataset k; loss and logits in the rows' type. */
+static hid_t file_type(const writer *w, int k) {
+  return k == D_INDEX ? H5T_STD_I64LE : k <= D_PRED ? H5T_STD_I32LE : mt_ckpt_h5_file_type(w->r->dtype);
 }
-static hid_t mem_type(int k) {
-  return k == D_INDEX ? H5T_NATIVE_INT64 : k <= D_PRED ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+static hid_t mem_type(const writer *w, int k) {
+  return k == D_INDEX ? H5T_NATIVE_INT64 : k <= D_PRED ? H5T_NATIVE_INT32 : mt_ckpt_h5_mem_type(w->r->dtype);
 }
 
 static int create_datasets(writer *w) {
@@ -95,7 +95,7 @@ static int create_datasets(writer *w) {
     hsize_t dims[2] = {(hsize_t)w->total, (hsize_t)w->C};
     hid_t sp = H5Screate_simple(k == D_LOGITS ? 2 : 1, dims, NULL);
     w->ds[k] = sp < 0 ? H5I_INVALID_HID
-                      : H5Dcreate2(w->file, dnames[k], file_type(k), sp, H5P_DEFAULT, w->dcpl,
+                      : H5Dcreate2(w->file, dnames[k], file_type(w, k), sp, H5P_DEFAULT, w->dcpl,
                                    H5P_DEFAULT);
     if (sp >= 0) H5Sclose(sp);
     if (w->ds[k] < 0) {
@@ -112,7 +112,8 @@ static int create_datasets(writer *w) {
 static int write_round(writer *w, int64_t a, int64_t b) {
   const mt_outputs_rows *r = w->r;
   const void *cols[ND] = {r->index, r->label, r->pred, r->loss, r->logits};
-  const size_t width[ND] = {8, 4, 4, 4, 4 * (size_t)w->C};
+  const size_t f = mt_ckpt_esz(r->dtype); /* loss and logits: float or double */
+  const size_t width[ND] = {8, 4, 4, f, f * (size_t)w->C};
   int err = 0;
   for (int k = 0; k < ND; k++) {
     if (w->ds[k] < 0) continue;
@@ -129,7 +130,7 @@ static int write_round(writer *w, int64_t a, int64_t b) {
       st = H5Sselect_none(fs) < 0 || H5Sselect_none(ms) < 0 ? -1 : 0;
     static const int64_t dummy[2] = {0, 0};
     const void *ptr = a < b ? (const char *)cols[k] + (size_t)a * width[k] : (const void *)dummy;
-    if (st >= 0) st = H5Dwrite(w->ds[k], mem_type(k), ms, fs, w->dxpl, ptr);
+    if (st >= 0) st = H5Dwrite(w->ds[k], mem_type(w, k), ms, fs, w->dxpl, ptr);
     if (st < 0 && !err) {
       char why[256];
       mt_ckpt_h5_reason(why, sizeof(why));
@@ -168,7 +169,8 @@ static int write_locked(writer *w) {
 
   /* data: rounds of at most mt_outputs_chunk_bytes per rank; every rank
    * joins every round, after a local failure too */
-  int64_t row_bytes = 20 + 4 * (int64_t)w->C;
+  const int64_t f = (int64_t)mt_ckpt_esz(w->r->dtype);
+  int64_t row_bytes = 16 + f + f * (int64_t)w->C;
   int64_t chunk = mt_outputs_chunk_bytes / row_bytes > 0 ? mt_outputs_chunk_bytes / row_bytes : 1;
   int64_t rounds = (w->max_rows + chunk - 1) / chunk, rows = w->r->rows;
   for (int64_t k = 0; k < rounds; k++) {

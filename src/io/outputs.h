@@ -15,6 +15,7 @@
  *   /loss     float32 (R)    its loss: softmax cross-entropy, or for token
  *                            data the mean over its T target tokens
  *   /logits   float32 (R, C) with -outputs_logits (class data only)
+ *             (/loss and /logits are float64 under -precision fp64)
  *   /         attributes: format, set ("val", "train", "test"), set_index
  *             (-1 for train), data_file, samples_in_file (N), rows (R),
  *             epoch (epochs completed when evaluated), global_step, model,
@@ -41,14 +42,16 @@
 /* This rank's rows: rows may be 0 (then the pointers may be NULL). index is
  * strictly ascending and above every index of the ranks before (checked).
  * logits is (rows, logits_len), logits_len the same on every rank; 0 and
- * NULL when not written. */
+ * NULL when not written. loss and logits are float (dtype MT_FP32, zero)
+ * or double (MT_FP64), the same on every rank. */
 typedef struct {
   int64_t rows;
   const int64_t *index;
   const int32_t *label, *pred;
-  const float *loss;
-  const float *logits;
+  const void *loss;
+  const void *logits;
   int logits_len;
+  mt_dtype dtype;
 } mt_outputs_rows;
 
 /* What the file says about itself; the same on every rank (strings may be

@@ -16,9 +16,9 @@ int mt_best_setup(mt_trainer *t) {
     const mt_model *m = t->model;
     mt_owned o; /* fsdp: this rank's shard */
     mt_trainer_owned(t, &o);
-    MT_CALL(mt_calloc(&t->best_params, o.n ? o.n : 1, sizeof(float), "best model"));
+    MT_CALL(mt_calloc(&t->best_params, o.n ? o.n : 1, t->esz, "best model"));
     if (m->buffers.total)
-      MT_CALL(mt_calloc(&t->best_buf, m->buffers.total, sizeof(float), "best model buffers"));
+      MT_CALL(mt_calloc(&t->best_buf, m->buffers.total, t->esz, "best model buffers"));
   }
   return 0;
 }
@@ -44,8 +44,8 @@ int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop) {
     if (t->best_params) {
       mt_owned o;
       mt_trainer_owned(t, &o);
-      memcpy(t->best_params, o.params, o.n * sizeof(float));
-      if (m->buffers.total) memcpy(t->best_buf, m->buf, m->buffers.total * sizeof(float));
+      memcpy(t->best_params, o.params, o.n * t->esz);
+      if (m->buffers.total) memcpy(t->best_buf, mt_trainer_model_buf(t), m->buffers.total * t->esz);
     }
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/model_best.h5", c->output_dir);
@@ -68,8 +68,8 @@ int mt_best_restore(mt_trainer *t) {
   if (!t->best_params || t->best_epoch == 0) return 0;
   mt_owned o;
   mt_trainer_owned(t, &o);
-  memcpy(o.params, t->best_params, o.n * sizeof(float));
-  if (m->buffers.total) memcpy(m->buf, t->best_buf, m->buffers.total * sizeof(float));
+  memcpy(o.params, t->best_params, o.n * t->esz);
+  if (m->buffers.total) memcpy(mt_trainer_model_buf(t), t->best_buf, m->buffers.total * t->esz);
   mt_print0("restored the best model: epoch %d, validation loss %.4f\n", t->best_epoch, t->best_loss);
   return 0;
 }

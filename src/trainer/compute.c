@@ -6,7 +6,10 @@
  * the default. With -thread_split gemm one model runs all rows and oneDNN
  * threads each GEMM. */
 #include "trainer/trainer.h"
+#include "backends/backends.h"
 #include "backends/fsdp.h"
+
+#include "nn/nn.h"
 
 #include <omp.h>
 #include <string.h>
@@ -23,8 +26,8 @@ int mt_compute_setup(mt_trainer *t, int max_batch) {
   int per = (max_batch + t->nthr - 1) / t->nthr;
   size_t n = t->model->params.total;
   for (int i = 1; i < t->nthr; i++) {
-    MT_CALL(mt_model_create(c->model, &t->train.spec, per, &t->tmodel[i]));
-    MT_CALL(mt_calloc(&t->tgrads[i], n, sizeof(float), "per-thread gradients"));
+    MT_CALL(mt_model_create_as(c->model, &t->train.spec, per, t->dtype, &t->tmodel[i]));
+    MT_CALL(mt_calloc(&t->tgrads[i], n, t->esz, "per-thread gradients"));
   }
   return 0;
 }
@@ -42,7 +45,7 @@ static void unit_done(void *ctx, int unit) {
   mt_trainer *t = ctx;
   if (t->overlap_err) return;
   t->overlap_err = t->fsdp ? mt_fsdp_unit_done(t->fsdp, unit)
-                           : t->backend->ops->unit_ready(t->backend, t->grads, unit);
+                           : mt_backend_unit_ready(t->backend, t->grads, unit);
 }
 
 /* fsdp: the model is about to read a unit's parameters. */
@@ -57,7 +60,7 @@ static double comm_seconds(const mt_trainer *t) {
   return t->fsdp ? mt_fsdp_comm_seconds(t->fsdp) : t->backend->comm_seconds;
 }
 
-int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, float *losses,
+int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
   /* evaluation passes differ in length between ranks: no gathers in them */
@@ -69,7 +72,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
     m->unit_use = t->fsdp ? unit_use : NULL;
     m->unit_ctx = t;
     double c0 = comm_seconds(t);
-    MT_CALL(m->ops->forward(m, t->params, b, losses, st));
+    MT_CALL(mt_trainer_forward(t, m, b, losses, st));
     if (backward) {
       mt_ev_end(MT_EV_FORWARD);
       /* communication inside the passes is exposed: the pass waited for it */
@@ -77,11 +80,11 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
       c0 = comm_seconds(t);
       mt_ev_begin(MT_EV_BACKWARD);
       /* the step's last backward on one thread: units reported as done */
-      int hook = t->fsdp || (t->last_micro && t->backend->overlap && t->backend->ops->unit_ready);
+      int hook = t->fsdp || (t->last_micro && mt_backend_can_overlap(t->backend));
       m->unit_done = hook ? unit_done : NULL;
       m->unit_ctx = t;
       t->overlap_err = 0;
-      int err = m->ops->backward(m, t->params, t->grads, scale, rows);
+      int err = mt_trainer_backward(t, m, t->grads, scale, rows);
       m->unit_done = NULL;
       MT_CALL(err);
       MT_CALL(t->overlap_err);
@@ -104,13 +107,14 @@ int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, floa
     part[i] = (mt_batch_stats){0};
     part[i].pred = st->pred ? st->pred + r0 : NULL;
     part[i].logits = st->logits ? st->logits + (int64_t)r0 * st->logits_len : NULL;
+    part[i].logits64 = st->logits64 ? st->logits64 + (int64_t)r0 * st->logits_len : NULL;
     part[i].logits_len = st->logits_len;
     err[i] = 0;
     if (r1 > r0) {
       mt_batch sub = mt_batch_rows(b, r0, r1);
-      err[i] = m->ops->forward(m, t->params, &sub, losses ? losses + r0 : NULL, &part[i]);
-      if (!err[i] && backward)
-        err[i] = m->ops->backward(m, t->params, t->tgrads[i], scale, r1 - r0);
+      err[i] = mt_trainer_forward(t, m, &sub, losses ? mt_flat_at(t, losses, (size_t)r0) : NULL,
+                                  &part[i]);
+      if (!err[i] && backward) err[i] = mt_trainer_backward(t, m, t->tgrads[i], scale, r1 - r0);
       if (err[i]) {
 #pragma omp critical(mt_compute_err)
         if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
@@ -131,6 +135,19 @@ void mt_compute_sum_grads(mt_trainer *t) {
   const int T = t->nthr;
   if (T == 1) return;
   const size_t n = t->model->params.total;
+  if (t->dtype == MT_FP64) { /* the same sums in double: g += h, h = 0 */
+#pragma omp parallel for schedule(static) num_threads(T)
+    for (size_t b = 0; b < n; b += 4096) {
+      size_t e = b + 4096 < n ? b + 4096 : n;
+      double *g = (double *)t->grads + b;
+      for (int k = 1; k < T; k++) {
+        double *h = (double *)t->tgrads[k] + b;
+        mt_residual_forward_f64(g, g, h, (int64_t)(e - b));
+        memset(h, 0, (e - b) * sizeof(double));
+      }
+    }
+    return;
+  }
   float *g = t->grads;
 #pragma omp parallel for schedule(static) num_threads(T)
   for (size_t b = 0; b < n; b += 4096) {

@@ -206,8 +206,9 @@ int mt_dp_train_step(mt_trainer *t, double *loss_sum) {
   MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
   /* the mean over the expected batch: q N = B for Poisson, B for shuffle */
   const float inv = 1.0f / (float)c->batch_size;
+  float *g = t->grads;
 #pragma omp simd
-  for (size_t i = 0; i < n; i++) t->grads[i] *= inv;
+  for (size_t i = 0; i < n; i++) g[i] *= inv;
   double lr = mt_lr_at(&t->sched, t->global_step);
   int all_decay = !c->weight_decay_skip_1d;
   if (t->adamw)

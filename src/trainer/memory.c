@@ -21,14 +21,14 @@ static double sum(const parts *p) {
   return p->params + p->grads + p->optim + p->gathered + p->unit_grads + p->acts;
 }
 
-/* The largest and the two largest units' bytes. */
-static void largest(const mt_param_table *t, double *one, double *two) {
+/* The largest and the two largest units' bytes (elements of esz bytes). */
+static void largest(const mt_param_table *t, double esz, double *one, double *two) {
   double top[2] = {0, 0};
   int nu = 0;
   for (int i = 0; i < t->n; i++) nu = t->p[i].unit + 1 > nu ? t->p[i].unit + 1 : nu;
   for (int u = 0; u < nu; u++) {
     double b = 0;
-    for (int i = 0; i < t->n; i++) b += t->p[i].unit == u ? (double)t->p[i].numel * 4.0 : 0.0;
+    for (int i = 0; i < t->n; i++) b += t->p[i].unit == u ? (double)t->p[i].numel * esz : 0.0;
     for (int k = 0; k < 2; k++)
       if (b > top[k]) {
         double x = top[k];
@@ -49,12 +49,12 @@ int mt_memory_forecast(mt_trainer *t) {
   const mt_config *c = t->cfg;
   mt_owned o;
   mt_trainer_owned(t, &o);
-  const double whole = (double)t->model->params.total * 4.0;
-  parts p = {(double)o.n * 4.0, (double)o.n * 4.0, (double)t->mem_optim, 0, 0,
+  const double esz = (double)t->esz, whole = (double)t->model->params.total * esz;
+  parts p = {(double)o.n * esz, (double)o.n * esz, (double)t->mem_optim, 0, 0,
              (double)t->mem_acts};
   if (t->fsdp) {
     double one, two;
-    largest(&t->model->params, &one, &two);
+    largest(&t->model->params, esz, &one, &two);
     /* full_shard: the unit in use and the prefetched one; shard_grad_op
      * keeps the forward's units until the backward; evaluation gathers
      * the whole model; the gradient of the unit computed and (with
@@ -85,8 +85,8 @@ int mt_memory_forecast(mt_trainer *t) {
 int mt_memory_report(mt_trainer *t) {
   mt_owned o;
   mt_trainer_owned(t, &o);
-  const double whole = (double)t->model->params.total * 4.0;
-  parts p = {(double)o.n * 4.0, (double)o.n * 4.0, (double)t->mem_optim, 0, 0, 0};
+  const double esz = (double)t->esz, whole = (double)t->model->params.total * esz;
+  parts p = {(double)o.n * esz, (double)o.n * esz, (double)t->mem_optim, 0, 0, 0};
   double unit = 0;
   if (t->fsdp) {
     mt_fsdp_memory m;
@@ -100,7 +100,7 @@ int mt_memory_report(mt_trainer *t) {
    * 1 unless fsdp). -fsdp_prefetch 1 holds a second unit of each; a unit
    * whose parameters serve twice (gpt's tied embedding and head) keeps its
    * gradient through the backward, and a unit's edge pages stay. */
-  double per_elem = o.n ? p.optim / ((double)o.n * 4.0) : 0;
+  double per_elem = o.n ? p.optim / ((double)o.n * esz) : 0;
   int N = t->fsdp ? mt_fsdp_group_size(t->fsdp) : 1;
   double bound = whole * (2.0 + per_elem) / N + 2.0 * unit;
   double v[7] = {p.params, p.grads, p.optim, p.gathered, p.unit_grads, sum(&p), bound};

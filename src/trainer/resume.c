@@ -66,24 +66,22 @@ int mt_trainer_signal(void) { return (int)stop_signal_; }
 
 /* The flat buffers of this run: parameters, optimizer state and (with
  * -restore_best) the best parameters; at most TENSOR_BUFS. Under fsdp each
- * rank writes and reads its shard of them. */
+ * rank writes and reads its shard of them. Their type is the run's
+ * (-precision): float32 or float64 tensors in the file. */
 #define TENSOR_BUFS 6
 static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
   int n = 0;
   mt_owned o;
   mt_trainer_owned(t, &o);
   bufs[n++] = (mt_ckpt_buf){"params", o.params};
-  if (t->adamw) {
-    bufs[n++] = (mt_ckpt_buf){"exp_avg", t->adam_state.exp_avg};
-    bufs[n++] = (mt_ckpt_buf){"exp_avg_sq", t->adam_state.exp_avg_sq};
-    if (t->adam_state.max_exp_avg_sq)
-      bufs[n++] = (mt_ckpt_buf){"max_exp_avg_sq", t->adam_state.max_exp_avg_sq};
-  } else if (t->mom) {
-    bufs[n++] = (mt_ckpt_buf){"momentum_buffer", t->mom};
-  }
+  const char *names[3];
+  void *data[3];
+  const int k = mt_trainer_optim_bufs(t, names, data);
+  for (int i = 0; i < k; i++) bufs[n++] = (mt_ckpt_buf){names[i], data[i]};
   if (t->best_params) bufs[n++] = (mt_ckpt_buf){"best_params", t->best_params};
   *ts = (mt_ckpt_tensors){&t->model->params, bufs, n,
-                          t->fsdp ? mt_ckpt_shard(o.lo, o.lo + o.n) : mt_ckpt_replicated()};
+                          t->fsdp ? mt_ckpt_shard(o.lo, o.lo + o.n) : mt_ckpt_replicated(),
+                          t->dtype};
   return 0;
 }
 
@@ -143,28 +141,39 @@ static int get_curve(mt_trainer *t, const mt_ckpt_state *st) {
 
 /* ----------------------------------------------------------------- save */
 
-static int put_floats(mt_ckpt_state *st, const char *key, const float *v, size_t n) {
+/* n values of the run's type as a double array entry (exact either way). */
+static int put_values(const mt_trainer *t, mt_ckpt_state *st, const char *key, const void *v,
+                      size_t n) {
+  if (t->dtype == MT_FP64) return mt_ckpt_state_set_f64s(st, key, v, n);
+  const float *f = v;
   double *d = NULL;
   MT_CALL(mt_calloc(&d, n ? n : 1, sizeof(double), "checkpoint state"));
-  for (size_t i = 0; i < n; i++) d[i] = v[i];
+  for (size_t i = 0; i < n; i++) d[i] = f[i];
   int err = mt_ckpt_state_set_f64s(st, key, d, n);
   mt_free(&d);
   return err;
 }
 
-static int get_floats(const mt_ckpt_state *st, const char *key, float *v, size_t n) {
+static int get_values(const mt_trainer *t, const mt_ckpt_state *st, const char *key, void *v,
+                      size_t n) {
   const double *d;
   size_t m;
   MT_CALL(mt_ckpt_state_get_f64s(st, key, &d, &m));
   MT_CHECK(m == n, MT_ERR_DATA, "checkpoint: %s has %zu values, the model has %zu", key, m, n);
-  for (size_t i = 0; i < n; i++) v[i] = (float)d[i];
+  if (t->dtype == MT_FP64)
+    memcpy(v, d, n * sizeof(double));
+  else
+    for (size_t i = 0; i < n; i++) ((float *)v)[i] = (float)d[i];
   return 0;
 }
+
+static const char *precision_name(mt_dtype dt) { return dt == MT_FP64 ? "fp64" : "fp32"; }
 
 static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch_loss,
                       double elapsed, mt_ckpt_state *st) {
   const mt_config *c = t->cfg;
   MT_CALL(mt_ckpt_state_set_str(st, "model", c->model));
+  MT_CALL(mt_ckpt_state_set_str(st, "precision", precision_name(t->dtype)));
   MT_CALL(mt_ckpt_state_set_i64(st, "epoch", epoch));
   MT_CALL(mt_ckpt_state_set_i64(st, "step_in_epoch", step));
   MT_CALL(mt_ckpt_state_set_i64(st, "global_step", t->global_step));
@@ -175,7 +184,8 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
   MT_CALL(mt_ckpt_state_set_f64(st, "epoch_loss_partial", epoch_loss));
   MT_CALL(mt_ckpt_state_set_f64(st, "elapsed_seconds", elapsed));
   MT_CALL(mt_ckpt_state_set_str(st, "optimizer", c->optimizer));
-  MT_CALL(mt_ckpt_state_set_i64(st, "adam_step", t->adam_state.step));
+  MT_CALL(mt_ckpt_state_set_i64(st, "adam_step",
+                                 t->dtype == MT_FP64 ? t->adam_state64.step : t->adam_state.step));
   double lr[MT_LR_STATE_N];
   mt_lr_state_pack(&t->sched, lr);
   MT_CALL(mt_ckpt_state_set_f64s(st, "lr_schedule_state", lr, MT_LR_STATE_N));
@@ -187,8 +197,9 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
   MT_CALL(mt_ckpt_state_set_f64s(st, "best_state", best, MT_BEST_STATE_N));
   /* model buffers (running statistics), small: as state (float -> double
    * is exact) */
-  MT_CALL(put_floats(st, "model_buffers", t->model->buf, t->model->buffers.total));
-  if (t->best_buf) MT_CALL(put_floats(st, "best_buffers", t->best_buf, t->model->buffers.total));
+  const size_t nb = t->model->buffers.total;
+  MT_CALL(put_values(t, st, "model_buffers", mt_trainer_model_buf(t), nb));
+  if (t->best_buf) MT_CALL(put_values(t, st, "best_buffers", t->best_buf, nb));
   MT_CALL(mt_amp_state_put(t, st)); /* the loss scaler */
   if (t->dp) MT_CALL(mt_dp_put_state(t, st)); /* the privacy accountant */
   return 0;
@@ -271,6 +282,16 @@ static int restore(mt_trainer *t, const char *path) {
                  "checkpoint %s: written with %lld steps per epoch, this run has %lld (another "
                  "data set or -max_train_steps_per_epoch)", path, (long long)steps,
                  (long long)t->steps_per_epoch);
+  /* the element type: refused across precisions (README: a restart is
+   * exact; -init_from converts a model file deliberately). A checkpoint
+   * without the entry is older than -precision: fp32. */
+  const char *prec = "fp32";
+  if (!err && mt_ckpt_state_find(&st, "precision")) err = mt_ckpt_state_get_str(&st, "precision", &prec);
+  if (!err && strcmp(prec, precision_name(t->dtype)))
+    err = MT_ERR(MT_ERR_OPTION,
+                 "checkpoint %s: written with -precision %s, this run has -precision %s; restart "
+                 "with -precision %s, or start from a model file (OUTPUT_DIR/model_final.h5) with "
+                 "-init_from, which converts", path, prec, precision_name(t->dtype), prec);
   if (!err) err = mt_ckpt_state_get_str(&st, "optimizer", &s);
   if (!err && strcmp(s, c->optimizer))
     err = MT_ERR(MT_ERR_OPTION, "checkpoint %s: written with -optimizer %s, this run has %s", path,
@@ -288,7 +309,7 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = mt_ckpt_state_get_f64(&st, "epoch_loss_partial", &t->start_epoch_loss);
   if (!err) err = mt_ckpt_state_get_f64(&st, "elapsed_seconds", &t->elapsed_before);
   if (!err) err = mt_ckpt_state_get_i64(&st, "adam_step", &v);
-  if (!err) t->adam_state.step = (long)v;
+  if (!err) t->adam_state.step = t->adam_state64.step = (long)v;
   const double *d;
   size_t n;
   if (!err) err = mt_ckpt_state_get_f64s(&st, "lr_schedule_state", &d, &n);
@@ -300,8 +321,9 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = get_curve(t, &st);
   if (!err) err = mt_ckpt_state_get_f64s(&st, "best_state", &d, &n);
   if (!err && n == MT_BEST_STATE_N) mt_best_unpack(t, d);
-  if (!err) err = get_floats(&st, "model_buffers", t->model->buf, t->model->buffers.total);
-  if (!err && t->best_buf) err = get_floats(&st, "best_buffers", t->best_buf, t->model->buffers.total);
+  const size_t nb = t->model->buffers.total;
+  if (!err) err = get_values(t, &st, "model_buffers", mt_trainer_model_buf(t), nb);
+  if (!err && t->best_buf) err = get_values(t, &st, "best_buffers", t->best_buf, nb);
   if (!err) err = mt_amp_state_get(t, &st);
   if (!err && t->dp) err = mt_dp_get_state(t, &st, path);
   if (!err)

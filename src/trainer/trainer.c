@@ -1,5 +1,6 @@
 /* The training loop. */
 #include "trainer/trainer.h"
+#include "backends/backends.h"
 #include "models/models.h"
 #include "trainer/amp.h"
 #include "trainer/dp.h"
@@ -54,11 +55,10 @@ static int setup_optimizer(mt_trainer *t) {
     t->adam.weight_decay = c->weight_decay;
     t->adam.amsgrad = c->adam_amsgrad;
     MT_CALL(mt_adamw_check(&t->adam));
-    MT_CALL(mt_adamw_state_init(&t->adam_state, n, t->adam.amsgrad));
   } else {
     t->sgd = (mt_sgd_hparams){c->momentum, c->dampening, c->weight_decay, c->nesterov};
-    if (c->momentum > 0) MT_CALL(mt_calloc(&t->mom, n, sizeof(float), "momentum buffers"));
   }
+  MT_CALL(mt_trainer_optim_setup(t, n));
   mt_lr_kind kind;
   MT_CALL(mt_lr_kind_parse(c->lr_schedule, &kind));
   mt_lr_schedule_defaults(&t->sched, kind, c->lr);
@@ -101,7 +101,7 @@ static int create_model(mt_trainer *t) {
   }
   if (split) omp_set_num_threads(1);
   size_t a0 = mt_alloc_bytes();
-  int err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
+  int err = mt_model_create_as(c->model, &t->train.spec, max_batch, t->dtype, &t->model);
   if (!err && split && t->model->buffers.n) {
     /* batch statistics are those of the rank's whole batch: no split */
     mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all threads)\n",
@@ -109,13 +109,13 @@ static int create_model(mt_trainer *t) {
     mt_model_destroy(&t->model);
     omp_set_num_threads(c->threads);
     split = 0;
-    err = mt_model_create(c->model, &t->train.spec, max_batch, &t->model);
+    err = mt_model_create_as(c->model, &t->train.spec, max_batch, t->dtype, &t->model);
   }
   size_t n = err ? 0 : t->model->params.total;
   t->mem_acts = mt_alloc_bytes() - a0;
-  if (!err) err = mt_calloc(&t->params, n, sizeof(float), "parameters");
-  if (!err) err = mt_calloc(&t->grads, n, sizeof(float), "gradients");
-  if (!err) err = t->model->ops->init(t->model, t->params, c->seed);
+  if (!err) err = mt_calloc(&t->params, n, t->esz, "parameters");
+  if (!err) err = mt_calloc(&t->grads, n, t->esz, "gradients");
+  if (!err) err = mt_model_init(t->model, t->params, c->seed);
   if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, t->model, t->params);
   a0 = mt_alloc_bytes();
   if (!err) err = mt_compute_setup(t, max_batch); /* the threads' models */
@@ -176,7 +176,8 @@ void mt_trainer_params_release(mt_trainer *t) {
 static int sync_buffers(mt_trainer *t) {
   const mt_model *m = t->model;
   if (m->buffers.total == 0 || t->comm->size == 1) return 0;
-  MT_MPI(MPI_Bcast(m->buf, (int)m->buffers.total, MPI_FLOAT, 0, t->comm->world));
+  MT_MPI(MPI_Bcast(mt_trainer_model_buf(t), (int)m->buffers.total, mt_flat_mpi(t), 0,
+                   t->comm->world));
   return 0;
 }
 
@@ -188,6 +189,8 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   t->cfg = c;
   t->comm = comm;
   t->train.file = t->train.dx = H5I_INVALID_HID;
+  t->dtype = (mt_dtype)c->dtype;
+  t->esz = t->dtype == MT_FP64 ? sizeof(double) : sizeof(float);
   MT_CALL(open_data(t));
 
   /* the same on every rank (same options, same data shape): agreed */
@@ -202,10 +205,17 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   t->backend->overlap = c->ddp_overlap;
   t->backend->comm_thread = c->ddp_comm_thread;
   t->backend->table = &t->model->params;
-  int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, t->params, t->grads, n) : 0;
+  t->backend->dtype = t->dtype;
+  /* the options refused such a run already (config_amp.c) */
+  MT_CHECK(mt_backend_has_dtype(t->backend->ops, t->dtype), MT_ERR_OPTION,
+           "option -precision fp64: backend %s has no double-precision operations", bname);
+  /* under fp64 the buffers are double: setup gets none (mpitrain.h) */
+  const int f64 = t->dtype == MT_FP64;
+  int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, f64 ? NULL : t->params,
+                                                            f64 ? NULL : t->grads, n)
+                                   : 0;
   MT_CALL(mt_agree(comm->world, err));
-  if (t->backend->ops->sync_params && c->sync_module_states)
-    MT_CALL(t->backend->ops->sync_params(t->backend, t->params, n));
+  if (c->sync_module_states) MT_CALL(mt_backend_sync(t->backend, t->params, n));
   MT_CALL(sync_buffers(t));
   if (sharded) MT_CALL(shard_model(t));
   MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
@@ -248,8 +258,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_fsdp_destroy(&t->fsdp);
   mt_free(&t->params);
   mt_free(&t->grads);
-  mt_free(&t->mom);
-  mt_adamw_state_free(&t->adam_state);
+  mt_trainer_optim_free(t);
   mt_free(&t->perm);
   mt_free(&t->plan);
   mt_free(&t->plan_counts);
@@ -284,14 +293,13 @@ static void fmt_eta(char *buf, size_t n, double s) {
  * (the norm from their squared norms, summed over the sharding group). */
 static int clip_norm(mt_trainer *t, const mt_owned *o) {
   const double max = t->cfg->clip_grad_norm;
-  if (!t->fsdp) {
-    mt_clip_grad_norm(o->grads, o->n, max);
-    return 0;
+  double norm = -1; /* computed by mt_trainer_clip */
+  if (t->fsdp) {
+    double n2;
+    MT_CALL(mt_fsdp_grad_norm2(t->fsdp, &n2));
+    norm = sqrt(n2);
   }
-  double n2;
-  MT_CALL(mt_fsdp_grad_norm2(t->fsdp, &n2));
-  mt_clip_grad_norm_given(o->grads, o->n, sqrt(n2), max);
-  return 0;
+  return mt_trainer_clip(t, o->grads, o->n, 0, max, norm);
 }
 
 /* One global step: micro-batches, reduction, clipping, optimizer.
@@ -303,9 +311,11 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   if (t->fsdp)
     mt_fsdp_step_begin(t->fsdp); /* the view's units start at zero */
   else
-    memset(t->grads, 0, n * sizeof(float));
+    memset(t->grads, 0, n * t->esz);
   MT_CALL(mt_amp_step_begin(t));
-  const float scale = mt_amp_loss_scale(t) / (float)c->batch_size;
+  /* fp32: formed in float as always (and exact as a double); fp64: 1/B */
+  const double scale = t->dtype == MT_FP64 ? 1.0 / (double)c->batch_size
+                                           : (double)(mt_amp_loss_scale(t) / (float)c->batch_size);
   for (int k = 0; k < c->accum_steps; k++) {
     mt_batch b;
     mt_batch_stats st = {0};
@@ -322,24 +332,20 @@ static int train_step(mt_trainer *t, double *loss_sum) {
   mt_compute_sum_grads(t);
   mt_amp_step_compute_done(t);
   mt_ev_begin(MT_EV_COMM);
-  MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
+  MT_CALL(mt_backend_reduce(t->backend, t->grads, n));
   mt_ev_end(MT_EV_COMM);
   int skip = 0; /* fp16 loss scaling: an overflow on any rank skips the step */
   MT_CALL(mt_amp_after_reduce(t, &skip));
   mt_owned o; /* the whole gradient, or this rank's shard of it */
   mt_trainer_owned(t, &o);
-  if (!skip && c->clip_grad_value > 0) MT_CALL(mt_clip_grad_value(o.grads, o.n, c->clip_grad_value));
+  if (!skip && c->clip_grad_value > 0)
+    MT_CALL(mt_trainer_clip(t, o.grads, o.n, c->clip_grad_value, 0, -1));
   if (!skip && c->clip_grad_norm > 0) MT_CALL(clip_norm(t, &o));
   double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t));
   int all_decay = !c->weight_decay_skip_1d;
   mt_ev_begin(MT_EV_OPTIM);
-  if (skip) {
-    /* skipped: parameters, optimizer state and lr schedule stay */
-  } else if (t->adamw)
-    MT_CALL(mt_adamw_step(o.table, o.params, o.grads, &t->adam_state, &t->adam, all_decay, lr));
-  else
-    MT_CALL(mt_sgd_step(o.table, o.params, o.grads, t->mom, mt_amp_lr_step(t) == 0, &t->sgd,
-                        all_decay, lr));
+  if (!skip) /* skipped: parameters, optimizer state and lr schedule stay */
+    MT_CALL(mt_trainer_optim_step(t, &o, mt_amp_lr_step(t) == 0, all_decay, lr));
   MT_CALL(sync_buffers(t));
   mt_ev_end(MT_EV_OPTIM);
   t->global_step++;

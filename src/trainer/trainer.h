@@ -21,12 +21,17 @@ typedef struct {
   int nval_open;
   mt_model *model;
   mt_backend *backend;
+  /* -precision: the element type of every flat buffer of the run (params,
+   * grads, tgrads, mom, the AdamW state, best_params, the model buffers)
+   * and its size; dtype.c holds the few operations that depend on it */
+  mt_dtype dtype;
+  size_t esz;
   /* per-thread models and gradient buffers (-thread_split batch);
    * tmodel[0] == model, tgrads[0] == grads */
   int nthr;
   mt_model *tmodel[MT_MAX_THREADS];
-  float *tgrads[MT_MAX_THREADS];
-  float *params, *grads, *mom;
+  void *tgrads[MT_MAX_THREADS];
+  void *params, *grads, *mom;
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
   int64_t *perm, *plan;
@@ -35,7 +40,8 @@ typedef struct {
   mt_sgd_hparams sgd;
   int adamw;
   mt_adamw_hparams adam;
-  mt_adamw_state adam_state;
+  mt_adamw_state adam_state;       /* -precision fp32                      */
+  mt_adamw_state_f64 adam_state64; /* -precision fp64                      */
   mt_curve_row *curve;
   int ncurve, capcurve;
   long global_step;
@@ -62,7 +68,7 @@ typedef struct {
   double best_loss;   /* lowest smoothed loss so far (INFINITY: none)      */
   int best_epoch;     /* 1-based epoch of best_loss, 0: none               */
   int bad_epochs;     /* epochs since the last improvement                 */
-  float *best_params, *best_buf; /* with -restore_best: the best model     */
+  void *best_params, *best_buf; /* with -restore_best: the best model      */
   struct mt_amp *amp; /* mixed precision (trainer/amp.h), NULL for fp32  */
   struct mt_dp *dp; /* DP-SGD state (dp.h), NULL unless -backend *-dp     */
   mt_guard *guard;    /* hang guard (-comm_timeout), NULL when off          */
@@ -87,7 +93,7 @@ int mt_memory_report(mt_trainer *t);
  * lo). */
 typedef struct {
   const mt_param_table *table;
-  float *params, *grads;
+  void *params, *grads; /* of t->dtype */
   size_t lo, n;
 } mt_owned;
 void mt_trainer_owned(const mt_trainer *t, mt_owned *o);
@@ -110,9 +116,38 @@ void mt_trainer_destroy(mt_trainer **t);
  * others zero). */
 int mt_compute_setup(mt_trainer *t, int max_batch);
 void mt_compute_destroy(mt_trainer *t);
-int mt_compute(mt_trainer *t, const mt_batch *b, float scale, int backward, float *losses,
+int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st);
 void mt_compute_sum_grads(mt_trainer *t);
+
+/* -precision (dtype.c): everything of the trainer that depends on the
+ * element type of its flat buffers (float, or double under fp64), so the
+ * rest of the trainer does not branch on it.
+ *  mt_flat_at: element i of a buffer of t's type; mt_flat_mpi: its MPI type;
+ *  mt_trainer_model_buf: the model buffers in t's type (m->buf, m->buf64);
+ *  mt_trainer_forward/backward: the model's ops of t's type (losses and
+ *    grads in t's type, st->logits or st->logits64; scale rounded to float
+ *    for fp32);
+ *  mt_trainer_optim_setup/step/free: SGD's momentum buffer or AdamW's state
+ *    of n elements, and one step on the owned part;
+ *  mt_trainer_optim_bufs: the optimizer's buffers for a checkpoint (name,
+ *    data), returns how many;
+ *  mt_trainer_clip: clipping by value (max_value > 0) and then by global
+ *    norm (max_norm > 0) of n gradients, the norm given (>= 0, fsdp's) or
+ *    computed (< 0). */
+void *mt_flat_at(const mt_trainer *t, void *buf, size_t i);
+MPI_Datatype mt_flat_mpi(const mt_trainer *t);
+void *mt_trainer_model_buf(const mt_trainer *t);
+int mt_trainer_forward(const mt_trainer *t, mt_model *m, const mt_batch *b, void *losses,
+                       mt_batch_stats *st);
+int mt_trainer_backward(const mt_trainer *t, mt_model *m, void *grads, double scale, int B);
+int mt_trainer_optim_setup(mt_trainer *t, size_t n);
+int mt_trainer_optim_step(mt_trainer *t, const mt_owned *o, int first_step, int all_decay,
+                          double lr);
+void mt_trainer_optim_free(mt_trainer *t);
+int mt_trainer_optim_bufs(const mt_trainer *t, const char **names, void **data);
+int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, double max_norm,
+                    double norm);
 
 /* Checkpoints (resume.c): SIGUSR1 and SIGTERM handlers that set a flag, the
  * signal seen (0 if none); a checkpoint of the position (epoch, step in

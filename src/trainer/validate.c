@@ -11,13 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
-/* This rank's per-sample outputs of one pass, as columns. */
+/* This rank's per-sample outputs of one pass, as columns; loss and logits
+ * in the run's type (-precision: float or double). */
 typedef struct {
   int64_t rows;
   int64_t *index;
   int32_t *label, *pred;
-  float *loss, *logits;
+  void *loss, *logits;
   int logits_len;
+  mt_dtype dtype;
 } outs;
 
 static void outs_free(outs *o) {
@@ -28,15 +30,16 @@ static void outs_free(outs *o) {
   mt_free(&o->logits);
 }
 
-static int outs_alloc(outs *o, int64_t rows, int logits_len) {
+static int outs_alloc(const mt_trainer *t, outs *o, int64_t rows, int logits_len) {
   size_t n = (size_t)(rows > 0 ? rows : 1);
   o->rows = rows;
   o->logits_len = logits_len;
+  o->dtype = t->dtype;
   MT_CALL(mt_calloc(&o->index, n, sizeof(int64_t), "outputs: sample indices"));
   MT_CALL(mt_calloc(&o->label, n, sizeof(int32_t), "outputs: labels"));
   MT_CALL(mt_calloc(&o->pred, n, sizeof(int32_t), "outputs: predictions"));
-  MT_CALL(mt_calloc(&o->loss, n, sizeof(float), "outputs: losses"));
-  if (logits_len > 0) MT_CALL(mt_calloc(&o->logits, n * (size_t)logits_len, sizeof(float), "outputs: logits"));
+  MT_CALL(mt_calloc(&o->loss, n, t->esz, "outputs: losses"));
+  if (logits_len > 0) MT_CALL(mt_calloc(&o->logits, n * (size_t)logits_len, t->esz, "outputs: logits"));
   return 0;
 }
 
@@ -79,7 +82,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   mt_ev_begin(MT_EV_VALID);
   int64_t start = 0, rows = 0, nb = 0, off = 0;
   int err = plan(t, d, L, limit, &start, &rows, &nb);
-  if (!err && o) err = outs_alloc(o, rows, t->cfg->outputs_logits ? d->spec.nclasses : 0);
+  if (!err && o) err = outs_alloc(t, o, rows, t->cfg->outputs_logits ? d->spec.nclasses : 0);
   mt_batch_stats st = {0};
   for (int64_t b = 0; !err && b < nb; b++) {
     mt_batch bt;
@@ -103,14 +106,16 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
     for (int r0 = 0; !err && r0 < bt.n; r0 += piece) {
       const int r1 = bt.n - r0 < piece ? bt.n : r0 + piece;
       mt_batch sub = mt_batch_rows(&bt, r0, r1);
-      float *losses = NULL;
+      void *losses = NULL;
       if (o) {
+        void *lg = o->logits ? mt_flat_at(t, o->logits, (size_t)((off + r0) * o->logits_len)) : NULL;
         st.pred = o->pred + off + r0;
-        st.logits = o->logits ? o->logits + (off + r0) * o->logits_len : NULL;
+        st.logits = t->dtype == MT_FP64 ? NULL : lg;
+        st.logits64 = t->dtype == MT_FP64 ? lg : NULL;
         st.logits_len = o->logits_len;
-        losses = o->loss + off + r0;
+        losses = mt_flat_at(t, o->loss, (size_t)(off + r0));
       }
-      err = mt_compute(t, &sub, 0.0f, 0, losses, &st);
+      err = mt_compute(t, &sub, 0.0, 0, losses, &st);
     }
     off += bt.n;
   }
@@ -136,7 +141,8 @@ static int write_outs(mt_trainer *t, const outs *o, const char *name, const char
                 ? 0 : MT_ERR(MT_ERR_OPTION, "option -output_dir: too long for %s/outputs/%s.h5",
                              c->output_dir, name);
   MT_CALL(mt_agree(t->comm->world, err));
-  mt_outputs_rows r = {o->rows, o->index, o->label, o->pred, o->loss, o->logits, o->logits_len};
+  mt_outputs_rows r = {o->rows,  o->index,  o->label,      o->pred,
+                       o->loss,  o->logits, o->logits_len, o->dtype};
   mt_outputs_meta m = {set, index, d->path, d->n, epoch, t->global_step, c->model};
   MT_CALL(mt_outputs_write(t->comm->world, path, &m, &r));
   return 0;

@@ -1,0 +1,97 @@
+/* -precision fp32 | fp64: the trainer's operations that depend on the
+ * element type of its flat buffers. Under fp64 (PyTorch's model.double())
+ * the parameters, gradients (also the per-thread ones), the optimizer state,
+ * the best-model copy and the model buffers are double, the model runs its
+ * forward64/backward64, and the optimizer, clipping, the backend's
+ * reduction, checkpoints and model files work on double; under fp32 every
+ * call here is the float function the trainer called before. */
+#include "trainer/trainer.h"
+
+void *mt_flat_at(const mt_trainer *t, void *buf, size_t i) { return (char *)buf + i * t->esz; }
+
+MPI_Datatype mt_flat_mpi(const mt_trainer *t) {
+  return t->dtype == MT_FP64 ? MPI_DOUBLE : MPI_FLOAT;
+}
+
+void *mt_trainer_model_buf(const mt_trainer *t) {
+  return t->dtype == MT_FP64 ? (void *)t->model->buf64 : (void *)t->model->buf;
+}
+
+int mt_trainer_forward(const mt_trainer *t, mt_model *m, const mt_batch *b, void *losses,
+                       mt_batch_stats *st) {
+  if (t->dtype == MT_FP64) return m->ops->forward64(m, t->params, b, losses, st);
+  return m->ops->forward(m, t->params, b, losses, st);
+}
+
+int mt_trainer_backward(const mt_trainer *t, mt_model *m, void *grads, double scale, int B) {
+  if (t->dtype == MT_FP64) return m->ops->backward64(m, t->params, grads, scale, B);
+  return m->ops->backward(m, t->params, grads, (float)scale, B);
+}
+
+int mt_trainer_optim_setup(mt_trainer *t, size_t n) {
+  const int f64 = t->dtype == MT_FP64;
+  if (t->adamw)
+    return f64 ? mt_adamw_state_init_f64(&t->adam_state64, n, t->adam.amsgrad)
+               : mt_adamw_state_init(&t->adam_state, n, t->adam.amsgrad);
+  if (t->sgd.momentum > 0) MT_CALL(mt_calloc(&t->mom, n, t->esz, "momentum buffers"));
+  return 0;
+}
+
+int mt_trainer_optim_step(mt_trainer *t, const mt_owned *o, int first_step, int all_decay,
+                          double lr) {
+  if (t->dtype == MT_FP64) {
+    if (t->adamw)
+      return mt_adamw_step_f64(o->table, o->params, o->grads, &t->adam_state64, &t->adam,
+                               all_decay, lr);
+    return mt_sgd_step_f64(o->table, o->params, o->grads, t->mom, first_step, &t->sgd, all_decay,
+                           lr);
+  }
+  if (t->adamw)
+    return mt_adamw_step(o->table, o->params, o->grads, &t->adam_state, &t->adam, all_decay, lr);
+  return mt_sgd_step(o->table, o->params, o->grads, t->mom, first_step, &t->sgd, all_decay, lr);
+}
+
+void mt_trainer_optim_free(mt_trainer *t) {
+  mt_free(&t->mom);
+  mt_adamw_state_free(&t->adam_state);
+  mt_adamw_state_free_f64(&t->adam_state64);
+}
+
+int mt_trainer_optim_bufs(const mt_trainer *t, const char **names, void **data) {
+  int n = 0;
+  if (t->adamw) {
+    const int f64 = t->dtype == MT_FP64;
+    names[n] = "exp_avg";
+    data[n++] = f64 ? (void *)t->adam_state64.exp_avg : (void *)t->adam_state.exp_avg;
+    names[n] = "exp_avg_sq";
+    data[n++] = f64 ? (void *)t->adam_state64.exp_avg_sq : (void *)t->adam_state.exp_avg_sq;
+    void *mx = f64 ? (void *)t->adam_state64.max_exp_avg_sq : (void *)t->adam_state.max_exp_avg_sq;
+    if (mx) {
+      names[n] = "max_exp_avg_sq";
+      data[n++] = mx;
+    }
+  } else if (t->mom) {
+    names[n] = "momentum_buffer";
+    data[n++] = t->mom;
+  }
+  return n;
+}
+
+int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, double max_norm,
+                    double norm) {
+  const int f64 = t->dtype == MT_FP64;
+  if (max_value > 0)
+    MT_CALL(f64 ? mt_clip_grad_value_f64(g, n, max_value) : mt_clip_grad_value(g, n, max_value));
+  if (max_norm > 0 && norm < 0) {
+    if (f64)
+      mt_clip_grad_norm_f64(g, n, max_norm);
+    else
+      mt_clip_grad_norm(g, n, max_norm);
+  } else if (max_norm > 0) {
+    if (f64)
+      mt_clip_grad_norm_given_f64(g, n, norm, max_norm);
+    else
+      mt_clip_grad_norm_given(g, n, norm, max_norm);
+  }
+  return 0;
+}
