@@ -9,10 +9,11 @@
  * with the libm function of the type under one name: MT_EXP, MT_LOG,
  * MT_ERF, MT_SQRT (expf, ... for float; exp, ... for double). So one source
  * serves -precision fp32 (the functions keep their names, and the float
- * instance is the code that was written for float alone: same expressions,
- * same machine code) and -precision fp64 (the `_f64` twins). A template
- * writes its constants as (REAL)c: the float instance then holds the same
- * value a `cf` literal would (checked by tests/test_fp64.c).
+ * instance is the code that was written for float alone: same expressions;
+ * when the templates were made, its object code was compared with the old
+ * float-only code's, instruction by instruction) and -precision fp64 (the
+ * `_f64` twins). A template writes its constants as (REAL)c: for the
+ * constants used here (float)c is the value the `cf` literal had.
  *
  * No include guard: included once per template; MT_TEMPLATE and every
  * macro above are undefined again at the end. */

@@ -3,8 +3,8 @@
 
 /* ------------------------------------------------------------------ GELU */
 
-/* GELU's constants in the template's type (the float instance holds the
- * values of the f-suffixed literals; tests/test_fp64.c checks) */
+/* GELU's constants in the template's type (for float the values of the
+ * f-suffixed literals the float-only code had) */
 #define GELU_KAPPA ((REAL)0.044715)
 #define GELU_BETA ((REAL)0.7978845608028654) /* sqrt(2/pi) */
 #define INV_SQRT2 ((REAL)0.7071067811865476)
