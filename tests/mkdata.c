@@ -9,6 +9,9 @@
  *                                            against float64 works too)
  *   mkdata types FILE.h5 [float32|float64]   each root dataset's type; with a
  *                                            type: every float dataset of it
+ *   mkdata flip FILE.h5 DATASET [BYTE]       flips the lowest bit of byte BYTE
+ *                                            (default 0) of a contiguous
+ *                                            dataset's data in the file
  *   mkdata stats FILE.h5                     shapes, label histogram, mean x
  *   mkdata outstats FILE.h5 [N]              an outputs file (src/io/outputs.h):
  *                                            rows in order, mean loss, accuracy
@@ -29,9 +32,11 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void fail(const char *fmt, ...) {
@@ -802,6 +807,40 @@ static int cmd_types(int argc, char **argv) {
   return 0;
 }
 
+/* flip: damages one byte of a dataset's data where it lies in the file
+ * (a checkpoint's tensor: the checksum must catch it). */
+static int cmd_flip(int argc, char **argv) {
+  long byte = 0;
+  if ((argc != 2 && argc != 3) || (argc == 3 && parse_long(argv[2], 0, LONG_MAX, "BYTE", &byte))) {
+    fail("usage: mkdata flip FILE.h5 DATASET [BYTE]");
+    return 2;
+  }
+  hid_t f = H5Fopen(argv[0], H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = f < 0 ? -1 : H5Dopen2(f, argv[1], H5P_DEFAULT);
+  haddr_t off = d < 0 ? HADDR_UNDEF : H5Dget_offset(d);
+  hsize_t size = d < 0 ? 0 : H5Dget_storage_size(d);
+  if (d >= 0) H5Dclose(d);
+  if (f >= 0) H5Fclose(f);
+  if (off == HADDR_UNDEF || (hsize_t)byte >= size) {
+    fail("%s: %s is not a contiguous dataset with a byte %ld", argv[0], argv[1], byte);
+    return 1;
+  }
+  int fd = open(argv[0], O_RDWR);
+  unsigned char c;
+  const off_t at = (off_t)off + (off_t)byte;
+  int ok = fd >= 0 && pread(fd, &c, 1, at) == 1;
+  c ^= 1;
+  ok = ok && pwrite(fd, &c, 1, at) == 1;
+  if (fd >= 0 && close(fd) != 0) ok = 0;
+  if (!ok) {
+    fail("%s: cannot rewrite byte %lld", argv[0], (long long)at);
+    return 1;
+  }
+  printf("%s: flipped a bit of byte %ld of %s (file offset %lld)\n", argv[0], byte, argv[1],
+         (long long)at);
+  return 0;
+}
+
 /* outindex: the sample indices of an outputs file, one a line. */
 static int cmd_outindex(int argc, char **argv) {
   if (argc != 1) {
@@ -826,6 +865,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "rows")) return cmd_rows(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "outindex")) return cmd_outindex(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "types")) return cmd_types(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "flip")) return cmd_flip(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: mkdata synth OUT.h5 N D C SEED [uint8|image]\n"
           "       mkdata regress OUT.h5 N D K SEED\n"
@@ -836,6 +876,7 @@ int main(int argc, char **argv) {
           "       mkdata outstats FILE.h5 [N]\n"
           "       mkdata rows A.h5 B.h5 RTOL [subset]\n"
           "       mkdata outindex FILE.h5\n"
-          "       mkdata types FILE.h5 [float32|float64]\n");
+          "       mkdata types FILE.h5 [float32|float64]\n"
+          "       mkdata flip FILE.h5 DATASET [BYTE]\n");
   return 2;
 }
