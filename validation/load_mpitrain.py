@@ -3,8 +3,9 @@
 
 An mpitrain model file (OUTPUT_DIR/model_final.h5, or an -init_from file)
 holds every parameter and buffer (batch norm's running_mean/var) as a
-float32 dataset at the root, under its PyTorch name and in PyTorch's layout
-(num_batches_tracked is not kept). So the whole loading is:
+float32 dataset at the root (float64 from a -precision fp64 run), under its
+PyTorch name and in PyTorch's layout (num_batches_tracked is not kept). So
+the whole loading is:
 
     import h5py, torch
     from torch_models import GPT                    # validation/torch_models.py
@@ -14,8 +15,11 @@ float32 dataset at the root, under its PyTorch name and in PyTorch's layout
     sd["lm_head.weight"] = sd["transformer.wte.weight"]  # gpt only: tied head
     net.load_state_dict(sd)
 
-This script does that for any of mlp, cnn and gpt (the architecture is read
-from the tensor shapes; a gpt's head count and GELU form are not in them:
+This script does that for any of mlp, cnn and gpt, keeping the file's type:
+a float64 file gives the model made double (model.double()), and its inputs
+are converted to float64 at the model's input, as mpitrain's fp64 run did
+(the architecture is read from the tensor shapes; a gpt's head count and
+GELU form are not in them:
 --opts FILE, the options file of the run, or --heads/--gelu), then
 evaluates the samples [first, first + count) of a data set as mpitrain's
 validation does (mean loss per sample; for gpt, per token), and with
@@ -77,11 +81,17 @@ def build_from_file(f, heads, gelu):
 
 
 def load(path, heads=4, gelu="tanh"):
-    """(kind, module) with the tensors of an mpitrain model file."""
+    """(kind, module) with the tensors of an mpitrain model file, in the
+    file's type: float32, or float64 (a -precision fp64 run) for a model
+    made double."""
     with h5py.File(path, "r") as f:
         kind, net = build_from_file(f, heads, gelu)
+        f64 = any(f[name].dtype == np.float64 for name in f)
+        dt = np.float64 if f64 else np.float32
+        if f64:
+            net = net.double()
         sd = dict(net.state_dict())  # num_batches_tracked stays as made
-        sd.update({name: torch.from_numpy(np.asarray(f[name], dtype=np.float32)) for name in f})
+        sd.update({name: torch.from_numpy(np.asarray(f[name], dtype=dt)) for name in f})
     if kind == "gpt":
         sd["lm_head.weight"] = sd["transformer.wte.weight"]
     net.load_state_dict(sd, strict=True)
@@ -121,6 +131,8 @@ def main():
     kind, net = load(args.model, heads, gelu)
     block = net.block if kind == "gpt" else 0
     batch = samples(args.data, kind, args.first, args.count, block)
+    if kind != "gpt":  # inputs in the model's type (float64 for an fp64 file)
+        batch = (batch[0].to(next(net.parameters()).dtype), batch[1])
     with torch.no_grad():
         loss = tm.batch_loss(net, kind, batch).item()
         if kind == "gpt":
@@ -132,7 +144,8 @@ def main():
             acc = (pred == batch[1]).double().mean().item()
             shown = pred[:16].tolist()
     n = len(batch) if kind == "gpt" else len(batch[0])
-    print(f"{kind}: {sum(p.numel() for p in net.parameters())} parameters from {args.model}")
+    print(f"{kind}: {sum(p.numel() for p in net.parameters())} {next(net.parameters()).dtype} "
+          f"parameters from {args.model}")
     print(f"samples {args.first}..{args.first + n - 1} of {args.data}: loss {loss:.9g} accuracy {acc:.4f}")
     print(f"predictions: {shown!r}")
     if args.check is not None:
