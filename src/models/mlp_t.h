@@ -90,11 +90,7 @@ static int MT_T(mlp_forward)(mt_model *m, const REAL *params, const mt_batch *bt
     double sse = mt_mse_forward(losses, out, s->target, B, K);
     if (st) {
       st->loss_sum += sse / K;
-#if MT_F64
-      REAL *lg = st->logits64;
-#else
-      REAL *lg = st->logits;
-#endif
+      REAL *lg = MT_T(mt_model_logits)(st);
       if (lg) {
         MT_CHECK(st->logits_len == K, MT_ERR_ARG, "model mlp: output rows of %d asked for, it has %d",
                  st->logits_len, K);

@@ -17,6 +17,16 @@ void MT_T(mt_model_dropout)(REAL *x, uint8_t *mask, REAL p, const mt_batch *b, i
                             int64_t row_len);
 void MT_T(mt_model_dropout_backward)(REAL *d, const uint8_t *mask, REAL p, int64_t n);
 
+/* The per-sample logits st asks for, in the model's type: st->logits
+ * (float) or st->logits64 (double); NULL when not asked for. */
+static inline REAL *MT_T(mt_model_logits)(const mt_batch_stats *st) {
+#if MT_F64
+  return st->logits64;
+#else
+  return st->logits;
+#endif
+}
+
 /* n float values of a batch (inputs x, regression targets) as the model's
  * type: x itself for float; for double widened into scratch (n values),
  * which is returned. */

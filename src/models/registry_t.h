@@ -3,11 +3,7 @@
 
 int MT_T(mt_model_put_outputs)(const char *model, mt_batch_stats *st, const REAL *logits, int B,
                                int C) {
-#if MT_F64
-  REAL *out = st->logits64;
-#else
-  REAL *out = st->logits;
-#endif
+  REAL *out = MT_T(mt_model_logits)(st);
   if (out) {
     MT_CHECK(st->logits_len == C, MT_ERR_ARG,
              "model %s: logits rows of %d asked for, it has %d classes", model, st->logits_len, C);
