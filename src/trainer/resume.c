@@ -160,7 +160,7 @@ static int get_values(const mt_trainer *t, const mt_ckpt_state *st, const char *
   size_t m;
   MT_CALL(mt_ckpt_state_get_f64s(st, key, &d, &m));
   MT_CHECK(m == n, MT_ERR_DATA, "checkpoint: %s has %zu values, the model has %zu", key, m, n);
-  if (t->dtype == MT_FP64)
+  if (t->dtype == MT_FP64 && n) /* n == 0: a model without buffers, v NULL */
     memcpy(v, d, n * sizeof(double));
   else
     for (size_t i = 0; i < n; i++) ((float *)v)[i] = (float)d[i];
