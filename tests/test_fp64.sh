@@ -2,7 +2,7 @@
 # -precision fp64 in training runs (the layers, models and optimizers in
 # double are tests/test_fp64.c and tests/test_fp64_models.c):
 # - ddp at 2 ranks equals sp to 1e-12 for mlp (AdamW, clipping, a schedule,
-#   overlapped buckets), cnn with batch norm and dropout (sp with the ranks'
+#   overlapped buckets, the communication thread), cnn with batch norm and dropout (sp with the ranks'
 #   micro-batches) and gpt (dropout); 2 threads splitting the batch and
 #   gradient accumulation equal sp too;
 # - a checkpoint restart is bit-exact (ddp, mid-epoch, dropout, AdamW), a
@@ -49,9 +49,12 @@ expect_output "the start-up line names the precision" "precision fp64"
 ok "mlp fp64 ddp 2 ranks, overlapped small buckets" 2 "${mlp[@]}" -backend ddp -threads 1 \
   -ddp_overlap 1 -ddp_bucket_mb 0.002 -ddp_first_bucket_mb 0.001 -restore_best \
   -output_dir "$WORK/mlp-ddp"
+ok "mlp fp64 ddp 2 ranks, buckets reduced by a communication thread" 2 "${mlp[@]}" -backend ddp \
+  -threads 1 -ddp_overlap 1 -ddp_comm_thread 1 -ddp_bucket_mb 0.002 -output_dir "$WORK/mlp-ddpct"
 ok "mlp fp64 sp, 2 threads splitting the batch, 3 micro-steps" 1 "${mlp[@]}" -backend sp \
   -threads 2 -thread_split batch -micro_batch_size 8 -output_dir "$WORK/mlp-t2acc"
 same "mlp fp64: ddp 2 ranks == sp (1e-12)" mlp-sp mlp-ddp 1e-12
+same "mlp fp64: ddp 2 ranks with the communication thread == sp (1e-12)" mlp-sp mlp-ddpct 1e-12
 same "mlp fp64: 2 threads and accumulation == sp (1e-12)" mlp-sp mlp-t2acc 1e-12
 types "mlp fp64: model_final.h5 holds float64 tensors" "$WORK/mlp-sp/model_final.h5" float64
 types "mlp fp64: model_best.h5 holds float64 tensors" "$WORK/mlp-sp/model_best.h5" float64
