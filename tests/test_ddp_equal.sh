@@ -61,14 +61,15 @@ run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" "${adam[@]}" -backend sp -ba
 same "adamw: ddp 3 ranks x 2 micro-steps == sp" adam1b48 adam3x2
 
 # overlap: each bucket's all-reduce started during the backward pass
-# (MPI_Iallreduce, small buckets so that many overlap) against after it
-# (MPI_Allreduce): the same bits at 2 ranks (a + b), rounding at 4
+# (MPI_Iallreduce driven by MPI_Test, -ddp_comm_thread 0; small buckets so
+# that many overlap) against after it (MPI_Allreduce): the same bits at 2
+# ranks (a + b), rounding at 4
 for ov in 0 1; do
   run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap $ov \
-    -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ov$ov"
+    -ddp_comm_thread 0 -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ov$ov"
   [ "$LAST_RC" = 0 ] && pass "ddp 2 ranks -ddp_overlap $ov" || fail "ddp 2 ranks -ddp_overlap $ov" "exit $LAST_RC"
   run_logged run_mpi 4 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap $ov \
-    -ddp_bucket_mb 0.01 -output_dir "$WORK/ov4$ov"
+    -ddp_comm_thread 0 -ddp_bucket_mb 0.01 -output_dir "$WORK/ov4$ov"
 done
 run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/ov1/model_final.h5" 0
 [ "$LAST_RC" = 0 ] && pass "overlap on == off at 2 ranks, bit for bit" || fail "overlap on == off at 2 ranks, bit for bit" "differ"
@@ -85,7 +86,7 @@ run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/ovt2/model_final.
   fail "communication thread == overlap off at 2 ranks, bit for bit" "differ"
 same "communication thread == overlap off at 4 ranks" ov40 ovt4
 expect_error "-ddp_comm_thread needs -ddp_overlap 1" "option -ddp_comm_thread: runs the overlapped" \
-  run_mpi 2 60 "$MPITRAIN" "${common[@]}" -backend ddp -ddp_comm_thread 1 -output_dir "$WORK/ovx"
+  run_mpi 2 60 "$MPITRAIN" "${common[@]}" -backend ddp -ddp_overlap 0 -ddp_comm_thread 1 -output_dir "$WORK/ovx"
 
 # the comparison can fail: another seed gives other parameters
 run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" -backend sp -micro_batch_size 32 -seed 6 -output_dir "$WORK/sp1seed6"

@@ -5,17 +5,20 @@
  * Buckets are planned once, from the top of the buffer down (the last
  * layers' gradients are ready first): a small first bucket
  * (-ddp_first_bucket_mb, PyTorch's 1 MB), then -ddp_bucket_mb each. With
- * overlap (-ddp_overlap 1) the model's backward reports each finished unit
- * (mt_model_unit_done -> unit_ready); a bucket whose units are all done gets
- * its MPI_Iallreduce started at once, and every later report drives the
- * started ones on with MPI_Test (OpenMPI progresses non-blocking
- * collectives only inside MPI calls); reduce_grads starts what is left and
- * waits. Without overlap (the default) the same buckets are reduced with
- * MPI_Allreduce after the backward. At 2 ranks both give the same bits
- * (a + b). On this project's 2-core machines overlap measured 0-23% slower
- * (bench/README.md: the ranks' cores also do the copies, and OpenMPI's
- * non-blocking all-reduce is progressed only inside MPI calls), so it is off
- * by default.
+ * overlap (-ddp_overlap 1, the default) the model's backward reports each
+ * finished unit (mt_model_unit_done -> unit_ready); a bucket whose units are
+ * all done is started at once: handed to the rank's communication thread,
+ * which runs the buckets' blocking MPI_Allreduce in order on a duplicate
+ * communicator (-ddp_comm_thread 1, the default), or started as an
+ * MPI_Iallreduce that every later report drives on with MPI_Test (OpenMPI
+ * progresses non-blocking collectives only inside MPI calls).
+ * reduce_grads starts what is left and waits. Without overlap the same
+ * buckets are reduced with MPI_Allreduce after the backward, after a
+ * barrier that separates the wait for the slowest rank. At 2 ranks all give
+ * the same bits (a + b). Measured (bench/README.md): the thread ties with
+ * no overlap on shared memory and is 16-18% faster over TCP with 1 MiB
+ * buckets; the MPI_Test path is slower than no overlap everywhere (the
+ * ranks' cores do the copies, and progress happens only at layer ends).
  *
  * -precision fp64 (b->dtype): the same on double buffers (the *64 entries),
  * all-reduced as MPI_DOUBLE; bucket sizes stay in MiB, so a bucket holds

@@ -410,14 +410,13 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                      "ddp: size of the first bucket (the last layers', reduced first) in MiB", 1,
                      0, 1, 4096, &c->ddp_first_bucket_mb));
   PetscCall(opt_bool(PetscOptionsObject, "-ddp_overlap",
-                     "ddp: start each bucket's all-reduce during the backward pass (0: after it; "
-                     "measured slower on this project's 2-core machines, see bench/README.md)",
-                     0, &c->ddp_overlap));
+                     "ddp: start each bucket's all-reduce during the backward pass as soon as "
+                     "its layers are done (0: all after it)", 1, &c->ddp_overlap));
   PetscCall(opt_bool(PetscOptionsObject, "-ddp_comm_thread",
                      "ddp with -ddp_overlap 1: a communication thread per rank runs each "
                      "ready bucket's blocking all-reduce (0: non-blocking all-reduces "
-                     "driven by MPI_Test between layers)",
-                     0, &c->ddp_comm_thread));
+                     "driven by MPI_Test between layers; measured slower, bench/README.md)",
+                     1, &c->ddp_comm_thread));
   PetscCall(opt_real(PetscOptionsObject, "-peak_gflops",
                      "A core's fp32 peak in GFLOP/s, for the achieved share printed per epoch "
                      "(default: oneDNN's GEMM measured on one Zen 5 core)", 265, 0, 1, 1e9,
@@ -499,7 +498,9 @@ static void derive(mt_config *c) {
   if ((c->early_stop_patience > 0 || c->restore_best) && c->nval == 0)
     bad("option %s: needs a validation set (-data_val) to watch",
         c->restore_best ? "-restore_best" : "-early_stop_patience");
-  if (c->ddp_comm_thread && !c->ddp_overlap)
+  PetscBool thread_given = PETSC_FALSE;
+  if (!PetscOptionsHasName(NULL, NULL, "-ddp_comm_thread", &thread_given) && thread_given &&
+      c->ddp_comm_thread && !c->ddp_overlap)
     bad("option -ddp_comm_thread: runs the overlapped all-reduce; needs -ddp_overlap 1");
   if (c->outputs_logits && !c->outputs)
     bad("option -outputs_logits: needs -outputs (val, train or test)");
