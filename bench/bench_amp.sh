@@ -301,7 +301,7 @@ for m in $models; do
 			b="-"
 			if [ -s "$tmp/$m.$c.$v.blas" ]; then
 				b=$(cat "$tmp/$m.$c.$v.blas")
-				case "$b" in openblas-*) ;; *) [ "$v" = pt-fp32 ] && warn_blas=$b ;; esac
+				case "$b" in openblas-* | torch-mkl) ;; *) [ "$v" = pt-fp32 ] && warn_blas=$b ;; esac
 			fi
 			printf "%-4s %-5s %-8s %12s %14s  %s\n" "$m" "$c" "$v" "$(med "$m" "$c" "$v")" \
 				"$(spread "$tmp/$m.$c.$v")" "$b"

@@ -204,6 +204,10 @@ def blas_info():
 
 
 def blas_tag(info):
+    # PyPI's torch 2.x does its fp32 CPU matmuls with the MKL linked into it
+    # (the libraries in /proc/self/maps are numpy's or CUDA's, unused here)
+    if torch.backends.mkl.is_available():
+        return "torch-mkl"
     if "openblas_lib" in info:
         return "openblas-%s-%s" % (info["openblas_parallel"], info["openblas_core"])
     blas = [p for p in info["libs"] if "blas" in os.path.basename(p)]

@@ -188,6 +188,8 @@ def make_dataset(a, data):
 # ---- BLAS report (as torch_mlp.py) -------------------------------------------
 
 def blas_tag():
+    if torch.backends.mkl.is_available():  # PyPI's torch 2.x: its own MKL (torch_mlp.py)
+        return "torch-mkl"
     libs = []
     try:
         with open("/proc/self/maps") as f:
