@@ -32,7 +32,7 @@ mpi() { timeout 900 mpirun -np 2 --oversubscribe --bind-to none ${MPIRUN_ARGS:-}
 
 for i in $(seq "$R"); do
   for ov in 0 1 t; do
-    case $ov in 0) flags="-ddp_overlap 0" ;; 1) flags="-ddp_overlap 1" ;; t) flags="-ddp_overlap 1 -ddp_comm_thread 1" ;; esac
+    case $ov in 0) flags="-ddp_overlap 0" ;; 1) flags="-ddp_overlap 1 -ddp_comm_thread 0" ;; t) flags="-ddp_overlap 1 -ddp_comm_thread 1" ;; esac
     # shellcheck disable=SC2086
     mpi "$mt" -backend ddp -model mlp -mlp_hidden "$hidden" -data_train "$data/fashion-mnist-train.h5" \
       -batch_size "$batch" -epochs 1 -max_train_steps_per_epoch "$steps" -lr 0.05 -momentum 0.9 \

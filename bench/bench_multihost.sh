@@ -40,7 +40,8 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --epochs N        epochs per run (default $epochs; the last one is reported)
   --caps "C.."      link caps: none or a tc rate (default "$caps")
   --variants "V.."  OVERLAP or OVERLAP:BUCKET_MB (default "$variants";
-                    OVERLAP 0, 1, or t: -ddp_overlap 1 -ddp_comm_thread 1;
+                    OVERLAP 0, 1 (-ddp_overlap 1 -ddp_comm_thread 0: the
+                    MPI_Test path), or t (-ddp_overlap 1 -ddp_comm_thread 1);
                     without a bucket size mpitrain's defaults, 16 MiB buckets
                     and a 1 MiB first one)
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
@@ -115,6 +116,7 @@ run() {
   [ "$v" != "$ov" ] && b=${v#*:}
   log=$tmp/$cap-${v/:/b}-$3.log
   local extra=(-ddp_overlap "$ov")
+  [ "$ov" = 1 ] && extra=(-ddp_overlap 1 -ddp_comm_thread 0)
   [ "$ov" = t ] && extra=(-ddp_overlap 1 -ddp_comm_thread 1)
   [ -n "$b" ] && extra+=(-ddp_bucket_mb "$b" -ddp_first_bucket_mb "$b")
   rm -rf "$tmp/out"

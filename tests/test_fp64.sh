@@ -46,8 +46,9 @@ mlp=(-model mlp -mlp_hidden 24,16 -data_train "$WORK/train.h5" -data_val "$WORK/
   -log_every 0 -precision fp64 -outputs val -outputs_logits)
 ok "mlp fp64 sp" 1 "${mlp[@]}" -backend sp -threads 1 -restore_best -output_dir "$WORK/mlp-sp"
 expect_output "the start-up line names the precision" "precision fp64"
-ok "mlp fp64 ddp 2 ranks, overlapped small buckets" 2 "${mlp[@]}" -backend ddp -threads 1 \
-  -ddp_overlap 1 -ddp_bucket_mb 0.002 -ddp_first_bucket_mb 0.001 -restore_best \
+ok "mlp fp64 ddp 2 ranks, overlapped small buckets (MPI_Iallreduce, MPI_Test)" 2 "${mlp[@]}" \
+  -backend ddp -threads 1 -ddp_overlap 1 -ddp_comm_thread 0 -ddp_bucket_mb 0.002 \
+  -ddp_first_bucket_mb 0.001 -restore_best \
   -output_dir "$WORK/mlp-ddp"
 ok "mlp fp64 ddp 2 ranks, buckets reduced by a communication thread" 2 "${mlp[@]}" -backend ddp \
   -threads 1 -ddp_overlap 1 -ddp_comm_thread 1 -ddp_bucket_mb 0.002 -output_dir "$WORK/mlp-ddpct"
