@@ -21,23 +21,23 @@ static double sum(const parts *p) {
   return p->params + p->grads + p->optim + p->gathered + p->unit_grads + p->acts;
 }
 
-/* The largest and the two largest units' bytes (elements of esz bytes). */
-static void largest(const mt_param_table *t, double esz, double *one, double *two) {
-  double top[2] = {0, 0};
+/* The two and the three largest units' bytes (elements of esz bytes). */
+static void largest(const mt_param_table *t, double esz, double *two, double *three) {
+  double top[3] = {0, 0, 0};
   int nu = 0;
   for (int i = 0; i < t->n; i++) nu = t->p[i].unit + 1 > nu ? t->p[i].unit + 1 : nu;
   for (int u = 0; u < nu; u++) {
     double b = 0;
     for (int i = 0; i < t->n; i++) b += t->p[i].unit == u ? (double)t->p[i].numel * esz : 0.0;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
       if (b > top[k]) {
         double x = top[k];
         top[k] = b;
         b = x;
       }
   }
-  *one = top[0];
   *two = top[0] + top[1];
+  *three = *two + top[2];
 }
 
 static int max_over_ranks(const mt_trainer *t, double *v, int n) {
@@ -53,14 +53,17 @@ int mt_memory_forecast(mt_trainer *t) {
   parts p = {(double)o.n * esz, (double)o.n * esz, (double)t->mem_optim, 0, 0,
              (double)t->mem_acts};
   if (t->fsdp) {
-    double one, two;
-    largest(&t->model->params, esz, &one, &two);
+    double two, three;
+    largest(&t->model->params, esz, &two, &three);
     /* full_shard: the unit in use and the prefetched one; shard_grad_op
      * keeps the forward's units until the backward; evaluation gathers
-     * the whole model; the gradient of the unit computed and (with
-     * -fsdp_prefetch 1) of the one in reduction */
+     * the whole model; the gradient of the unit computed, (with
+     * -fsdp_prefetch 1) of the one in reduction, and of a unit whose
+     * parameters serve twice (gpt's tied embedding and head: its gradient
+     * stays from the start of the backward to its end) */
     p.gathered = whole;
-    p.unit_grads = c->fsdp_whole_model ? whole : c->fsdp_prefetch ? two : one;
+    const double g = c->fsdp_prefetch ? three : two;
+    p.unit_grads = c->fsdp_whole_model || g > whole ? whole : g;
   }
   double v[7] = {p.params, p.grads, p.optim, p.gathered, p.unit_grads, p.acts, sum(&p)};
   MT_CALL(max_over_ranks(t, v, 7));
