@@ -267,8 +267,9 @@ static int ring_blocks(mt_coll *h, const int *counts, const int *displs) {
 }
 
 
-static int coll_init(mt_coll *h, int kind, int method, float *out, const float *in, size_t n,
-                     MPI_Comm comm) {
+/* The fields every handle starts with (nothing allocated). */
+static int handle_init(mt_coll *h, int kind, float *out, const float *in, size_t n,
+                       MPI_Comm comm) {
   memset(h, 0, sizeof(*h));
   h->kind = kind;
   h->comm = comm;
@@ -277,9 +278,15 @@ static int coll_init(mt_coll *h, int kind, int method, float *out, const float *
   h->n = n;
   h->mreq = MPI_REQUEST_NULL;
   for (int i = 0; i < 2 * RING_MAXW; i++) h->req[i] = MPI_REQUEST_NULL;
-  MT_CHECK(n == 0 || (out && in), MT_ERR_ARG, "collective on a NULL buffer");
   MT_MPI(MPI_Comm_rank(comm, &h->rank));
   MT_MPI(MPI_Comm_size(comm, &h->size));
+  return 0;
+}
+
+static int coll_init(mt_coll *h, int kind, int method, float *out, const float *in, size_t n,
+                     MPI_Comm comm) {
+  MT_CALL(handle_init(h, kind, out, in, n, comm));
+  MT_CHECK(n == 0 || (out && in), MT_ERR_ARG, "collective on a NULL buffer");
   int p = h->size;
   size_t full = n * (size_t)p;
   MT_CHECK(n <= SIZE_MAX / sizeof(float) / (size_t)p, MT_ERR_ARG, "collective of %zu x %d floats "
@@ -304,7 +311,7 @@ static int coll_init(mt_coll *h, int kind, int method, float *out, const float *
   if (kind == KIND_RS && p == 1) memcpy(out, in, n * sizeof(float));
   if (kind == KIND_AG && in != out + (size_t)h->rank * n)
     memcpy(out + (size_t)h->rank * n, in, n * sizeof(float));
-  if (method == MT_COLL_RING) {
+  if (method == MT_COLL_RING && p > 1) {
     MT_CALL(next_tag(comm, &h->tag));
     MT_CALL(ring_blocks(h, NULL, NULL));
   }
@@ -400,6 +407,17 @@ int mt_all_gather(float *full_out, const float *shard_in, size_t shard_n, MPI_Co
   return 0;
 }
 
+/* A started handle to the caller, or (err) freed and the error returned. */
+static int hand_over(mt_coll **out, mt_coll *h, int err) {
+  if (err) {
+    coll_free(h);
+    mt_free(&h);
+    MT_CALL(err);
+  }
+  *out = h;
+  return 0;
+}
+
 static int coll_start(mt_coll **out, int kind, int method, float *o, const float *in, size_t n,
                       MPI_Comm comm) {
   *out = NULL;
@@ -414,12 +432,7 @@ static int coll_start(mt_coll **out, int kind, int method, float *o, const float
   if (!err && h->method != MT_COLL_RING && h->method != MT_COLL_MPI)
     err = MT_ERR(MT_ERR_ARG, "method %d has no non-blocking form", h->method);
   if (!err) err = coll_begin(h);
-  if (err) {
-    coll_free(h);
-    mt_free(&h);
-    MT_CALL(err);
-  }
-  *out = h;
+  MT_CALL(hand_over(out, h, err));
   return 0;
 }
 
@@ -434,16 +447,8 @@ int mt_coll_start_reduce_scatter_v(mt_coll **out, float *shard_out, const float 
   *out = NULL;
   mt_coll *h = NULL;
   MT_CALL(mt_calloc(&h, 1, sizeof(*h), "collective handle"));
-  h->kind = KIND_RS;
+  int err = handle_init(h, KIND_RS, shard_out, full_in, 0, comm);
   h->method = MT_COLL_RING;
-  h->comm = comm;
-  h->out = shard_out;
-  h->in = full_in;
-  h->mreq = MPI_REQUEST_NULL;
-  for (int i = 0; i < 2 * RING_MAXW; i++) h->req[i] = MPI_REQUEST_NULL;
-  int err = MPI_Comm_rank(comm, &h->rank) != MPI_SUCCESS || MPI_Comm_size(comm, &h->size) != MPI_SUCCESS
-                ? MT_ERR(MT_ERR_MPI, "reduce_scatter_v: not a communicator")
-                : 0;
   for (int b = 0; !err && b < h->size; b++)
     if (counts[b] < 0 || displs[b] < 0 || (counts[b] && !full_in) ||
         (b == h->rank && counts[b] &&
@@ -456,12 +461,7 @@ int mt_coll_start_reduce_scatter_v(mt_coll **out, float *shard_out, const float 
   if (!err && h->size > 1) err = next_tag(comm, &h->tag);
   if (!err && h->size > 1) err = ring_blocks(h, counts, displs);
   if (!err) err = coll_begin(h);
-  if (err) {
-    coll_free(h);
-    mt_free(&h);
-    MT_CALL(err);
-  }
-  *out = h;
+  MT_CALL(hand_over(out, h, err));
   return 0;
 }
 
