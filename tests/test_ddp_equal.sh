@@ -68,6 +68,12 @@ for ov in 0 1; do
   run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap $ov \
     -ddp_comm_thread 0 -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ov$ov"
   [ "$LAST_RC" = 0 ] && pass "ddp 2 ranks -ddp_overlap $ov" || fail "ddp 2 ranks -ddp_overlap $ov" "exit $LAST_RC"
+  if [ $ov = 1 ]; then
+    expect_output "overlap: buckets start during the backward" "buckets started during the backward"
+    expect_no_output "-ddp_comm_thread 0: no communication thread" "by the communication thread"
+  else
+    expect_no_output "no overlap: no bucket starts during the backward" "started during the backward"
+  fi
   run_logged run_mpi 4 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap $ov \
     -ddp_comm_thread 0 -ddp_bucket_mb 0.01 -output_dir "$WORK/ov4$ov"
 done
@@ -80,7 +86,15 @@ for np in 2 4; do
   run_logged run_mpi $np 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap 1 \
     -ddp_comm_thread 1 -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ovt$np"
   [ "$LAST_RC" = 0 ] && pass "ddp $np ranks -ddp_comm_thread 1" || fail "ddp $np ranks -ddp_comm_thread 1" "exit $LAST_RC"
+  expect_output "the thread all-reduced buckets during the backward" \
+    "buckets started during the backward by the communication thread"
 done
+# with the batch split over 2 threads there is nothing to overlap: the
+# threads' gradients are summed after the backward
+run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 2 -thread_split batch \
+  -output_dir "$WORK/ovsplit"
+[ "$LAST_RC" = 0 ] && pass "ddp 2 ranks x 2 threads (batch split)" || fail "ddp 2 ranks x 2 threads" "exit $LAST_RC"
+expect_output "batch split over threads: reduced after the backward" "waiting for the slowest rank"
 run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/ovt2/model_final.h5" 0
 [ "$LAST_RC" = 0 ] && pass "communication thread == overlap off at 2 ranks, bit for bit" ||
   fail "communication thread == overlap off at 2 ranks, bit for bit" "differ"

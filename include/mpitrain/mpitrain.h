@@ -347,6 +347,7 @@ struct mt_backend {
   double comm_seconds; /* time spent in gradient communication             */
   double wait_seconds; /* of it: waiting for the last rank to arrive (the
                           ranks' skew; see mt_backend_arrive)              */
+  long early_buckets;  /* ddp: buckets started during a backward pass     */
   double comm_bytes;   /* bytes all-reduced                                */
   void *data;
   mt_dtype dtype;      /* the buffers' element type (set before setup)      */

@@ -136,12 +136,27 @@ static void *comm_thread(void *arg) {
   return NULL;
 }
 
+/* Collective (the communicator's duplicate): every rank calls it. */
 static int thread_start(ddp *d, MPI_Comm comm) {
   MT_MPI(MPI_Comm_dup(comm, &d->tcomm));
-  MT_CHECK(!pthread_mutex_init(&d->mu, NULL) && !pthread_cond_init(&d->cv, NULL), MT_ERR_LIB,
-           "ddp: cannot make the communication thread's lock");
-  MT_CHECK(!pthread_create(&d->th, NULL, comm_thread, d), MT_ERR_LIB,
-           "ddp: cannot start the communication thread (-ddp_comm_thread)");
+  int err = 0;
+  if (pthread_mutex_init(&d->mu, NULL)) {
+    err = MT_ERR(MT_ERR_LIB, "ddp: cannot make the communication thread's lock "
+                 "(-ddp_comm_thread 0 runs without the thread)");
+  } else if (pthread_cond_init(&d->cv, NULL)) {
+    pthread_mutex_destroy(&d->mu);
+    err = MT_ERR(MT_ERR_LIB, "ddp: cannot make the communication thread's condition variable "
+                 "(-ddp_comm_thread 0 runs without the thread)");
+  } else if (pthread_create(&d->th, NULL, comm_thread, d)) {
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    err = MT_ERR(MT_ERR_LIB, "ddp: cannot start the communication thread (-ddp_comm_thread 0 "
+                 "runs without it)");
+  }
+  if (err) {
+    MPI_Comm_free(&d->tcomm);
+    return err;
+  }
   d->thread_on = 1;
   return 0;
 }
@@ -162,10 +177,12 @@ static void thread_stop(ddp *d) {
 static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   (void)params, (void)grads;
   MT_CHECK(b->bucket_mb > 0, MT_ERR_OPTION, "option -ddp_bucket_mb must be > 0");
-  ddp *d;
-  MT_CALL(mt_calloc(&d, 1, sizeof(*d), "ddp"));
+  ddp *d = NULL;
+  int err = mt_calloc(&d, 1, sizeof(*d), "ddp");
   b->data = d;
-  MT_CALL(plan(b, n));
+  if (!err) err = plan(b, n);
+  /* the thread's communicator is a collective: only when every rank got here */
+  MT_CALL(mt_agree(b->comm, err));
   d->tesz = esz(b);
   d->ttype = mpi_type(b);
   if (b->overlap && b->comm_thread && b->size > 1) MT_CALL(thread_start(d, b->comm));
@@ -243,7 +260,10 @@ static int unit_ready_any(mt_backend *b, void *grads, int unit) {
   d->active = 1;
   d->udone[unit] = 1;
   /* start in bucket order only: every rank must start the same sequence */
-  for (int k = d->nstarted; k < d->nb && ready(d, k); k++) MT_CALL(start(b, d, grads, k));
+  for (int k = d->nstarted; k < d->nb && ready(d, k); k++) {
+    MT_CALL(start(b, d, grads, k));
+    b->early_buckets++;
+  }
   for (int k = 0; k < d->nstarted && !d->thread_on; k++) /* drive the started ones on */
     if (d->req[k] != MPI_REQUEST_NULL) {
       int flag;
@@ -260,13 +280,14 @@ static int reduce_any(mt_backend *b, void *grads, size_t n) {
   if (!d->active) MT_CALL(mt_backend_arrive(b, &t0));
   if (d->active) {
     for (int k = d->nstarted; k < d->nb; k++) MT_CALL(start(b, d, grads, k));
-    if (d->thread_on)
-      MT_CALL(thread_wait(d));
-    else
+    if (d->thread_on) {
+      MT_CALL(thread_wait(d)); /* which also resets nstarted, under the lock */
+    } else {
       MT_MPI(MPI_Waitall(d->nb, d->req, MPI_STATUSES_IGNORE));
+      d->nstarted = 0;
+    }
     memset(d->udone, 0, (size_t)d->nunits * sizeof(int));
     memset(d->started, 0, (size_t)d->nb * sizeof(int));
-    d->nstarted = 0;
     d->active = 0;
   } else {
     for (int k = 0; k < d->nb; k++)

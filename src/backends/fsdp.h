@@ -59,8 +59,9 @@ typedef struct {
  * group of hybrid_shard (world size must be a multiple of it). prefetch
  * (-fsdp_prefetch): 1 gathers the next unit of a pass while a unit
  * computes and lets a unit's gradient reduction run through the next
- * unit's backward; 0 does neither, so at most one unit's parameters (two
- * under shard_grad_op's forward) and one unit's gradient are held. */
+ * unit's backward; 0 does neither, so full_shard holds at most one unit's
+ * parameters (shard_grad_op keeps the forward's units to the backward
+ * anyway) and one unit's gradient. */
 int mt_fsdp_create(mt_fsdp **f, MPI_Comm world, const mt_param_table *table, const float *params,
                    int strategy, int whole_model, int node_size, int prefetch);
 void mt_fsdp_destroy(mt_fsdp **f);

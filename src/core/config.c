@@ -499,9 +499,16 @@ static void derive(mt_config *c) {
     bad("option %s: needs a validation set (-data_val) to watch",
         c->restore_best ? "-restore_best" : "-early_stop_patience");
   PetscBool thread_given = PETSC_FALSE;
-  if (!PetscOptionsHasName(NULL, NULL, "-ddp_comm_thread", &thread_given) && thread_given &&
-      c->ddp_comm_thread && !c->ddp_overlap)
+  int level = MPI_THREAD_SINGLE;
+  if (PetscOptionsHasName(NULL, NULL, "-ddp_comm_thread", &thread_given)) thread_given = PETSC_FALSE;
+  if (thread_given && c->ddp_comm_thread && !c->ddp_overlap)
     bad("option -ddp_comm_thread: runs the overlapped all-reduce; needs -ddp_overlap 1");
+  /* the thread's MPI calls run beside the main thread's and the loader's */
+  if (c->ddp_comm_thread && (MPI_Query_thread(&level) != MPI_SUCCESS || level < MPI_THREAD_MULTIPLE)) {
+    if (thread_given)
+      bad("option -ddp_comm_thread: this MPI library does not provide MPI_THREAD_MULTIPLE");
+    c->ddp_comm_thread = 0; /* the default falls back to MPI_Test's progress */
+  }
   if (c->outputs_logits && !c->outputs)
     bad("option -outputs_logits: needs -outputs (val, train or test)");
   if (c->micro_batch_size == 0) return; /* reported above */

@@ -202,7 +202,10 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   const char *bname = c->fsdp && !sharded ? "ddp" : c->backend;
   MT_CALL(mt_backend_create(bname, comm->world, c->ddp_bucket_mb, &t->backend));
   t->backend->first_bucket_mb = c->ddp_first_bucket_mb;
-  t->backend->overlap = c->ddp_overlap;
+  /* the backward reports finished units only when one model computes the
+   * rank's batch (compute.c); with the batch split over threads the
+   * threads' gradients are summed after it, and the buckets go then */
+  t->backend->overlap = c->ddp_overlap && t->nthr == 1;
   t->backend->comm_thread = c->ddp_comm_thread;
   t->backend->table = &t->model->params;
   t->backend->dtype = t->dtype;
@@ -584,13 +587,26 @@ int mt_trainer_run(mt_trainer *t) {
     double p = c->world_size, train = 0, secs = b->comm_seconds;
     for (int i = 0; i < t->ncurve; i++)
       if (t->curve[i].set <= 0) train += (double)t->steps_per_epoch * c->batch_size / t->curve[i].samples_per_s;
-    /* the bandwidth of the transfers: without the wait for the slowest
-     * rank's backward (mt_backend_arrive) */
-    double moving = secs - b->wait_seconds > 0 ? secs - b->wait_seconds : secs;
-    mt_print0("\ngradient all-reduce (rank 0): %.2f s (%.2f s of it waiting for the slowest rank), "
-              "%.0f%% of training, %.0f MB, bus bandwidth %.2f GB/s", secs, b->wait_seconds,
-              train > 0 ? 100.0 * secs / train : 0.0, b->comm_bytes / 1e6,
-              2.0 * (p - 1) / p * b->comm_bytes / moving / 1e9);
+    const double share = train > 0 ? 100.0 * secs / train : 0.0;
+    if (t->fsdp) {
+      mt_print0("\nfsdp communication (rank 0): %.2f s, %.0f%% of training, %.0f MB gathered and "
+                "reduced", secs, share, b->comm_bytes / 1e6);
+    } else if (b->early_buckets > 0) {
+      /* overlapped: the time is what the rank spent in the calls and
+       * waits, not the transfers' duration, so no bandwidth */
+      mt_print0("\ngradient all-reduce (rank 0): %.2f s in calls and waits, %.0f%% of training, "
+                "%.0f MB, %ld buckets started during the backward%s", secs, share,
+                b->comm_bytes / 1e6, b->early_buckets,
+                b->comm_thread ? " by the communication thread" : "");
+    } else {
+      /* the bandwidth of the transfers: without the wait for the slowest
+       * rank's backward (mt_backend_arrive) */
+      double moving = secs - b->wait_seconds > 0 ? secs - b->wait_seconds : secs;
+      mt_print0("\ngradient all-reduce (rank 0): %.2f s (%.2f s of it waiting for the slowest "
+                "rank), %.0f%% of training, %.0f MB, bus bandwidth %.2f GB/s", secs,
+                b->wait_seconds, share, b->comm_bytes / 1e6,
+                2.0 * (p - 1) / p * b->comm_bytes / moving / 1e9);
+    }
   }
   mt_print0("\nRESULT mpitrain train_samples_per_s=%.1f\n", rate);
   if (t->dp) MT_CALL(mt_dp_report(t));
