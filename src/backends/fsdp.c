@@ -1,6 +1,7 @@
 /* fsdp: see fsdp.h. */
 #include "backends/fsdp.h"
 #include "backends/backends.h"
+#include "backends/pagepool.h"
 #include "comm/comm.h"
 #include "core/core.h"
 #include "optim/optim.h"
@@ -48,6 +49,10 @@ struct mt_fsdp {
   mt_fsdp_memory mem;
   unsigned char *vec; /* mincore                                             */
   size_t page;
+  /* the physical pages of released units (pagepool.h); per unit the slot
+   * lent to its range of each view, -1 none */
+  mt_page_pool *ppool, *gpool;
+  int *pslot, *gslot;
 };
 
 static const char *const names_[] = {"full_shard", "shard_grad_op", "hybrid_shard", "no_shard"};
@@ -73,22 +78,50 @@ static int view_map(float **v, size_t bytes) {
   return 0;
 }
 
-/* Gives back the pages wholly inside elements [a, b) of view v; with
- * zero, the elements at the edges are zeroed too (a gradient view must
- * read zero where the next backward adds). Given-back pages read zero. */
-static void view_release(mt_fsdp *f, float *v, size_t a, size_t b, int zero) {
-  if (a >= b) return;
-  uintptr_t base = (uintptr_t)v, s = base + a * sizeof(float), e = base + b * sizeof(float);
+/* The pages wholly inside unit u's elements of view v: [*va, *va + *len). */
+static void interior(const mt_fsdp *f, const float *v, int u, char **va, size_t *len) {
+  uintptr_t s = (uintptr_t)(v + f->ulo[u]), e = (uintptr_t)(v + f->uhi[u]);
   uintptr_t ps = (s + f->page - 1) & ~(uintptr_t)(f->page - 1), pe = e & ~(uintptr_t)(f->page - 1);
-  if (pe > ps) {
-    madvise((void *)ps, pe - ps, MADV_DONTNEED);
-    if (zero) {
-      memset((void *)s, 0, ps - s);
-      memset((void *)pe, 0, e - pe);
-    }
-  } else if (zero) {
-    memset((void *)s, 0, e - s);
+  *va = (char *)ps;
+  *len = pe > ps ? pe - ps : 0;
+}
+
+/* Backs unit u's range of a view with pooled pages before it is written:
+ * the gathered parameters, or (grads) a gradient zeroed for the backward
+ * to add into. */
+static int unit_lend(mt_fsdp *f, int grads, int u) {
+  int *slot = grads ? &f->gslot[u] : &f->pslot[u];
+  if (*slot >= 0) return 0;
+  char *va;
+  size_t len;
+  interior(f, grads ? f->gview : f->pview, u, &va, &len);
+  if (!len) return 0;
+  MT_CALL(mt_page_pool_lend(grads ? f->gpool : f->ppool, va, len, slot));
+  if (grads) memset(va, 0, len);
+  return 0;
+}
+
+/* Gives unit u's pages of a view back (into the pool; pages faulted in
+ * without a lend, with madvise). A gradient's edges, which share pages
+ * with the neighbouring units, are zeroed: the next backward adds there.
+ * Given-back ranges read zero. */
+static int unit_give_back(mt_fsdp *f, int grads, int u) {
+  float *v = grads ? f->gview : f->pview;
+  int *slot = grads ? &f->gslot[u] : &f->pslot[u];
+  char *va, *s = (char *)(v + f->ulo[u]), *e = (char *)(v + f->uhi[u]);
+  size_t len;
+  interior(f, v, u, &va, &len);
+  if (grads && len) {
+    memset(s, 0, (size_t)(va - s));
+    memset(va + len, 0, (size_t)(e - (va + len)));
+  } else if (grads) {
+    memset(s, 0, (size_t)(e - s));
   }
+  if (*slot >= 0)
+    MT_CALL(mt_page_pool_take(grads ? f->gpool : f->ppool, va, len, slot, !f->pinned));
+  else if (len)
+    madvise(va, len, MADV_DONTNEED);
+  return 0;
 }
 
 static double resident(mt_fsdp *f, const float *v) {
@@ -98,8 +131,10 @@ static double resident(mt_fsdp *f, const float *v) {
   return (double)k * (double)f->page;
 }
 
+/* The views' resident pages and the pools' kept ones. */
 static void sample_memory(mt_fsdp *f) {
-  double p = resident(f, f->pview), g = resident(f, f->gview);
+  double p = resident(f, f->pview) + mt_page_pool_resident(f->ppool);
+  double g = resident(f, f->gview) + mt_page_pool_resident(f->gpool);
   if (p > f->mem.peak_params_view) f->mem.peak_params_view = p;
   if (g > f->mem.peak_grads_view) f->mem.peak_grads_view = g;
 }
@@ -237,6 +272,22 @@ int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const
   MT_CALL(view_map(&f->pview, f->view_bytes));
   MT_CALL(view_map(&f->gview, f->view_bytes));
   MT_CALL(mt_calloc(&f->vec, f->view_bytes / f->page, 1, "fsdp mincore"));
+  /* pools of slots as large as the largest unit's pages: up to every unit
+   * at once (an evaluation gathers the whole model) */
+  MT_CALL(mt_calloc(&f->pslot, (size_t)f->nunits, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->gslot, (size_t)f->nunits, sizeof(int), "fsdp units"));
+  size_t most = 0;
+  for (int u = 0; u < f->nunits; u++) {
+    char *va;
+    size_t len;
+    interior(f, f->pview, u, &va, &len);
+    most = len > most ? len : most;
+    interior(f, f->gview, u, &va, &len);
+    most = len > most ? len : most;
+    f->pslot[u] = f->gslot[u] = -1;
+  }
+  MT_CALL(mt_page_pool_create(&f->ppool, most, f->nunits));
+  MT_CALL(mt_page_pool_create(&f->gpool, most, f->nunits));
   return 0;
 }
 
@@ -248,11 +299,13 @@ void mt_fsdp_destroy(mt_fsdp **pf) {
   (void)mt_coll_wait(&f->rcoll);
   if (f->pview) munmap(f->pview, f->view_bytes);
   if (f->gview) munmap(f->gview, f->view_bytes);
+  mt_page_pool_destroy(&f->ppool);
+  mt_page_pool_destroy(&f->gpool);
   if (f->group != MPI_COMM_NULL) MPI_Comm_free(&f->group);
   if (f->replicas != MPI_COMM_NULL) MPI_Comm_free(&f->replicas);
   void *bufs[] = {&f->plo, &f->phi, &f->params, &f->grads, &f->unit_of, &f->members, &f->ndone,
                   &f->used, &f->seen, &f->ulo, &f->uhi, &f->counts, &f->displs, &f->pstate, &f->greq,
-                  &f->vec, &f->table.p, &f->rtmp};
+                  &f->vec, &f->table.p, &f->rtmp, &f->pslot, &f->gslot};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
   mt_free(pf);
 }
@@ -296,6 +349,7 @@ static int gather_start_call(mt_fsdp *f, int u) {
 }
 
 static int gather_start(mt_fsdp *f, int u) {
+  MT_CALL(unit_lend(f, 0, u));
   COMM_TIMED(f, gather_start_call(f, u));
   f->pstate[u] = IN_FLIGHT;
   f->comm_bytes += (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
@@ -316,10 +370,11 @@ static int gather_wait(mt_fsdp *f, int u) {
   return 0;
 }
 
-static void param_release(mt_fsdp *f, int u) {
-  if (f->pstate[u] != GATHERED) return;
-  view_release(f, f->pview, f->ulo[u], f->uhi[u], 0);
+static int param_release(mt_fsdp *f, int u) {
+  if (f->pstate[u] != GATHERED) return 0;
   f->pstate[u] = RELEASED;
+  MT_CALL(unit_give_back(f, 0, u));
+  return 0;
 }
 
 /* Moves the non-blocking operations in flight on (OpenMPI progresses them
@@ -351,12 +406,13 @@ int mt_fsdp_unit_use(void *ctx, int munit, int pass) {
   f->pass = pass;
   /* the unit used before is done with (shard_grad_op: only in backward) */
   if (f->last >= 0 && f->last != u && (pass == 1 || f->strategy != MT_FSDP_SHARD_GRAD_OP))
-    param_release(f, f->last);
+    MT_CALL(param_release(f, f->last));
   f->last = u;
   /* the unit's gradient of the previous micro-step must have left the
    * view before this backward adds into it; without prefetch every
    * reduction ends before the next unit's backward */
   if (pass == 1 && (f->pend == u || !f->prefetch)) MT_CALL(reduce_finish(f));
+  if (pass == 1) MT_CALL(unit_lend(f, 1, u)); /* its gradient, zeroed */
   MT_CALL(gather_wait(f, u));
   /* prefetch the next unit of the pass, unless the pass used it already
    * (gpt's forward ends with its first unit, the tied head) */
@@ -396,8 +452,8 @@ static int reduce_finish(mt_fsdp *f) {
     for (int i = 0; i < c; i++) g[i] += s[i];
   }
   f->comm_seconds += mt_now() - t0; /* the wait above and the sum */
-  view_release(f, f->gview, f->ulo[u], f->uhi[u], 1);
   f->pend = -1;
+  MT_CALL(unit_give_back(f, 1, u));
   return 0;
 }
 
@@ -428,7 +484,7 @@ int mt_fsdp_finish_grads(mt_fsdp *f) {
              "fsdp: the backward reported %d of the %d model units of unit %d as done", f->ndone[u],
              f->members[u], u);
     if (f->pstate[u] == IN_FLIGHT) MT_CALL(gather_wait(f, u));
-    param_release(f, u);
+    MT_CALL(param_release(f, u));
   }
   f->last = -1;
   if (f->replicas != MPI_COMM_NULL) {
@@ -468,11 +524,15 @@ int mt_fsdp_pin(mt_fsdp *f) {
 int mt_fsdp_pinned(const mt_fsdp *f) { return f->pinned; }
 int mt_fsdp_group_size(const mt_fsdp *f) { return f->gsize; }
 
-void mt_fsdp_unpin(mt_fsdp *f) {
-  if (!f->pinned) return;
+int mt_fsdp_unpin(mt_fsdp *f) {
+  if (!f->pinned) return 0;
+  int err = 0; /* released while pinned: the pools keep training's pages */
+  for (int u = 0; u < f->nunits; u++)
+    if (!err) err = param_release(f, u);
   f->pinned = 0;
-  for (int u = 0; u < f->nunits; u++) param_release(f, u);
   f->last = -1;
+  MT_CALL(err);
+  return 0;
 }
 
 /* ------------------------------------------------------------ backend */

@@ -94,7 +94,7 @@ int mt_fsdp_grad_norm2(mt_fsdp *f, double *norm2);
 /* Collective: the whole model gathered into the parameter view and kept
  * there (evaluation, saving the model) until mt_fsdp_unpin. */
 int mt_fsdp_pin(mt_fsdp *f);
-void mt_fsdp_unpin(mt_fsdp *f);
+int mt_fsdp_unpin(mt_fsdp *f);
 int mt_fsdp_pinned(const mt_fsdp *f);
 /* Ranks that shard among themselves. */
 int mt_fsdp_group_size(const mt_fsdp *f);

@@ -166,8 +166,10 @@ int mt_trainer_params_whole(mt_trainer *t) {
   return t->fsdp ? mt_fsdp_pin(t->fsdp) : 0;
 }
 
-void mt_trainer_params_release(mt_trainer *t) {
-  if (t->fsdp) mt_fsdp_unpin(t->fsdp);
+int mt_trainer_params_release(mt_trainer *t) {
+  if (!t->fsdp) return 0;
+  MT_CALL(mt_agree(t->comm->world, mt_fsdp_unpin(t->fsdp)));
+  return 0;
 }
 
 /* Model buffers (batch norm's running statistics): rank 0's win, as in
@@ -473,7 +475,7 @@ static int evaluate_only(mt_trainer *t) {
     mt_print0("evaluation val[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", i, c->data_val[i],
               loss, acc, (long long)cnt);
   }
-  mt_trainer_params_release(t);
+  MT_CALL(mt_trainer_params_release(t));
   return 0;
 }
 
@@ -544,7 +546,7 @@ int mt_trainer_run(mt_trainer *t) {
     }
     MT_CALL(mt_eval_train(t, epoch));
     if (nsets > 0) MT_CALL(mt_best_update(t, epoch, t->last_val_loss[0], &early));
-    mt_trainer_params_release(t);
+    MT_CALL(mt_trainer_params_release(t));
     if (t->dp && mt_dp_spent(t)) early = 1;
     done = epoch + 1;
     if (t->sched.kind == MT_LR_PLATEAU) {
@@ -571,7 +573,7 @@ int mt_trainer_run(mt_trainer *t) {
   snprintf(path, sizeof(path), "%s/model_final.h5", c->output_dir);
   err = rank == 0 ? mt_h5_save_model(path, t->model, t->params) : 0;
   MT_CALL(mt_agree(t->comm->world, err));
-  mt_trainer_params_release(t);
+  MT_CALL(mt_trainer_params_release(t));
   MT_CALL(mt_eval_report(t));
   MT_CALL(mt_memory_report(t));
   mt_amp_report(t);

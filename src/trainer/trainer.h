@@ -100,7 +100,7 @@ void mt_trainer_owned(const mt_trainer *t, mt_owned *o);
 /* fsdp: the whole model in t->params for an evaluation or a save, and its
  * release (no-ops without shards). Collective. */
 int mt_trainer_params_whole(mt_trainer *t);
-void mt_trainer_params_release(mt_trainer *t);
+int mt_trainer_params_release(mt_trainer *t);
 
 /* Opens the data (collectively validated), creates model, backend and
  * optimizer state, and initialises the parameters from the seed. */
