@@ -7,7 +7,8 @@
  * sharded part). The model sees the whole layout through two views of n
  * floats that are reserved address space, not memory: a unit's parameters
  * are all-gathered into the parameter view when the model is about to read
- * them (mt_model_unit_use) and its pages are given back when the unit is
+ * them (mt_model_unit_use) and its pages go back to a pool (pagepool.h)
+ * that lends them to the next unit gathered when the unit is
  * released; the backward writes a unit's gradient into the gradient view,
  * which is reduced onto its owners as soon as the unit is done and then
  * given back too. So a rank holds its shards plus the units in use.
