@@ -24,9 +24,9 @@ TEST_TIMEOUT=${TEST_TIMEOUT:-60}
 
 # One script test at a time under `make check` (which sets MT_TEST_LOCK;
 # `make -j2 check` still runs the C tests beside them): their MPI jobs want
-# every core, and OpenMPI's waits poll, so two 2-rank jobs on 2 cores ran
-# 7-35x slower than one after the other (test_fmnist's MLP epoch: 6 s alone,
-# 40-250 s beside another job) and ran into their timeouts. flock holds the
+# every core, and OpenMPI's waits poll, so two 2-rank jobs on 2 cores each
+# ran 7-40x slower than alone (test_fmnist's MLP epoch: 6 s alone, 40-250 s
+# beside another job) and ran into their timeouts. flock holds the
 # lock, not the script (-o), so a daemon a test leaves behind cannot keep it.
 if [ -n "${MT_TEST_LOCK:-}" ] && [ -z "${MT_TEST_LOCKED:-}" ] &&
   command -v flock >/dev/null 2>&1; then
