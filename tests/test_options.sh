@@ -99,4 +99,37 @@ expect_error "np=2 non-finite training loss stops the run" "training loss is" \
   run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" -model mlp -mlp_hidden 8 -epochs 1 \
   -batch_size 16 -lr 1e6 -log_every 2 -output_dir "$(out)"
 
+# -threads 0 counts the cores the ranks may run on (their affinity masks, as
+# a Slurm cpuset sets them), not the machine's: pinned to one core, 1 thread
+pinned() { # CPULIST run_mpi-ARGS...: run_mpi with this shell's mask set
+  (
+    taskset -p -c "$1" "$BASHPID" >/dev/null || exit 99
+    shift
+    run_mpi "$@"
+  )
+}
+n=$(nproc)
+if command -v taskset >/dev/null 2>&1 && [ "$n" -ge 2 ]; then
+  threads_run() { # NAME EXPECTED NP [CPULIST]
+    local name=$1 want=$2 np=$3 b=sp
+    [ "$np" -gt 1 ] && b=ddp
+    if [ -n "${4:-}" ]; then
+      expect_ok "$name" pinned "$4" "$np" "$T" "$MPITRAIN" -backend "$b" -data_train "$TRAIN" \
+        "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 0 -output_dir "$(out)"
+    else
+      expect_ok "$name" run_mpi "$np" "$T" "$MPITRAIN" -backend "$b" -data_train "$TRAIN" \
+        "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 0 -output_dir "$(out)"
+    fi
+    expect_output "$name: $want" "$want"
+  }
+  t1="thread"
+  [ "$n" -gt 1 ] && t1="threads"
+  threads_run "np=1 -threads 0 on all $n cores" "1 rank x $n $t1" 1
+  threads_run "np=1 -threads 0 pinned to core 0" "1 rank x 1 thread" 1 0
+  threads_run "np=1 -threads 0 pinned to cores 0,1" "1 rank x 2 threads" 1 0,1
+  threads_run "np=2 -threads 0 pinned to core 0" "2 ranks x 1 thread" 2 0
+else
+  echo "# SKIP -threads 0 under taskset: no taskset or one core"
+fi
+
 finish

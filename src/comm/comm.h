@@ -10,13 +10,17 @@ typedef struct {
   int rank, size;
   int local_rank, local_size; /* within the node                           */
   int nnodes, node_id;
-  int node_cores;             /* online cores of this node                 */
+  int node_cores;  /* cores the node's ranks may run on: the union of their
+                   * affinity masks (a Slurm allocation's cpuset, not the
+                   * machine's online cores)                               */
+  int rank_cores;  /* cores in this rank's own mask (1 when bound to a core) */
 } mt_comm;
 
 /* Collective over MPI_COMM_WORLD. */
 int mt_comm_create(mt_comm *c);
 void mt_comm_destroy(mt_comm *c);
-/* Threads per rank: requested if > 0, else the node's cores / its ranks. */
+/* Threads per rank: requested if > 0, else the node's cores / its ranks,
+ * and no more than the rank's own cores (a rank bound to one core gets 1). */
 int mt_comm_default_threads(const mt_comm *c, int requested);
 
 /* ------------------------------------------------ small per-rank values */
