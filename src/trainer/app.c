@@ -26,6 +26,14 @@ static int run(mt_comm *comm, int *stopped) {
   cfg.threads = mt_comm_default_threads(comm, cfg.threads);
   omp_set_num_threads(cfg.threads);
   if (comm->rank == 0) mt_config_print(&cfg, stdout);
+  /* a warning, not an error: tests and small machines run so on purpose */
+  if (comm->rank == 0 && comm->local_size * cfg.threads > comm->node_cores)
+    fprintf(stderr,
+            "mpitrain: warning: %d rank%s x %d thread%s on the %d core%s this node's ranks may "
+            "use: they share cores, and MPI's waits poll, so ranks slow each other down (give "
+            "every rank cores of its own: srun -c, mpirun --map-by, -threads)\n",
+            comm->local_size, comm->local_size > 1 ? "s" : "", cfg.threads,
+            cfg.threads > 1 ? "s" : "", comm->node_cores, comm->node_cores > 1 ? "s" : "");
   mt_trainer *t = NULL;
   int err = mt_trainer_create(&t, &cfg, comm);
   if (!err) err = mt_trainer_run(t);
