@@ -122,15 +122,12 @@ if command -v taskset >/dev/null 2>&1 && [ "$n" -ge 2 ]; then
     fi
     expect_output "$name: $want" "$want"
   }
-  t1="thread"
-  [ "$n" -gt 1 ] && t1="threads"
-  threads_run "np=1 -threads 0 on all $n cores" "1 rank x $n $t1" 1
+  threads_run "np=1 -threads 0 on all $n cores" "1 rank x $n threads" 1
   threads_run "np=1 -threads 0 pinned to core 0" "1 rank x 1 thread" 1 0
   threads_run "np=1 -threads 0 pinned to cores 0,1" "1 rank x 2 threads" 1 0,1
+  expect_no_output "np=1 on its own 2 cores: no warning that ranks share cores" "they share cores"
   threads_run "np=2 -threads 0 pinned to core 0" "2 ranks x 1 thread" 2 0
   expect_output "np=2 on one core: a warning that ranks share cores" "they share cores"
-  threads_run "np=1 -threads 0 pinned to cores 0,1 (again)" "1 rank x 2 threads" 1 0,1
-  expect_no_output "np=1 on its own cores: no warning" "they share cores"
 else
   echo "# SKIP -threads 0 under taskset: no taskset or one core"
 fi

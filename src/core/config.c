@@ -366,7 +366,9 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                     INT_MAX, &seed));
   c->seed = (uint64_t)seed;
   PetscCall(opt_int(PetscOptionsObject, "-threads",
-                    "Threads per rank (0: the cores the node's ranks may use / its ranks, at most the rank's own)", 0, 0, 4096, &c->threads));
+                    "Threads per rank (0: the cores the node's ranks may use / its ranks, at "
+                    "most the rank's own)",
+                    0, 0, 4096, &c->threads));
   PetscCall(opt_choice(PetscOptionsObject, "-thread_split",
                        "How a rank's threads share work: batch (each thread its rows) or gemm "
                        "(oneDNN threads every GEMM)", splits, c->thread_split,
