@@ -111,15 +111,11 @@ pinned() { # CPULIST run_mpi-ARGS...: run_mpi with this shell's mask set
 n=$(nproc)
 if command -v taskset >/dev/null 2>&1 && [ "$n" -ge 2 ]; then
   threads_run() { # NAME EXPECTED NP [CPULIST]
-    local name=$1 want=$2 np=$3 b=sp
+    local name=$1 want=$2 np=$3 b=sp run=(run_mpi)
     [ "$np" -gt 1 ] && b=ddp
-    if [ -n "${4:-}" ]; then
-      expect_ok "$name" pinned "$4" "$np" "$T" "$MPITRAIN" -backend "$b" -data_train "$TRAIN" \
-        "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 0 -output_dir "$(out)"
-    else
-      expect_ok "$name" run_mpi "$np" "$T" "$MPITRAIN" -backend "$b" -data_train "$TRAIN" \
-        "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 0 -output_dir "$(out)"
-    fi
+    [ -n "${4:-}" ] && run=(pinned "$4")
+    expect_ok "$name" "${run[@]}" "$np" "$T" "$MPITRAIN" -backend "$b" -data_train "$TRAIN" \
+      "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 0 -output_dir "$(out)"
     expect_output "$name: $want" "$want"
   }
   threads_run "np=1 -threads 0 on all $n cores" "1 rank x $n threads" 1
