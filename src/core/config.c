@@ -550,6 +550,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
     mt_error_clear();
     mt_config_precision(cfg);
     mt_error_clear();
+    mt_config_device(cfg);
+    mt_error_clear();
     return 0;
   }
   derive(cfg);
@@ -561,6 +563,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   if (!err) err = mt_config_dp(cfg);
   if (!err) err = mt_config_fsdp(cfg);
   if (!err) err = mt_config_precision(cfg);
+  if (!err) err = mt_config_device(cfg);
   if (!err) {
     check_unused();
     if (bad_[0]) err = mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_);
@@ -620,4 +623,5 @@ void mt_config_print(const mt_config *c, FILE *f) {
   fprintf(f, "\n");
   mt_config_dp_print(c, f);
   mt_config_fsdp_print(c, f);
+  if (strcmp(c->device, "cpu")) fprintf(f, "  device: %s\n", c->device);
 }

@@ -113,6 +113,7 @@ typedef struct {
   int fsdp_prefetch;          /* gather ahead, reduce behind (1) or not (0)   */
   int sync_module_states;     /* parameters broadcast from rank 0 at start    */
   double memory_limit_mb;     /* 0: the node's memory / its ranks            */
+  char device[8];             /* -device: cpu | cuda | auto (config_device.c) */
 } mt_config;
 
 /* -outputs words: per-sample outputs of the validation sets (every epoch),
@@ -136,6 +137,12 @@ void mt_config_dp_print(const mt_config *cfg, FILE *f);
  * and checked against the backend; the fsdp line of mt_config_print. */
 int mt_config_fsdp(mt_config *cfg);
 void mt_config_fsdp_print(const mt_config *cfg, FILE *f);
+/* -device (config_device.c): read and checked against what the trainer's
+ * device path supports, after every other option; mt_config_device_why
+ * writes into buf why this run has no device path (and returns buf), or
+ * returns NULL when it has one. */
+int mt_config_device(mt_config *cfg);
+const char *mt_config_device_why(const mt_config *cfg, char *buf, size_t len);
 /* The mixed-precision options (config_amp.c): read and checked against
  * the backend; called by mt_config_from_options. mt_config_precision reads
  * -precision and refuses what fp64 does not cover (called after the DP and

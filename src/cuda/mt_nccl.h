@@ -17,6 +17,7 @@
 
 #include "comm/comm.h"
 
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 /* Collective over comm: root makes a NCCL unique id and every rank of comm
@@ -31,6 +32,17 @@ int mt_nccl_comm_init(ncclComm_t *out, MPI_Comm comm, int device, double timeout
 /* Finalizes and destroys (aborts where that fails or takes longer than
  * timeout_s); NULL does nothing; sets *c to NULL. */
 void mt_nccl_comm_destroy(ncclComm_t *c, double timeout_s);
+
+/* In-place sum of n floats of buf over the communicator's ranks
+ * (ncclAllReduce), queued on stream; on a non-blocking communicator a call
+ * still in progress is waited for (at most timeout_s, <= 0: 300) before
+ * this returns, as NCCL asks before the next call. MT_ERR_LIB naming the
+ * NCCL error. */
+int mt_nccl_allreduce_sum(ncclComm_t nc, float *buf, size_t n, cudaStream_t stream,
+                          double timeout_s);
+/* 0, or MT_ERR_LIB when the communicator reports an asynchronous error
+ * (a failed peer, a network error); what names the operation waited for. */
+int mt_nccl_async_check(ncclComm_t nc, const char *what);
 
 /* The ranks of the other nodes with the same local rank (the cross-node
  * communicator of hybrid sharding): an MPI_Comm_split of c->world by

@@ -171,6 +171,31 @@ void mt_nccl_comm_destroy(ncclComm_t *c, double timeout_s) {
   ncclCommAbort(nc);
 }
 
+int mt_nccl_allreduce_sum(ncclComm_t nc, float *buf, size_t n, cudaStream_t stream,
+                          double timeout_s) {
+  if (timeout_s <= 0) timeout_s = NCCL_DEFAULT_TIMEOUT;
+  ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc, stream);
+  if (r == ncclInProgress) {
+    int peer, timed_out;
+    r = wait_ready(nc, mt_now(), timeout_s, MPI_COMM_NULL, &peer, &timed_out);
+    if (timed_out)
+      return MT_ERR(MT_ERR_LIB, "ncclAllReduce of %zu values was not enqueued within %g s", n,
+                    timeout_s);
+  }
+  if (r != ncclSuccess)
+    return MT_ERR(MT_ERR_LIB, "ncclAllReduce of %zu values failed: %s (%s)", n,
+                  ncclGetErrorString(r), ncclGetLastError(nc));
+  return 0;
+}
+
+int mt_nccl_async_check(ncclComm_t nc, const char *what) {
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(nc, &state);
+  if (r == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return 0;
+  return MT_ERR(MT_ERR_LIB, "NCCL error while waiting for %s: %s (%s)", what,
+                ncclGetErrorString(r != ncclSuccess ? r : state), ncclGetLastError(nc));
+}
+
 int mt_comm_cross_node(const mt_comm *c, MPI_Comm *cross) {
   MT_MPI(MPI_Comm_split(c->world, c->local_rank, c->node_id, cross));
   return 0;

@@ -3,6 +3,7 @@
  * takes the same decisions without communication; only writing
  * model_best.h5 (rank 0) is agreed. */
 #include "trainer/trainer.h"
+#include "trainer/gpu.h"
 
 #include <math.h>
 #include <string.h>
@@ -71,6 +72,7 @@ int mt_best_restore(mt_trainer *t) {
   memcpy(o.params, t->best_params, o.n * t->esz);
   if (m->buffers.total) memcpy(mt_trainer_model_buf(t), t->best_buf, m->buffers.total * t->esz);
   mt_print0("restored the best model: epoch %d, validation loss %.4f\n", t->best_epoch, t->best_loss);
+  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t)));
   return 0;
 }
 

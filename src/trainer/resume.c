@@ -10,6 +10,7 @@
 #include "trainer/trainer.h"
 #include "trainer/amp.h"
 #include "trainer/dp.h"
+#include "trainer/gpu.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -211,6 +212,8 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   mt_ckpt_buf bufs[TENSOR_BUFS];
   mt_ckpt_tensors ts;
   const mt_config *c = t->cfg;
+  /* -device cuda: the host buffers are the file's view */
+  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_download(t, 1)));
   /* the resolved configuration, as printed at start-up */
   char *opts = NULL;
   size_t optlen = 0;

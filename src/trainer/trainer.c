@@ -4,6 +4,7 @@
 #include "models/models.h"
 #include "trainer/amp.h"
 #include "trainer/dp.h"
+#include "trainer/gpu.h"
 #include "backends/fsdp.h"
 
 #include <math.h>
@@ -163,6 +164,7 @@ void mt_trainer_owned(const mt_trainer *t, mt_owned *o) {
 }
 
 int mt_trainer_params_whole(mt_trainer *t) {
+  if (t->gpu) return mt_agree(t->comm->world, mt_gpu_download(t, 0));
   return t->fsdp ? mt_fsdp_pin(t->fsdp) : 0;
 }
 
@@ -240,6 +242,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
     MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, c->prefetch));
   MT_CALL(mt_eval_setup(t));
   if (c->dp) MT_CALL(mt_agree(comm->world, mt_dp_setup(t)));
+  MT_CALL(mt_gpu_setup(t)); /* last: it copies the initialised host buffers */
   return 0;
 }
 
@@ -247,6 +250,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_trainer *t = *pt;
   if (!t) return;
   mt_guard_stop(&t->guard);
+  mt_gpu_destroy(t);
   if (t->steps) fclose(t->steps);
   mt_eval_destroy(t);
   mt_loader_destroy(&t->train_loader);
@@ -311,6 +315,9 @@ static int clip_norm(mt_trainer *t, const mt_owned *o) {
  * Adds this rank's loss sum to *loss_sum. */
 static int train_step(mt_trainer *t, double *loss_sum) {
   const mt_config *c = t->cfg;
+  if (t->gpu)
+    return mt_gpu_train_step(t, mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step),
+                             loss_sum);
   mt_model *m = t->model;
   size_t n = m->params.total;
   if (t->fsdp)
@@ -493,6 +500,7 @@ int mt_trainer_run(mt_trainer *t) {
   }
   MT_CALL(mt_agree(t->comm->world, err));
   MT_CALL(mt_trainer_restart(t));
+  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t))); /* what the restart read */
   t->cfg_hash = mt_hash_bytes(c, sizeof(*c), mt_option_hash());
   MT_CALL(mt_agree(t->comm->world, mt_guard_start(&t->guard, t->comm->world, c->comm_timeout)));
   double start = mt_now() - t->elapsed_before;

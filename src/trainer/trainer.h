@@ -80,6 +80,8 @@ typedef struct {
   struct mt_fsdp *fsdp; /* the shards under -backend fsdp (backends/fsdp.h):
                            params and grads are then its views, and the
                            optimizer owns only this rank's shard           */
+  struct mt_gpu *gpu; /* -device cuda (trainer/gpu.h): the device buffers,
+                         NULL on the CPU                                   */
 } mt_trainer;
 
 /* Memory per rank (memory.c): rank 0 prints the forecast before training

@@ -1,0 +1,83 @@
+/* Built-in models on a CUDA device (only built with CUDA): -device cuda.
+ *
+ * A device model is the twin of a CPU model (src/models/): it is made from
+ * the CPU model of the same run, keeps that model's parameter table (the
+ * same tensors at the same offsets of the flat buffers, so checkpoints and
+ * saved models are the CPU's files) and computes forward and backward with
+ * the kernels of cuda/kernels.h on device buffers, in float. It reads its
+ * sizes from the table's shapes and the rest (heads, GELU form, dropout)
+ * from the run's options.
+ *
+ * Nothing waits for the GPU: every call queues work on the context's
+ * stream; the loss sum and the hits of a forward go to device scalars that
+ * the trainer reads once per step. */
+#ifndef MT_CUDA_DMODEL_H
+#define MT_CUDA_DMODEL_H
+
+#include "core/core.h"
+#include "cuda/kernels.h"
+
+/* A batch in device memory: the mt_batch of the CPU with device arrays. */
+typedef struct {
+  int n;
+  const float *x;
+  const int32_t *labels;
+  const int32_t *tokens;
+  const float *targets;
+  int64_t x_len, tokens_len, targets_len;
+  const int64_t *ids; /* device, or NULL (row numbers)                     */
+  int train;
+  uint64_t key;
+} mt_dbatch;
+
+/* What a forward adds up, in device memory. */
+typedef struct {
+  double *loss_sum; /* overwritten: the batch's loss sum (a class model's
+                       per-sample losses; gpt: per-token, divided by T on
+                       the host, as the CPU model does)                   */
+  int64_t *correct; /* added to: top-1 hits (gpt: per token)              */
+  int64_t *count;   /* gpt: the tokens counted (overwritten); may be NULL */
+} mt_dsums;
+
+typedef struct mt_dmodel mt_dmodel;
+
+typedef struct {
+  const char *name; /* the CPU model's -model name                        */
+  int (*setup)(mt_dmodel *d, const mt_config *c);
+  int (*forward)(mt_dmodel *d, const float *params, const mt_dbatch *b, const mt_dsums *s);
+  /* ADDS the gradient of scale * sum of the last forward's losses */
+  int (*backward)(mt_dmodel *d, const float *params, float *grads, float scale, int B);
+  void (*destroy)(mt_dmodel *d);
+  /* divisor of the loss sum and hits into per-sample ones (gpt: T) */
+  int (*per_sample)(const mt_dmodel *d);
+} mt_dmodel_ops;
+
+struct mt_dmodel {
+  const mt_dmodel_ops *ops;
+  const mt_model *host;   /* the CPU model: table, spec, max_batch        */
+  mt_cuda_ctx *cx;
+  int max_batch;
+  /* as mt_model.unit_done: the backward reports each finished unit */
+  void (*unit_done)(void *ctx, int unit);
+  void *unit_ctx;
+  void *data;
+};
+
+static inline void mt_dmodel_unit_done(const mt_dmodel *d, int unit) {
+  if (d->unit_done) d->unit_done(d->unit_ctx, unit);
+}
+
+/* The device twin of host (NULL when the model has none: the caller says
+ * so, naming -device). */
+const mt_dmodel_ops *mt_dmodel_find(const char *name);
+/* Makes the twin of host for batches of up to host->max_batch on cx. */
+int mt_dmodel_create(mt_dmodel *d, const mt_model *host, const mt_config *c, mt_cuda_ctx *cx);
+void mt_dmodel_destroy(mt_dmodel *d);
+
+extern const mt_dmodel_ops mt_dmodel_mlp;
+extern const mt_dmodel_ops mt_dmodel_gpt;
+
+/* Device memory of n bytes, zeroed (stream-ordered on cx), into *p. */
+int mt_dmodel_alloc(mt_dmodel *d, void *p, size_t bytes);
+
+#endif

@@ -1,0 +1,402 @@
+/* -device cuda in the trainer (only built with CUDA): device buffers, the
+ * training step on the device, NCCL's gradient all-reduce overlapped with
+ * the backward, and the copies between device and host (trainer/gpu.h). */
+#include "trainer/gpu.h"
+#include "backends/backends.h"
+#include "cuda/cuda_optim.h"
+#include "cuda/device.h"
+#include "cuda/dmodel.h"
+#include "cuda/mt_nccl.h"
+#include "trainer/amp.h"
+
+#include <string.h>
+#include <time.h>
+
+#define MAX_BUCKETS 256
+#define MT_MAX_UNITS 1024 /* a model's units: gpt has its blocks + 2 */
+
+/* A micro-batch's host staging (pinned) and device copy. */
+typedef struct {
+  void *host, *dev; /* one block each: x, labels, tokens, targets, ids      */
+  size_t bytes;
+  cudaEvent_t copied; /* the host block may be reused once this completed */
+} slot;
+
+struct mt_gpu {
+  int device;
+  cudaStream_t stream, comm_stream;
+  mt_cuda_ctx cx;
+  mt_dmodel dm;
+  mt_cuda_table table;
+  float *params, *grads, *mom;
+  mt_cuda_adamw_state adam;
+  /* per micro-batch of a step: its loss sum (device; host copy) */
+  double *sums, *sums_host;
+  double *norm; /* clipping's norm (device scalar)                        */
+  slot slots[2];
+  /* NCCL and the gradient buckets (ranges of the flat buffer, in the order
+   * the backward finishes them) */
+  mt_nccl_comms nc;
+  int nccl;
+  int nbuckets, bucket_of[MT_MAX_UNITS], left[MAX_BUCKETS], started[MAX_BUCKETS];
+  int units_in[MAX_BUCKETS];
+  size_t blo[MAX_BUCKETS], bhi[MAX_BUCKETS];
+  cudaEvent_t ready[MAX_BUCKETS], reduced, step_done;
+  int overlap_err;
+  double timeout;
+};
+
+static int cuda_ok(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return 0;
+  return MT_ERR(MT_ERR_LIB, "-device cuda: %s: %s (%s)", what, cudaGetErrorString(e),
+                cudaGetErrorName(e));
+}
+#define CU(expr) MT_CALL(cuda_ok((expr), #expr))
+
+static int dev_alloc(void *p, size_t bytes, const char *what) {
+  void **pp = p;
+  cudaError_t e = cudaMalloc(pp, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    *pp = NULL;
+    return MT_ERR(MT_ERR_MEM, "-device cuda: cannot allocate %.1f MiB of device memory for %s: %s",
+                  (double)bytes / 1048576.0, what, cudaGetErrorString(e));
+  }
+  return cuda_ok(cudaMemset(*pp, 0, bytes ? bytes : 1), what);
+}
+
+/* ------------------------------------------------------------ buckets */
+
+/* Units are contiguous ranges of the flat buffer (every built-in model's
+ * are: a layer, a block). Buckets gather units from the last one down, as
+ * the backward finishes them: the first up to -ddp_first_bucket_mb, the
+ * others up to -ddp_bucket_mb. A model whose units are not contiguous gets
+ * one bucket, reduced after the backward. */
+static int plan_buckets(struct mt_gpu *g, const mt_param_table *tb, const mt_config *c) {
+  const int nu = tb->nunits;
+  MT_CHECK(nu >= 1 && nu <= MT_MAX_UNITS, MT_ERR_STATE, "-device cuda: %d units", nu);
+  size_t lo[MT_MAX_UNITS], hi[MT_MAX_UNITS];
+  for (int u = 0; u < nu; u++) lo[u] = (size_t)-1, hi[u] = 0;
+  for (int i = 0; i < tb->n; i++) {
+    const mt_param *p = &tb->p[i];
+    if (p->offset < lo[p->unit]) lo[p->unit] = p->offset;
+    if (p->offset + p->numel > hi[p->unit]) hi[p->unit] = p->offset + p->numel;
+  }
+  int contiguous = lo[0] == 0;
+  for (int u = 1; u < nu && contiguous; u++) contiguous = lo[u] != (size_t)-1 && lo[u] >= hi[u - 1];
+  g->nbuckets = 0;
+  if (!contiguous || nu > MAX_BUCKETS) {
+    g->nbuckets = 1;
+    g->blo[0] = 0, g->bhi[0] = tb->total;
+    for (int u = 0; u < nu; u++) g->bucket_of[u] = 0;
+    g->units_in[0] = nu;
+    return 0;
+  }
+  /* unit u's range reaches up to the next unit's start (padding included) */
+  double cap = c->ddp_first_bucket_mb * 1048576.0 / sizeof(float);
+  int b = -1;
+  size_t top = tb->total;
+  for (int u = nu - 1; u >= 0; u--) {
+    if (b < 0 || (double)(g->bhi[b] - top) >= cap) {
+      if (b >= 0) cap = c->ddp_bucket_mb * 1048576.0 / sizeof(float);
+      b++;
+      g->bhi[b] = top;
+      g->units_in[b] = 0;
+    }
+    top = lo[u];
+    g->blo[b] = top;
+    g->bucket_of[u] = b;
+    g->units_in[b]++;
+  }
+  g->nbuckets = b + 1;
+  return 0;
+}
+
+/* Waits for event ev without blocking in the driver: polls it and the NCCL
+ * communicator (an error there, or no progress within -comm_timeout, ends
+ * the wait with a message instead of a hang). */
+static int wait_event(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
+  const double t0 = mt_now();
+  for (;;) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return 0;
+    if (e != cudaErrorNotReady) return cuda_ok(e, what);
+    if (g->nccl) MT_CALL(mt_nccl_async_check(g->nc.world, what));
+    if (g->timeout > 0 && mt_now() - t0 > g->timeout) {
+      if (g->nccl) {
+        ncclCommAbort(g->nc.world);
+        g->nc.world = NULL;
+        g->nccl = 0;
+      }
+      return MT_ERR(MT_ERR_STATE, "-device cuda: %s did not complete within -comm_timeout %g s "
+                    "(a rank stopped or NCCL hangs; NCCL_DEBUG=INFO tells more)", what,
+                    g->timeout);
+    }
+    struct timespec ts = {0, 20000}; /* 20 us */
+    nanosleep(&ts, NULL);
+  }
+}
+
+static int start_bucket(struct mt_gpu *g, int b) {
+  if (g->started[b]) return 0;
+  g->started[b] = 1;
+  CU(cudaEventRecord(g->ready[b], g->stream));
+  CU(cudaStreamWaitEvent(g->comm_stream, g->ready[b], 0));
+  const size_t n = g->bhi[b] - g->blo[b];
+  return mt_nccl_allreduce_sum(g->nc.world, g->grads + g->blo[b], n, g->comm_stream, g->timeout);
+}
+
+/* The backward finished unit u: its bucket starts once all its units did. */
+static void unit_done(void *ctx, int u) {
+  mt_trainer *t = ctx;
+  struct mt_gpu *g = t->gpu;
+  if (g->overlap_err) return;
+  int b = g->bucket_of[u];
+  if (--g->left[b] == 0) g->overlap_err = start_bucket(g, b);
+}
+
+/* Every bucket not started yet, in order; then the compute stream waits
+ * for the reduction. */
+static int finish_reduce(struct mt_gpu *g) {
+  for (int b = 0; b < g->nbuckets; b++) MT_CALL(start_bucket(g, b));
+  CU(cudaEventRecord(g->reduced, g->comm_stream));
+  CU(cudaStreamWaitEvent(g->stream, g->reduced, 0));
+  return 0;
+}
+
+/* ------------------------------------------------------------ batches */
+
+#define ALIGN(x) (((x) + 255) & ~(size_t)255)
+
+static int slot_init(slot *s, const mt_model *m) {
+  const mt_data_spec *sp = &m->spec;
+  const size_t B = (size_t)m->max_batch;
+  size_t bytes = ALIGN(B * sp->sample_numel * sizeof(float)) + ALIGN(B * sizeof(int32_t)) +
+                 ALIGN(B * (sp->sample_numel + 1) * sizeof(int32_t)) +
+                 ALIGN(B * (sp->ntargets > 0 ? sp->ntargets : 1) * sizeof(float)) +
+                 ALIGN(B * sizeof(int64_t));
+  s->bytes = bytes;
+  CU(cudaMallocHost(&s->host, bytes));
+  MT_CALL(dev_alloc(&s->dev, bytes, "batches"));
+  CU(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
+  CU(cudaEventRecord(s->copied, 0));
+  return 0;
+}
+
+/* Copies the host batch into slot s's pinned block, then to the device,
+ * and describes the device copy in *d. */
+static int upload_batch(struct mt_gpu *g, slot *s, const mt_batch *b, mt_dbatch *d) {
+  MT_CALL(wait_event(g, s->copied, "a batch copy")); /* the block's last copy */
+  *d = (mt_dbatch){.n = b->n, .x_len = b->x_len, .tokens_len = b->tokens_len,
+                   .targets_len = b->targets_len, .train = b->train, .key = b->key};
+  size_t off = 0;
+  const void *src[5] = {b->x, b->labels, b->tokens, b->targets, b->ids};
+  const size_t len[5] = {(size_t)b->n * b->x_len * sizeof(float), (size_t)b->n * sizeof(int32_t),
+                         (size_t)b->n * b->tokens_len * sizeof(int32_t),
+                         (size_t)b->n * b->targets_len * sizeof(float),
+                         (size_t)b->n * sizeof(int64_t)};
+  const void **dst[5] = {(const void **)&d->x, (const void **)&d->labels,
+                         (const void **)&d->tokens, (const void **)&d->targets,
+                         (const void **)&d->ids};
+  for (int i = 0; i < 5; i++) {
+    if (!src[i]) continue;
+    MT_CHECK(off + len[i] <= s->bytes, MT_ERR_STATE, "-device cuda: a batch larger than its block");
+    memcpy((char *)s->host + off, src[i], len[i]);
+    *dst[i] = (char *)s->dev + off;
+    off += ALIGN(len[i]);
+  }
+  CU(cudaMemcpyAsync(s->dev, s->host, off, cudaMemcpyHostToDevice, g->stream));
+  CU(cudaEventRecord(s->copied, g->stream));
+  return 0;
+}
+
+/* ------------------------------------------------------- create, copy */
+
+static int create(mt_trainer *t, int device) {
+  const mt_config *c = t->cfg;
+  struct mt_gpu *g;
+  MT_CALL(mt_calloc(&g, 1, sizeof(*g), "device state"));
+  t->gpu = g;
+  g->device = device;
+  g->timeout = c->comm_timeout;
+  MT_CALL(mt_device_use(device));
+  CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+  CU(cudaStreamCreateWithFlags(&g->comm_stream, cudaStreamNonBlocking));
+  MT_CALL(mt_cuda_ctx_create(&g->cx, g->stream));
+  /* O1 autocast on the device: bf16 operands, fp32 accumulation */
+  if (c->amp == 1) g->cx.prec = c->amp_dtype;
+  const mt_model *m = t->model;
+  const size_t n = m->params.total;
+  MT_CALL(dev_alloc(&g->params, n * sizeof(float), "parameters"));
+  MT_CALL(dev_alloc(&g->grads, n * sizeof(float), "gradients"));
+  MT_CALL(mt_cuda_table_create(&g->table, &m->params));
+  if (t->adamw)
+    MT_CALL(mt_cuda_adamw_state_init(&g->adam, n, t->adam.amsgrad));
+  else if (t->mom)
+    MT_CALL(dev_alloc(&g->mom, n * sizeof(float), "momentum buffers"));
+  const int k = c->accum_steps;
+  MT_CALL(dev_alloc(&g->sums, (size_t)k * sizeof(double), "step losses"));
+  MT_CALL(dev_alloc(&g->norm, sizeof(double), "the gradient norm"));
+  CU(cudaMallocHost((void **)&g->sums_host, (size_t)k * sizeof(double)));
+  for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m));
+  MT_CALL(mt_dmodel_create(&g->dm, m, c, &g->cx));
+  MT_CALL(plan_buckets(g, &m->params, c));
+  for (int b = 0; b < g->nbuckets; b++)
+    CU(cudaEventCreateWithFlags(&g->ready[b], cudaEventDisableTiming));
+  CU(cudaEventCreateWithFlags(&g->reduced, cudaEventDisableTiming));
+  CU(cudaEventCreateWithFlags(&g->step_done, cudaEventDisableTiming));
+  return mt_gpu_upload(t);
+}
+
+int mt_gpu_create(mt_trainer *t, int device) {
+  MT_CALL(mt_agree(t->comm->world, create(t, device)));
+  if (t->comm->size > 1) {
+    /* collective and agreed in itself, under -comm_timeout */
+    MT_CALL(mt_nccl_comms_create(&t->gpu->nc, t->comm, device, 0, t->cfg->comm_timeout));
+    t->gpu->nccl = 1;
+  }
+  char desc[256] = "";
+  if (mt_cuda_device_describe(device, desc, sizeof(desc))) mt_error_clear();
+  const struct mt_gpu *g = t->gpu;
+  mt_print0("device: rank 0 on cuda:%d (%s)%s; %d gradient bucket%s\n", device, desc,
+            g->cx.prec ? ", bf16 GEMMs" : "", g->nbuckets, g->nbuckets > 1 ? "s" : "");
+  return 0;
+}
+
+void mt_gpu_destroy(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  if (!g) return;
+  if (g->stream) (void)cudaStreamSynchronize(g->stream);
+  if (g->comm_stream) (void)cudaStreamSynchronize(g->comm_stream);
+  mt_nccl_comms_destroy(&g->nc);
+  mt_dmodel_destroy(&g->dm);
+  for (int i = 0; i < 2; i++) {
+    cudaFreeHost(g->slots[i].host);
+    cudaFree(g->slots[i].dev);
+    if (g->slots[i].copied) cudaEventDestroy(g->slots[i].copied);
+  }
+  for (int b = 0; b < g->nbuckets; b++)
+    if (g->ready[b]) cudaEventDestroy(g->ready[b]);
+  if (g->reduced) cudaEventDestroy(g->reduced);
+  if (g->step_done) cudaEventDestroy(g->step_done);
+  cudaFree(g->params);
+  cudaFree(g->grads);
+  cudaFree(g->mom);
+  cudaFree(g->sums);
+  cudaFree(g->norm);
+  cudaFreeHost(g->sums_host);
+  mt_cuda_adamw_state_free(&g->adam);
+  mt_cuda_table_destroy(&g->table);
+  mt_cuda_ctx_destroy(&g->cx);
+  if (g->stream) cudaStreamDestroy(g->stream);
+  if (g->comm_stream) cudaStreamDestroy(g->comm_stream);
+  mt_free(&t->gpu);
+}
+
+/* The optimizer's buffers on both sides, in mt_trainer_optim_bufs' order. */
+static int optim_pairs(const mt_trainer *t, void **host, void **dev) {
+  const struct mt_gpu *g = t->gpu;
+  int n = 0;
+  if (t->adamw) {
+    host[n] = t->adam_state.exp_avg, dev[n++] = g->adam.exp_avg;
+    host[n] = t->adam_state.exp_avg_sq, dev[n++] = g->adam.exp_avg_sq;
+    if (t->adam_state.max_exp_avg_sq)
+      host[n] = t->adam_state.max_exp_avg_sq, dev[n++] = g->adam.max_exp_avg_sq;
+  } else if (t->mom) {
+    host[n] = t->mom, dev[n++] = g->mom;
+  }
+  return n;
+}
+
+int mt_gpu_download(mt_trainer *t, int optim) {
+  struct mt_gpu *g = t->gpu;
+  const size_t bytes = t->model->params.total * sizeof(float);
+  CU(cudaStreamSynchronize(g->stream));
+  CU(cudaMemcpy(t->params, g->params, bytes, cudaMemcpyDeviceToHost));
+  if (!optim) return 0;
+  void *host[3], *dev[3];
+  int n = optim_pairs(t, host, dev);
+  for (int i = 0; i < n; i++) CU(cudaMemcpy(host[i], dev[i], bytes, cudaMemcpyDeviceToHost));
+  if (t->adamw) t->adam_state.step = g->adam.step;
+  return 0;
+}
+
+int mt_gpu_upload(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  const size_t bytes = t->model->params.total * sizeof(float);
+  CU(cudaStreamSynchronize(g->stream));
+  CU(cudaMemcpy(g->params, t->params, bytes, cudaMemcpyHostToDevice));
+  void *host[3], *dev[3];
+  int n = optim_pairs(t, host, dev);
+  for (int i = 0; i < n; i++) CU(cudaMemcpy(dev[i], host[i], bytes, cudaMemcpyHostToDevice));
+  if (t->adamw) g->adam.step = t->adam_state.step;
+  return 0;
+}
+
+/* --------------------------------------------------------------- step */
+
+int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
+  const mt_config *c = t->cfg;
+  struct mt_gpu *g = t->gpu;
+  mt_dmodel *dm = &g->dm;
+  const size_t n = t->model->params.total;
+  const int K = c->accum_steps;
+  CU(cudaMemsetAsync(g->grads, 0, n * sizeof(float), g->stream));
+  const float scale = 1.0f / (float)c->batch_size; /* the CPU's, in float */
+  const int overlap = g->nccl && c->ddp_overlap;
+  /* the host queues the work and waits at the end: both count as compute
+   * (the forward event); the data event is the loader's */
+  for (int k = 0; k < K; k++) {
+    mt_batch b;
+    mt_dbatch db;
+    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
+    mt_ev_begin(MT_EV_DATA);
+    MT_CALL(mt_loader_next(t->train_loader, &b));
+    mt_ev_end(MT_EV_DATA);
+    b.train = 1;
+    b.key = key;
+    mt_ev_begin(MT_EV_FORWARD);
+    MT_CALL(upload_batch(g, &g->slots[k % 2], &b, &db));
+    const mt_dsums s = {g->sums + k, NULL, NULL};
+    MT_CALL(dm->ops->forward(dm, g->params, &db, &s));
+    const int last = k == K - 1;
+    if (last && overlap) {
+      for (int u = 0; u < g->nbuckets; u++) g->left[u] = g->units_in[u], g->started[u] = 0;
+      g->overlap_err = 0;
+      dm->unit_done = unit_done;
+      dm->unit_ctx = t;
+    }
+    int err = dm->ops->backward(dm, g->params, g->grads, scale, b.n);
+    dm->unit_done = NULL;
+    MT_CALL(err);
+    MT_CALL(g->overlap_err);
+    mt_ev_end(MT_EV_FORWARD);
+  }
+  mt_ev_begin(MT_EV_FORWARD);
+  if (g->nccl) {
+    if (!overlap)
+      for (int u = 0; u < g->nbuckets; u++) g->started[u] = 0;
+    MT_CALL(finish_reduce(g));
+    t->backend->comm_bytes += (double)n * sizeof(float);
+  }
+  if (c->clip_grad_value > 0)
+    MT_CALL(mt_cuda_clip_grad_value(g->grads, n, c->clip_grad_value, g->stream));
+  if (c->clip_grad_norm > 0)
+    MT_CALL(mt_cuda_clip_grad_norm(g->grads, n, c->clip_grad_norm, g->norm, &g->cx));
+  const double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t));
+  const int all_decay = !c->weight_decay_skip_1d;
+  if (t->adamw)
+    MT_CALL(mt_cuda_adamw_step(&g->table, g->params, g->grads, &g->adam, &t->adam, all_decay, lr,
+                               g->stream));
+  else
+    MT_CALL(mt_cuda_sgd_step(&g->table, g->params, g->grads, g->mom, mt_amp_lr_step(t) == 0,
+                             &t->sgd, all_decay, lr, g->stream));
+  CU(cudaMemcpyAsync(g->sums_host, g->sums, (size_t)K * sizeof(double), cudaMemcpyDeviceToHost,
+                     g->stream));
+  CU(cudaEventRecord(g->step_done, g->stream));
+  MT_CALL(wait_event(g, g->step_done, "a training step"));
+  mt_ev_end(MT_EV_FORWARD);
+  const double per = (double)dm->ops->per_sample(dm);
+  for (int k = 0; k < K; k++) *loss_sum += g->sums_host[k] / per;
+  t->global_step++;
+  return 0;
+}

@@ -1,0 +1,62 @@
+/* -device cuda in the trainer (gpu.c, only built with CUDA).
+ *
+ * Each rank drives one GPU (mt_device_select: local rank mod the devices
+ * it sees). The flat parameter and gradient buffers, the optimizer state
+ * and the model's activations live in device memory; a training step runs
+ * forward, backward, the gradient all-reduce (NCCL, on a stream of its own,
+ * each bucket started as soon as the backward has finished its units),
+ * clipping and the optimizer step on the device, and reads back only the
+ * step's loss. The host buffers (t->params, the optimizer state) stay the
+ * run's files' view: mt_gpu_download fills them before a checkpoint, an
+ * evaluation or a save, and mt_gpu_upload puts them back after a restart
+ * or a best-model restore, so a GPU checkpoint restarts on the CPU and a
+ * CPU checkpoint on the GPU. Evaluation passes (validation, test, -outputs)
+ * run on the CPU with the downloaded parameters.
+ *
+ * What a device run supports is decided by mt_config_device_why
+ * (src/core/config_device.c); the rest is refused there, naming -device. */
+#ifndef MT_TRAINER_GPU_H
+#define MT_TRAINER_GPU_H
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "trainer/trainer.h"
+
+/* Chooses the device of every rank (-device; collective, agreed): the run
+ * is on the GPU on all ranks or on none. With a GPU, makes t->gpu from the
+ * trainer's initialised host buffers. */
+int mt_gpu_setup(mt_trainer *t);
+
+#ifdef MT_HAVE_CUDA
+/* t->gpu on CUDA device `device`: buffers, the device model, the host's
+ * parameters and optimizer state copied up, and with more than one rank
+ * the NCCL communicator. Collective (agreed). */
+int mt_gpu_create(mt_trainer *t, int device);
+void mt_gpu_destroy(mt_trainer *t);
+/* One global step on the device (the trainer's train_step); key is the
+ * step's random key. Adds this rank's loss sum to *loss_sum. */
+int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum);
+/* Device -> host: the parameters, and with optim the optimizer state. */
+int mt_gpu_download(mt_trainer *t, int optim);
+/* Host -> device: parameters and optimizer state. */
+int mt_gpu_upload(mt_trainer *t);
+#else
+/* a CPU-only build never makes t->gpu (mt_gpu_setup refuses -device cuda) */
+static inline void mt_gpu_destroy(mt_trainer *t) { (void)t; }
+static inline int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
+  (void)t, (void)key, (void)loss_sum;
+  return MT_ERR(MT_ERR_STATE, "-device cuda: this mpitrain was built without CUDA");
+}
+static inline int mt_gpu_download(mt_trainer *t, int optim) {
+  (void)t, (void)optim;
+  return 0;
+}
+static inline int mt_gpu_upload(mt_trainer *t) {
+  (void)t;
+  return 0;
+}
+#endif
+
+#endif
