@@ -43,13 +43,13 @@ run_check() { # BUILD_DIR LABEL CONFIGURE_ARGS...
 run_cuda_check() { # BUILD_DIR LABEL: CUDA parts only, a short step
   local dir=$1 label=$2
   local tests="tests/test_cuda_bits tests/test_cuda_kernels tests/test_cuda_layers tests/test_cuda_optim tests/test_device"
-  local progs="tests/test_nccl_id $tests bench/cuda_gpt" # the benchmark: compiled, not run
+  local progs="tests/test_nccl_id tests/mkdata $tests bench/cuda_gpt" # the benchmark: compiled, not run
   if ! bash scripts/build.sh "$dir" --with-cuda --enable-werror; then
     echo "check ($label): build failed"
     failed=$((failed + 1)); status=1; return
   fi
   (cd "$dir" && make -j2 check check_PROGRAMS="$progs" \
-    TESTS="tests/test_nccl_id.sh $tests" >/dev/null 2>&1) || {
+    TESTS="tests/test_nccl_id.sh tests/test_gpu_train.sh $tests" >/dev/null 2>&1) || {
     status=1
     cat "$dir/test-suite.log" 2>/dev/null | tail -80
   }

@@ -128,4 +128,35 @@ else
   echo "# SKIP -threads 0 under taskset: no taskset or one core"
 fi
 
+# -device: a bad word, a model or backend without a CUDA path, and (where
+# this build or node has no GPU) cuda itself are refused naming -device;
+# auto falls back to the CPU and says why; nothing is written
+expect_error "np=2 -device gpu" "option -device: 'gpu'" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
+  -batch_size 8 -device gpu -output_dir "$(out)"
+expect_error "np=1 -device cuda -model cnn" "option -device cuda: model cnn" \
+  run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" -model cnn -epochs 1 -batch_size 8 \
+  -device cuda -output_dir "$(out)"
+expect_error "np=2 -device cuda -backend fsdp" "option -device cuda: -backend fsdp" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
+  -batch_size 8 -device cuda -output_dir "$(out)"
+expect_error "np=1 -device cuda -precision fp64" "option -device cuda: -precision fp64" \
+  run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+  -precision fp64 -device cuda -output_dir "$(out)"
+if ! nvidia-smi -L >/dev/null 2>&1; then # no GPU here
+  d=$(out)
+  expect_error "np=2 -device cuda without a GPU" "-device cuda:" \
+    run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
+    -batch_size 8 -device cuda -output_dir "$d"
+  expect_empty_dir "np=2 -device cuda without a GPU wrote nothing" "$d"
+  expect_ok "np=2 -device auto without a GPU runs" run_mpi 2 "$T" "$MPITRAIN" -backend ddp \
+    -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -device auto -output_dir "$(out)"
+  expect_output "np=2 -device auto: on the CPU, saying why" "-device auto: cpu ("
+fi
+expect_ok "np=1 -device auto -precision fp64 runs" run_mpi 1 "$T" "$MPITRAIN" \
+  -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -precision fp64 -device auto \
+  -output_dir "$(out)"
+expect_output "np=1 -device auto -precision fp64: on the CPU, saying why" \
+  "-device auto: cpu (-precision fp64 has no CUDA path yet)"
+
 finish

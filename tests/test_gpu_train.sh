@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# -device cuda against -device cpu (needs a CUDA build and a GPU; else one
+# "skipped" line and the automake skip code 77): mlp and gpt trained for a
+# few SGD steps on each give the same parameters within 1e-4 (the GPU sums
+# in another order); bf16 autocast (sp-amp) trains to a finite loss; a
+# checkpoint written on the GPU restarts on the CPU and one written on the
+# CPU on the GPU, ending where the uninterrupted run ends; with two GPUs,
+# ddp on 2 ranks (NCCL) gives sp's parameters on one GPU.
+. "${top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
+
+need_bin "$MPITRAIN" "$MKDATA" "$MT_DATA"
+make_work
+unset PETSC_OPTIONS
+
+"$MKDATA" synth "$WORK/train.h5" 512 32 4 1 >/dev/null || bail "mkdata synth failed"
+"$MKDATA" synth "$WORK/val.h5" 128 32 4 2 >/dev/null || bail "mkdata synth failed"
+
+# the probe: -device auto says where it runs
+run_logged run_mpi 1 120 "$MPITRAIN" -data_train "$WORK/train.h5" -model mlp -mlp_hidden 8 \
+  -epochs 0 -batch_size 8 -log_every 0 -device auto -output_dir "$WORK/probe"
+if ! last_output | grep -q -- '-device auto: cuda:'; then
+  why=$(last_output | sed -n 's/.*-device auto: cpu (\(.*\))$/\1/p' | head -1)
+  echo "skipped: no CUDA device (${why:-see $LAST_LOG})"
+  exit 77
+fi
+pass "-device auto finds a CUDA device"
+
+mlp=(-model mlp -mlp_hidden 64,32 -data_train "$WORK/train.h5" -data_val "$WORK/val.h5"
+  -batch_size 32 -optimizer sgd -lr 0.05 -momentum 0.9 -log_every 0 -checkpoint_at_end 0)
+train() { # NAME NP DEVICE ARGS...
+  local name=$1 np=$2 dev=$3
+  shift 3
+  run_logged run_mpi "$np" 300 "$MPITRAIN" "$@" -device "$dev" -output_dir "$WORK/$name"
+  [ "$LAST_RC" = 0 ] && pass "train $name ($np rank(s), -device $dev)" ||
+    fail "train $name" "exit $LAST_RC"
+}
+same() { # LABEL A B RTOL
+  run_logged "$MKDATA" compare "$WORK/$2/model_final.h5" "$WORK/$3/model_final.h5" "$4"
+  [ "$LAST_RC" = 0 ] && pass "$1" || fail "$1" "parameters differ beyond $4"
+}
+
+train mlp-cpu 1 cpu "${mlp[@]}" -epochs 2 -backend sp
+train mlp-gpu 1 cuda "${mlp[@]}" -epochs 2 -backend sp
+same "mlp: -device cuda gives the CPU's parameters" mlp-cpu mlp-gpu 1e-4
+train mlp-adamw 1 cuda "${mlp[@]}" -epochs 2 -backend sp -optimizer adamw -lr 0.003 \
+  -clip_grad_norm 0.5
+train mlp-adamw-cpu 1 cpu "${mlp[@]}" -epochs 2 -backend sp -optimizer adamw -lr 0.003 \
+  -clip_grad_norm 0.5
+same "mlp: AdamW and clipping on the device" mlp-adamw-cpu mlp-adamw 1e-3
+
+# checkpoints cross the device: epoch 1 on one side, epoch 2 on the other
+ck=(-checkpoint_every_epochs 1 -checkpoint_keep 0)
+train mlp-gpu-a 1 cuda "${mlp[@]}" -epochs 1 -backend sp "${ck[@]}" -checkpoint_dir "$WORK/ckg"
+train mlp-gpu-b 1 cpu "${mlp[@]}" -epochs 2 -backend sp "${ck[@]}" -checkpoint_dir "$WORK/ckg" \
+  -restart auto
+same "a GPU checkpoint restarts on the CPU" mlp-gpu mlp-gpu-b 1e-4
+train mlp-cpu-a 1 cpu "${mlp[@]}" -epochs 1 -backend sp "${ck[@]}" -checkpoint_dir "$WORK/ckc"
+train mlp-cpu-b 1 cuda "${mlp[@]}" -epochs 2 -backend sp "${ck[@]}" -checkpoint_dir "$WORK/ckc" \
+  -restart auto
+same "a CPU checkpoint restarts on the GPU" mlp-cpu mlp-cpu-b 1e-4
+
+train mlp-amp 1 cuda "${mlp[@]}" -epochs 2 -backend sp-amp
+if ! awk -F, 'NR > 1 && $7 == 0 && $9 + 0 > 0 && $9 + 0 < 1.5 {ok = 1} END {exit !ok}' \
+  "$WORK/mlp-amp/curve.csv"; then
+  fail "sp-amp (bf16) on the device learns" "validation loss not below 1.5: $(cat "$WORK/mlp-amp/curve.csv")"
+else
+  pass "sp-amp (bf16) on the device learns"
+fi
+
+text=/usr/share/common-licenses/GPL-3
+if [ -f "$text" ]; then
+  run_logged "$MT_DATA" text "$text" -out "$WORK" -name gpl -val_fraction 0.1
+  gpt=(-model gpt -gpt_layers 2 -gpt_heads 2 -gpt_embd 32 -gpt_block 16
+    -data_train "$WORK/gpl-train.h5" -data_val "$WORK/gpl-val.h5" -batch_size 8 -log_every 0
+    -epochs 1 -max_train_steps_per_epoch 6 -max_val_steps_per_epoch 1 -val_batch_size 20
+    -optimizer sgd -lr 0.1 -momentum 0.9 -checkpoint_at_end 0 -backend sp)
+  train gpt-cpu 1 cpu "${gpt[@]}"
+  train gpt-gpu 1 cuda "${gpt[@]}"
+  same "gpt: -device cuda gives the CPU's parameters" gpt-cpu gpt-gpu 1e-4
+fi
+
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "${ngpu:-0}" -ge 2 ]; then
+  train ddp-gpu 2 cuda "${mlp[@]}" -epochs 2 -backend ddp
+  same "ddp on 2 GPUs (NCCL) gives sp's parameters" mlp-gpu ddp-gpu 1e-4
+  train ddp-gpu-seq 2 cuda "${mlp[@]}" -epochs 2 -backend ddp -ddp_overlap 0
+  same "ddp without overlap gives the same" ddp-gpu ddp-gpu-seq 0
+else
+  echo "# ddp on the device: needs 2 GPUs (NCCL puts one rank on each), this node has ${ngpu:-0}"
+fi
+finish
