@@ -39,9 +39,15 @@ same() { # LABEL A B RTOL
   [ "$LAST_RC" = 0 ] && pass "$1" || fail "$1" "parameters differ beyond $4"
 }
 
-train mlp-cpu 1 cpu "${mlp[@]}" -epochs 2 -backend sp
-train mlp-gpu 1 cuda "${mlp[@]}" -epochs 2 -backend sp
+outs=(-outputs val -outputs_logits 1)
+train mlp-cpu 1 cpu "${mlp[@]}" -epochs 2 -backend sp "${outs[@]}"
+train mlp-gpu 1 cuda "${mlp[@]}" -epochs 2 -backend sp "${outs[@]}"
 same "mlp: -device cuda gives the CPU's parameters" mlp-cpu mlp-gpu 1e-4
+# the validation pass on the device: losses, predictions and logits per sample
+run_logged "$MKDATA" rows "$WORK/mlp-cpu/outputs/val0-epoch2.h5" \
+  "$WORK/mlp-gpu/outputs/val0-epoch2.h5" 1e-4
+[ "$LAST_RC" = 0 ] && pass "mlp: validation outputs on the device are the CPU's" ||
+  fail "mlp: validation outputs on the device are the CPU's" "rows differ beyond 1e-4"
 train mlp-adamw 1 cuda "${mlp[@]}" -epochs 2 -backend sp -optimizer adamw -lr 0.003 \
   -clip_grad_norm 0.5
 train mlp-adamw-cpu 1 cpu "${mlp[@]}" -epochs 2 -backend sp -optimizer adamw -lr 0.003 \
@@ -77,6 +83,16 @@ if [ -f "$text" ]; then
   train gpt-cpu 1 cpu "${gpt[@]}"
   train gpt-gpu 1 cuda "${gpt[@]}"
   same "gpt: -device cuda gives the CPU's parameters" gpt-cpu gpt-gpu 1e-4
+  # the validation pass on the device: the same loss and accuracy
+  vl() { awk -F, 'NR > 1 && $7 == 0 {v = $9 "," $10} END {print v}' "$WORK/$1/curve.csv"; }
+  a=$(vl gpt-cpu) b=$(vl gpt-gpu)
+  if awk -v a="$a" -v b="$b" 'BEGIN {split(a, x, ","); split(b, y, ",");
+      d = x[1] - y[1]; e = x[2] - y[2]; if (d < 0) d = -d; if (e < 0) e = -e;
+      exit !(x[1] > 0 && d <= 1e-4 * x[1] && e <= 0.01)}'; then
+    pass "gpt: validation on the device gives the CPU's loss and accuracy ($b)"
+  else
+    fail "gpt: validation on the device gives the CPU's loss and accuracy" "cpu $a, cuda $b"
+  fi
 fi
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

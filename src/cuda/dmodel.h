@@ -37,6 +37,7 @@ typedef struct {
                        the host, as the CPU model does)                   */
   int64_t *correct; /* added to: top-1 hits (gpt: per token)              */
   int64_t *count;   /* gpt: the tokens counted (overwritten); may be NULL */
+  float *losses;    /* NULL, or per-sample losses (B; gpt: per token, B*T) */
 } mt_dsums;
 
 typedef struct mt_dmodel mt_dmodel;
@@ -50,6 +51,9 @@ typedef struct {
   void (*destroy)(mt_dmodel *d);
   /* divisor of the loss sum and hits into per-sample ones (gpt: T) */
   int (*per_sample)(const mt_dmodel *d);
+  /* the last forward's outputs before the softmax, (B, *len) on the
+   * device, or NULL for a model without per-sample ones (gpt) */
+  const float *(*outputs)(const mt_dmodel *d, int *len);
 } mt_dmodel_ops;
 
 struct mt_dmodel {
@@ -57,6 +61,7 @@ struct mt_dmodel {
   const mt_model *host;   /* the CPU model: table, spec, max_batch        */
   mt_cuda_ctx *cx;
   int max_batch;
+  int losses_per_sample; /* values of mt_dsums.losses per sample (setup)  */
   /* as mt_model.unit_done: the backward reports each finished unit */
   void (*unit_done)(void *ctx, int unit);
   void *unit_ctx;

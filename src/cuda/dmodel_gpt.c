@@ -73,6 +73,7 @@ static int gpt_setup(mt_dmodel *d, const mt_config *c) {
            "option -gpt_heads: %d does not divide the width %d", s->NH, s->C);
   s->gelu = !strcmp(c->gpt_gelu, "tanh") ? MT_GELU_TANH : MT_GELU_ERF;
   s->drop = (float)c->gpt_dropout;
+  d->losses_per_sample = s->T; /* per token */
   const size_t N = (size_t)d->max_batch * s->T, C = (size_t)s->C;
   const size_t att = (size_t)d->max_batch * s->NH * s->T * s->T;
   for (int l = 0; l < s->L; l++) {
@@ -156,8 +157,8 @@ static int gpt_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
                                     PW(lnf_idx(s->L, 1)), N, C, LN_EPS, st));
   MT_CALL(mt_cuda_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V, cx)); /* tied head */
   /* the softmax replaces the logits, as on the CPU */
-  return mt_cuda_xent_ignore_forward(s->logits, NULL, sum->loss_sum, sum->count, sum->correct,
-                                     s->logits, s->tgt, -1, N, V, cx);
+  return mt_cuda_xent_ignore_forward(s->logits, sum->losses, sum->loss_sum, sum->count,
+                                     sum->correct, s->logits, s->tgt, -1, N, V, cx);
 }
 
 static int gpt_backward(mt_dmodel *d, const float *params, float *grads, float scale, int B) {
@@ -243,5 +244,11 @@ static void gpt_destroy(mt_dmodel *d) {
 
 static int gpt_per_sample(const mt_dmodel *d) { return ((const dgpt *)d->data)->T; }
 
-const mt_dmodel_ops mt_dmodel_gpt = {"gpt", gpt_setup, gpt_forward, gpt_backward, gpt_destroy,
-                                     gpt_per_sample};
+static const float *gpt_outputs(const mt_dmodel *d, int *len) {
+  (void)d;
+  *len = 0;
+  return NULL; /* token data: no per-sample outputs */
+}
+
+const mt_dmodel_ops mt_dmodel_gpt = {"gpt",       gpt_setup,      gpt_forward, gpt_backward,
+                                     gpt_destroy, gpt_per_sample, gpt_outputs};

@@ -33,6 +33,7 @@ static int mlp_setup(mt_dmodel *d, const mt_config *c) {
   s->regression = m->spec.ntargets > 0;
   s->p = (float)c->mlp_dropout;
   s->dim[0] = (int)m->params.p[0].shape[1];
+  d->losses_per_sample = 1;
   const size_t B = (size_t)d->max_batch;
   for (int l = 0; l < s->nl; l++) {
     s->dim[l + 1] = (int)m->params.p[2 * l].shape[0];
@@ -74,9 +75,9 @@ static int mlp_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
   }
   const float *out = s->act[s->nl - 1];
   if (s->regression)
-    return mt_cuda_mse_forward(NULL, sum->loss_sum, out, b->targets, B, K, cx);
-  return mt_cuda_softmax_xent_forward(s->probs, NULL, sum->loss_sum, sum->correct, out, b->labels,
-                                      B, K, cx);
+    return mt_cuda_mse_forward(sum->losses, sum->loss_sum, out, b->targets, B, K, cx);
+  return mt_cuda_softmax_xent_forward(s->probs, sum->losses, sum->loss_sum, sum->correct, out,
+                                      b->labels, B, K, cx);
 }
 
 static int mlp_backward(mt_dmodel *d, const float *params, float *grads, float scale, int B) {
@@ -128,5 +129,11 @@ static int mlp_per_sample(const mt_dmodel *d) {
   return s->regression ? s->dim[s->nl] : 1; /* the CPU's sse / K */
 }
 
-const mt_dmodel_ops mt_dmodel_mlp = {"mlp", mlp_setup, mlp_forward, mlp_backward, mlp_destroy,
-                                     mlp_per_sample};
+static const float *mlp_outputs(const mt_dmodel *d, int *len) {
+  const dmlp *s = d->data;
+  *len = s->dim[s->nl];
+  return s->act[s->nl - 1];
+}
+
+const mt_dmodel_ops mt_dmodel_mlp = {"mlp",       mlp_setup,      mlp_forward, mlp_backward,
+                                     mlp_destroy, mlp_per_sample, mlp_outputs};

@@ -8,6 +8,7 @@
 #include "trainer/trainer.h"
 #include "backends/backends.h"
 #include "backends/fsdp.h"
+#include "trainer/gpu.h"
 
 #include "nn/nn.h"
 
@@ -63,6 +64,10 @@ static double comm_seconds(const mt_trainer *t) {
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
+  if (t->gpu) { /* -device cuda: training steps go to mt_gpu_train_step */
+    MT_CHECK(!backward, MT_ERR_STATE, "-device cuda: a CPU backward asked for");
+    return mt_gpu_eval(t, b, losses, st);
+  }
   /* evaluation passes differ in length between ranks: no gathers in them */
   MT_CHECK(!t->fsdp || backward || mt_fsdp_pinned(t->fsdp), MT_ERR_STATE,
            "fsdp: an evaluation pass without the whole model (mt_trainer_params_whole)");

@@ -7,6 +7,7 @@
 #include "cuda/device.h"
 #include "cuda/dmodel.h"
 #include "cuda/mt_nccl.h"
+#include "models/models.h"
 #include "trainer/amp.h"
 
 #include <string.h>
@@ -33,6 +34,11 @@ struct mt_gpu {
   /* per micro-batch of a step: its loss sum (device; host copy) */
   double *sums, *sums_host;
   double *norm; /* clipping's norm (device scalar)                        */
+  /* an evaluation forward: its sums, per-sample losses and outputs */
+  double *esum, *esum_host;
+  int64_t *ehits, *ehits_host;
+  float *elosses, *elosses_host, *eout_host;
+  int eout_len;
   slot slots[2];
   /* NCCL and the gradient buckets (ranges of the flat buffer, in the order
    * the backward finishes them) */
@@ -239,6 +245,16 @@ static int create(mt_trainer *t, int device) {
   CU(cudaMallocHost((void **)&g->sums_host, (size_t)k * sizeof(double)));
   for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m));
   MT_CALL(mt_dmodel_create(&g->dm, m, c, &g->cx));
+  const size_t B = (size_t)m->max_batch, lps = (size_t)g->dm.losses_per_sample;
+  (void)g->dm.ops->outputs(&g->dm, &g->eout_len);
+  MT_CALL(dev_alloc(&g->esum, sizeof(double), "evaluation sums"));
+  MT_CALL(dev_alloc(&g->ehits, sizeof(int64_t), "evaluation sums"));
+  MT_CALL(dev_alloc(&g->elosses, B * lps * sizeof(float), "evaluation losses"));
+  CU(cudaMallocHost((void **)&g->esum_host, sizeof(double)));
+  CU(cudaMallocHost((void **)&g->ehits_host, sizeof(int64_t)));
+  CU(cudaMallocHost((void **)&g->elosses_host, B * lps * sizeof(float)));
+  CU(cudaMallocHost((void **)&g->eout_host, B * (size_t)(g->eout_len > 0 ? g->eout_len : 1) *
+                                                sizeof(float)));
   MT_CALL(plan_buckets(g, &m->params, c));
   for (int b = 0; b < g->nbuckets; b++)
     CU(cudaEventCreateWithFlags(&g->ready[b], cudaEventDisableTiming));
@@ -284,6 +300,13 @@ void mt_gpu_destroy(mt_trainer *t) {
   cudaFree(g->sums);
   cudaFree(g->norm);
   cudaFreeHost(g->sums_host);
+  cudaFree(g->esum);
+  cudaFree(g->ehits);
+  cudaFree(g->elosses);
+  cudaFreeHost(g->esum_host);
+  cudaFreeHost(g->ehits_host);
+  cudaFreeHost(g->elosses_host);
+  cudaFreeHost(g->eout_host);
   mt_cuda_adamw_state_free(&g->adam);
   mt_cuda_table_destroy(&g->table);
   mt_cuda_ctx_destroy(&g->cx);
@@ -356,7 +379,7 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
     b.key = key;
     mt_ev_begin(MT_EV_FORWARD);
     MT_CALL(upload_batch(g, &g->slots[k % 2], &b, &db));
-    const mt_dsums s = {g->sums + k, NULL, NULL};
+    const mt_dsums s = {g->sums + k, NULL, NULL, NULL};
     MT_CALL(dm->ops->forward(dm, g->params, &db, &s));
     const int last = k == K - 1;
     if (last && overlap) {
@@ -399,4 +422,57 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   for (int k = 0; k < K; k++) *loss_sum += g->sums_host[k] / per;
   t->global_step++;
   return 0;
+}
+
+/* ---------------------------------------------------------- evaluation */
+
+int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses, mt_batch_stats *st) {
+  struct mt_gpu *g = t->gpu;
+  mt_dmodel *dm = &g->dm;
+  const char *name = t->model->ops->name;
+  const int B = b->n, lps = dm->losses_per_sample;
+  int K = 0;
+  const float *out = dm->ops->outputs(dm, &K);
+  MT_CHECK(!st->logits64, MT_ERR_STATE, "-device cuda: double outputs asked for");
+  MT_CHECK(out || !st->logits, MT_ERR_ARG, "model %s offers no per-sample logits (token data)",
+           name);
+  if (B == 0) return 0;
+  mt_dbatch db;
+  MT_CALL(upload_batch(g, &g->slots[0], b, &db));
+  CU(cudaMemsetAsync(g->ehits, 0, sizeof(int64_t), g->stream));
+  const mt_dsums s = {g->esum, g->ehits, NULL, losses ? g->elosses : NULL};
+  MT_CALL(dm->ops->forward(dm, g->params, &db, &s));
+  CU(cudaMemcpyAsync(g->esum_host, g->esum, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
+  CU(cudaMemcpyAsync(g->ehits_host, g->ehits, sizeof(int64_t), cudaMemcpyDeviceToHost, g->stream));
+  if (losses)
+    CU(cudaMemcpyAsync(g->elosses_host, g->elosses, (size_t)B * lps * sizeof(float),
+                       cudaMemcpyDeviceToHost, g->stream));
+  const int want_out = out && (st->pred || st->logits);
+  if (want_out)
+    CU(cudaMemcpyAsync(g->eout_host, out, (size_t)B * K * sizeof(float), cudaMemcpyDeviceToHost,
+                       g->stream));
+  CU(cudaEventRecord(g->step_done, g->stream));
+  MT_CALL(wait_event(g, g->step_done, "an evaluation batch"));
+  const double per = (double)dm->ops->per_sample(dm);
+  st->loss_sum += *g->esum_host / per;
+  st->correct += (double)*g->ehits_host / per;
+  for (int i = 0; losses && i < B; i++) {
+    if (lps == 1) {
+      losses[i] = g->elosses_host[i];
+      continue;
+    }
+    double l = 0; /* a sample's mean over its tokens, as the CPU model's */
+    for (int k = 0; k < lps; k++) l += g->elosses_host[(size_t)i * lps + k];
+    losses[i] = (float)(l / lps);
+  }
+  if (!want_out || t->model->spec.ntargets > 0) { /* no class per sample */
+    for (int i = 0; st->pred && i < B; i++) st->pred[i] = -1;
+    if (want_out && st->logits) {
+      MT_CHECK(st->logits_len == K, MT_ERR_ARG,
+               "model %s: output rows of %d asked for, it has %d", name, st->logits_len, K);
+      memcpy(st->logits, g->eout_host, (size_t)B * K * sizeof(float));
+    }
+    return 0;
+  }
+  return mt_model_put_outputs(name, st, g->eout_host, B, K);
 }

@@ -38,6 +38,10 @@ void mt_gpu_destroy(mt_trainer *t);
 /* One global step on the device (the trainer's train_step); key is the
  * step's random key. Adds this rank's loss sum to *loss_sum. */
 int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum);
+/* An evaluation forward of batch b on the device (mt_compute without a
+ * backward): st's sums and outputs and the per-sample losses (may be NULL)
+ * as the CPU model gives them. */
+int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses, mt_batch_stats *st);
 /* Device -> host: the parameters, and with optim the optimizer state. */
 int mt_gpu_download(mt_trainer *t, int optim);
 /* Host -> device: parameters and optimizer state. */
@@ -47,6 +51,11 @@ int mt_gpu_upload(mt_trainer *t);
 static inline void mt_gpu_destroy(mt_trainer *t) { (void)t; }
 static inline int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   (void)t, (void)key, (void)loss_sum;
+  return MT_ERR(MT_ERR_STATE, "-device cuda: this mpitrain was built without CUDA");
+}
+static inline int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses,
+                              mt_batch_stats *st) {
+  (void)t, (void)b, (void)losses, (void)st;
   return MT_ERR(MT_ERR_STATE, "-device cuda: this mpitrain was built without CUDA");
 }
 static inline int mt_gpu_download(mt_trainer *t, int optim) {
