@@ -73,6 +73,15 @@ else
   pass "sp-amp (bf16) on the device learns"
 fi
 
+# cnn with batch norm (running statistics on the device) and dropout
+"$MKDATA" synth "$WORK/img.h5" 256 64 4 3 image >/dev/null || bail "mkdata synth image failed"
+cnn=(-model cnn -cnn_channels 4,8 -cnn_hidden 16 -cnn_batchnorm 1 -cnn_dropout 0.25
+  -data_train "$WORK/img.h5" -data_val "$WORK/img.h5" -batch_size 32 -optimizer sgd -lr 0.05
+  -log_every 0 -checkpoint_at_end 0 -epochs 1 -backend sp)
+train cnn-cpu 1 cpu "${cnn[@]}"
+train cnn-gpu 1 cuda "${cnn[@]}"
+same "cnn: -device cuda gives the CPU's parameters and running statistics" cnn-cpu cnn-gpu 1e-4
+
 text=/usr/share/common-licenses/GPL-3
 if [ -f "$text" ]; then
   run_logged "$MT_DATA" text "$text" -out "$WORK" -name gpl -val_fraction 0.1

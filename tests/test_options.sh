@@ -134,9 +134,9 @@ fi
 expect_error "np=2 -device gpu" "option -device: 'gpu'" \
   run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
   -batch_size 8 -device gpu -output_dir "$(out)"
-expect_error "np=1 -device cuda -model cnn" "option -device cuda: model cnn" \
-  run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" -model cnn -epochs 1 -batch_size 8 \
-  -device cuda -output_dir "$(out)"
+expect_error "np=1 -device cuda -backend sp-amp-apex" "option -device cuda: -backend sp-amp-apex" \
+  run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+  -backend sp-amp-apex -device cuda -output_dir "$(out)"
 expect_error "np=2 -device cuda -backend fsdp" "option -device cuda: -backend fsdp" \
   run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
   -batch_size 8 -device cuda -output_dir "$(out)"

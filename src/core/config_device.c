@@ -10,8 +10,8 @@
 #include <string.h>
 
 const char *mt_config_device_why(const mt_config *c, char *buf, size_t len) {
-  if (strcmp(c->model, "mlp") && strcmp(c->model, "gpt"))
-    snprintf(buf, len, "model %s has no CUDA version yet (mlp and gpt have)", c->model);
+  if (strcmp(c->model, "mlp") && strcmp(c->model, "cnn") && strcmp(c->model, "gpt"))
+    snprintf(buf, len, "model %s has no CUDA version (mlp, cnn and gpt have)", c->model);
   else if (c->fsdp)
     snprintf(buf, len, "-backend %s has no CUDA path yet (sp, ddp, sp-amp and ddp-amp have)",
              c->backend);

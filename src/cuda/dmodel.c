@@ -8,7 +8,7 @@
 #include <string.h>
 
 const mt_dmodel_ops *mt_dmodel_find(const char *name) {
-  static const mt_dmodel_ops *const all[] = {&mt_dmodel_mlp, &mt_dmodel_gpt};
+  static const mt_dmodel_ops *const all[] = {&mt_dmodel_mlp, &mt_dmodel_cnn, &mt_dmodel_gpt};
   for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
     if (!strcmp(all[i]->name, name)) return all[i];
   return NULL;
@@ -31,8 +31,8 @@ int mt_dmodel_alloc(mt_dmodel *d, void *p, size_t bytes) {
 int mt_dmodel_create(mt_dmodel *d, const mt_model *host, const mt_config *c, mt_cuda_ctx *cx) {
   memset(d, 0, sizeof(*d));
   d->ops = mt_dmodel_find(host->ops->name);
-  MT_CHECK(d->ops, MT_ERR_OPTION, "option -device cuda: model %s has no CUDA version (mlp and gpt "
-           "have one; -device cpu runs it)", host->ops->name);
+  MT_CHECK(d->ops, MT_ERR_OPTION, "option -device cuda: model %s has no CUDA version (mlp, cnn and "
+           "gpt have one; -device cpu runs it)", host->ops->name);
   d->host = host;
   d->cx = cx;
   d->max_batch = host->max_batch;

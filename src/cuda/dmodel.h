@@ -62,6 +62,9 @@ struct mt_dmodel {
   mt_cuda_ctx *cx;
   int max_batch;
   int losses_per_sample; /* values of mt_dsums.losses per sample (setup)  */
+  float *buf;            /* device: the model buffers (host->buffers: batch
+                            norm's running statistics), set by the caller
+                            after create; NULL for a model without        */
   /* as mt_model.unit_done: the backward reports each finished unit */
   void (*unit_done)(void *ctx, int unit);
   void *unit_ctx;
@@ -81,6 +84,7 @@ void mt_dmodel_destroy(mt_dmodel *d);
 
 extern const mt_dmodel_ops mt_dmodel_mlp;
 extern const mt_dmodel_ops mt_dmodel_gpt;
+extern const mt_dmodel_ops mt_dmodel_cnn;
 
 /* Device memory of n bytes, zeroed (stream-ordered on cx), into *p. */
 int mt_dmodel_alloc(mt_dmodel *d, void *p, size_t bytes);

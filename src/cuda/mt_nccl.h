@@ -40,6 +40,10 @@ void mt_nccl_comm_destroy(ncclComm_t *c, double timeout_s);
  * NCCL error. */
 int mt_nccl_allreduce_sum(ncclComm_t nc, float *buf, size_t n, cudaStream_t stream,
                           double timeout_s);
+/* In place: root's n floats of buf to every rank (ncclBroadcast), as
+ * mt_nccl_allreduce_sum for the rest. */
+int mt_nccl_bcast(ncclComm_t nc, float *buf, size_t n, int root, cudaStream_t stream,
+                  double timeout_s);
 /* 0, or MT_ERR_LIB when the communicator reports an asynchronous error
  * (a failed peer, a network error); what names the operation waited for. */
 int mt_nccl_async_check(ncclComm_t nc, const char *what);

@@ -171,21 +171,32 @@ void mt_nccl_comm_destroy(ncclComm_t *c, double timeout_s) {
   ncclCommAbort(nc);
 }
 
-int mt_nccl_allreduce_sum(ncclComm_t nc, float *buf, size_t n, cudaStream_t stream,
-                          double timeout_s) {
+/* A call on a non-blocking communicator: waited for while in progress. */
+static int settle(ncclComm_t nc, ncclResult_t r, const char *what, size_t n, double timeout_s) {
   if (timeout_s <= 0) timeout_s = NCCL_DEFAULT_TIMEOUT;
-  ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc, stream);
   if (r == ncclInProgress) {
     int peer, timed_out;
     r = wait_ready(nc, mt_now(), timeout_s, MPI_COMM_NULL, &peer, &timed_out);
     if (timed_out)
-      return MT_ERR(MT_ERR_LIB, "ncclAllReduce of %zu values was not enqueued within %g s", n,
+      return MT_ERR(MT_ERR_LIB, "%s of %zu values was not enqueued within %g s", what, n,
                     timeout_s);
   }
   if (r != ncclSuccess)
-    return MT_ERR(MT_ERR_LIB, "ncclAllReduce of %zu values failed: %s (%s)", n,
-                  ncclGetErrorString(r), ncclGetLastError(nc));
+    return MT_ERR(MT_ERR_LIB, "%s of %zu values failed: %s (%s)", what, n, ncclGetErrorString(r),
+                  ncclGetLastError(nc));
   return 0;
+}
+
+int mt_nccl_allreduce_sum(ncclComm_t nc, float *buf, size_t n, cudaStream_t stream,
+                          double timeout_s) {
+  return settle(nc, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc, stream), "ncclAllReduce",
+                n, timeout_s);
+}
+
+int mt_nccl_bcast(ncclComm_t nc, float *buf, size_t n, int root, cudaStream_t stream,
+                  double timeout_s) {
+  return settle(nc, ncclBroadcast(buf, buf, n, ncclFloat, root, nc, stream), "ncclBroadcast", n,
+                timeout_s);
 }
 
 int mt_nccl_async_check(ncclComm_t nc, const char *what) {

@@ -30,6 +30,8 @@ struct mt_gpu {
   mt_dmodel dm;
   mt_cuda_table table;
   float *params, *grads, *mom;
+  float *buf; /* the model buffers (batch norm's running statistics)      */
+  cudaEvent_t stepped, synced; /* around the buffers' broadcast          */
   mt_cuda_adamw_state adam;
   /* per micro-batch of a step: its loss sum (device; host copy) */
   double *sums, *sums_host;
@@ -245,6 +247,10 @@ static int create(mt_trainer *t, int device) {
   CU(cudaMallocHost((void **)&g->sums_host, (size_t)k * sizeof(double)));
   for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m));
   MT_CALL(mt_dmodel_create(&g->dm, m, c, &g->cx));
+  if (m->buffers.total) {
+    MT_CALL(dev_alloc(&g->buf, m->buffers.total * sizeof(float), "model buffers"));
+    g->dm.buf = g->buf;
+  }
   const size_t B = (size_t)m->max_batch, lps = (size_t)g->dm.losses_per_sample;
   (void)g->dm.ops->outputs(&g->dm, &g->eout_len);
   MT_CALL(dev_alloc(&g->esum, sizeof(double), "evaluation sums"));
@@ -260,6 +266,8 @@ static int create(mt_trainer *t, int device) {
     CU(cudaEventCreateWithFlags(&g->ready[b], cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->reduced, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->step_done, cudaEventDisableTiming));
+  CU(cudaEventCreateWithFlags(&g->stepped, cudaEventDisableTiming));
+  CU(cudaEventCreateWithFlags(&g->synced, cudaEventDisableTiming));
   return mt_gpu_upload(t);
 }
 
@@ -294,6 +302,9 @@ void mt_gpu_destroy(mt_trainer *t) {
     if (g->ready[b]) cudaEventDestroy(g->ready[b]);
   if (g->reduced) cudaEventDestroy(g->reduced);
   if (g->step_done) cudaEventDestroy(g->step_done);
+  if (g->stepped) cudaEventDestroy(g->stepped);
+  if (g->synced) cudaEventDestroy(g->synced);
+  cudaFree(g->buf);
   cudaFree(g->params);
   cudaFree(g->grads);
   cudaFree(g->mom);
@@ -335,6 +346,9 @@ int mt_gpu_download(mt_trainer *t, int optim) {
   const size_t bytes = t->model->params.total * sizeof(float);
   CU(cudaStreamSynchronize(g->stream));
   CU(cudaMemcpy(t->params, g->params, bytes, cudaMemcpyDeviceToHost));
+  if (g->buf)
+    CU(cudaMemcpy(t->model->buf, g->buf, t->model->buffers.total * sizeof(float),
+                  cudaMemcpyDeviceToHost));
   if (!optim) return 0;
   void *host[3], *dev[3];
   int n = optim_pairs(t, host, dev);
@@ -348,6 +362,9 @@ int mt_gpu_upload(mt_trainer *t) {
   const size_t bytes = t->model->params.total * sizeof(float);
   CU(cudaStreamSynchronize(g->stream));
   CU(cudaMemcpy(g->params, t->params, bytes, cudaMemcpyHostToDevice));
+  if (g->buf)
+    CU(cudaMemcpy(g->buf, t->model->buf, t->model->buffers.total * sizeof(float),
+                  cudaMemcpyHostToDevice));
   void *host[3], *dev[3];
   int n = optim_pairs(t, host, dev);
   for (int i = 0; i < n; i++) CU(cudaMemcpy(dev[i], host[i], bytes, cudaMemcpyHostToDevice));
@@ -413,6 +430,16 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   else
     MT_CALL(mt_cuda_sgd_step(&g->table, g->params, g->grads, g->mom, mt_amp_lr_step(t) == 0,
                              &t->sgd, all_decay, lr, g->stream));
+  if (g->nccl && g->buf) {
+    /* rank 0's running statistics for all, as the CPU's sync_buffers: on
+     * the communication stream, after the step, before the next forward */
+    CU(cudaEventRecord(g->stepped, g->stream));
+    CU(cudaStreamWaitEvent(g->comm_stream, g->stepped, 0));
+    MT_CALL(mt_nccl_bcast(g->nc.world, g->buf, t->model->buffers.total, 0, g->comm_stream,
+                          g->timeout));
+    CU(cudaEventRecord(g->synced, g->comm_stream));
+    CU(cudaStreamWaitEvent(g->stream, g->synced, 0));
+  }
   CU(cudaMemcpyAsync(g->sums_host, g->sums, (size_t)K * sizeof(double), cudaMemcpyDeviceToHost,
                      g->stream));
   CU(cudaEventRecord(g->step_done, g->stream));
