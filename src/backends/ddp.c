@@ -24,19 +24,16 @@
  * all-reduced as MPI_DOUBLE; bucket sizes stay in MiB, so a bucket holds
  * half as many elements. */
 #include "backends/backends.h"
+#include "comm/buckets.h"
 #include "core/core.h"
 
 #include <pthread.h>
 #include <string.h>
 
 typedef struct {
-  int nb;              /* buckets, index 0 = the top of the buffer          */
-  size_t *lo, *hi;     /* bucket k is [lo[k], hi[k])                        */
+  mt_buckets bk;       /* the buckets and the units' spans (comm/buckets.h) */
   int *started;
   MPI_Request *req;
-  int nunits;
-  size_t *ulo, *uhi;   /* the span of each unit in the buffer               */
-  int *udone;
   int active;          /* unit_ready was called this step                   */
   int nstarted;
   /* -ddp_comm_thread 1: a thread of the rank runs the started buckets'
@@ -54,13 +51,9 @@ typedef struct {
 
 static void ddp_free(ddp *d) {
   if (!d) return;
-  mt_free(&d->lo);
-  mt_free(&d->hi);
+  mt_buckets_free(&d->bk);
   mt_free(&d->started);
   mt_free(&d->req);
-  mt_free(&d->ulo);
-  mt_free(&d->uhi);
-  mt_free(&d->udone);
 }
 
 /* The buffers' element size and MPI type. */
@@ -74,43 +67,11 @@ static void *at(const mt_backend *b, void *buf, size_t i) { return (char *)buf +
 
 static int plan(mt_backend *b, size_t n) {
   ddp *d = b->data;
-  size_t bucket = (size_t)(b->bucket_mb * 1048576.0 / (double)esz(b));
-  size_t first = (size_t)(b->first_bucket_mb * 1048576.0 / (double)esz(b));
-  if (bucket < 1024) bucket = 1024;
-  if (first < 1024 || first > bucket) first = bucket;
-  int nb = 0;
-  for (size_t end = n, k = 0; end > 0; k++, nb++) {
-    size_t sz = k == 0 ? first : bucket;
-    end = end > sz ? end - sz : 0;
-  }
-  MT_CALL(mt_calloc(&d->lo, (size_t)nb, sizeof(size_t), "ddp buckets"));
-  MT_CALL(mt_calloc(&d->hi, (size_t)nb, sizeof(size_t), "ddp buckets"));
-  MT_CALL(mt_calloc(&d->started, (size_t)nb, sizeof(int), "ddp buckets"));
-  MT_CALL(mt_calloc(&d->req, (size_t)nb, sizeof(MPI_Request), "ddp buckets"));
-  size_t end = n;
-  for (int k = 0; k < nb; k++) {
-    size_t sz = k == 0 ? first : bucket;
-    d->hi[k] = end;
-    d->lo[k] = end > sz ? end - sz : 0;
-    end = d->lo[k];
-    d->req[k] = MPI_REQUEST_NULL;
-  }
-  d->nb = nb;
-  const mt_param_table *t = b->table;
-  if (!t || !b->overlap) return 0;
-  int nu = 0;
-  for (int i = 0; i < t->n; i++) nu = t->p[i].unit + 1 > nu ? t->p[i].unit + 1 : nu;
-  MT_CALL(mt_calloc(&d->ulo, (size_t)nu, sizeof(size_t), "ddp units"));
-  MT_CALL(mt_calloc(&d->uhi, (size_t)nu, sizeof(size_t), "ddp units"));
-  MT_CALL(mt_calloc(&d->udone, (size_t)nu, sizeof(int), "ddp units"));
-  for (int u = 0; u < nu; u++) d->ulo[u] = n;
-  for (int i = 0; i < t->n; i++) {
-    const mt_param *q = &t->p[i];
-    MT_CHECK(q->unit >= 0, MT_ERR_STATE, "tensor %s has no unit", q->name);
-    if (q->offset < d->ulo[q->unit]) d->ulo[q->unit] = q->offset;
-    if (q->offset + q->numel > d->uhi[q->unit]) d->uhi[q->unit] = q->offset + q->numel;
-  }
-  d->nunits = nu;
+  MT_CALL(mt_buckets_plan(&d->bk, n, esz(b), b->bucket_mb, b->first_bucket_mb,
+                          b->overlap ? b->table : NULL));
+  MT_CALL(mt_calloc(&d->started, (size_t)d->bk.nb + 1, sizeof(int), "ddp buckets"));
+  MT_CALL(mt_calloc(&d->req, (size_t)d->bk.nb + 1, sizeof(MPI_Request), "ddp buckets"));
+  for (int k = 0; k < d->bk.nb; k++) d->req[k] = MPI_REQUEST_NULL;
   return 0;
 }
 
@@ -125,7 +86,8 @@ static void *comm_thread(void *arg) {
     const int k = d->ndone;
     char *g = d->tgrads;
     pthread_mutex_unlock(&d->mu);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, g + d->lo[k] * d->tesz, (int)(d->hi[k] - d->lo[k]),
+    int rc = MPI_Allreduce(MPI_IN_PLACE, g + d->bk.lo[k] * d->tesz,
+                           (int)(d->bk.hi[k] - d->bk.lo[k]),
                            d->ttype, MPI_SUM, d->tcomm);
     pthread_mutex_lock(&d->mu);
     if (rc != MPI_SUCCESS && !d->terr) d->terr = rc;
@@ -193,7 +155,7 @@ static void ddp_destroy(mt_backend *b) {
   ddp *d = b->data;
   if (d) {
     thread_stop(d);
-    for (int k = 0; k < d->nb; k++)
+    for (int k = 0; d->req && k < d->bk.nb; k++)
       if (d->req[k] != MPI_REQUEST_NULL) MPI_Wait(&d->req[k], MPI_STATUS_IGNORE);
   }
   ddp_free(d);
@@ -225,7 +187,8 @@ static int start(mt_backend *b, ddp *d, void *grads, int k) {
     pthread_mutex_unlock(&d->mu);
     return 0;
   }
-  MT_MPI(MPI_Iallreduce(MPI_IN_PLACE, at(b, grads, d->lo[k]), (int)(d->hi[k] - d->lo[k]),
+  MT_MPI(MPI_Iallreduce(MPI_IN_PLACE, at(b, grads, d->bk.lo[k]),
+                        (int)(d->bk.hi[k] - d->bk.lo[k]),
                         mpi_type(b), MPI_SUM, b->comm, &d->req[k]));
   d->started[k] = 1;
   d->nstarted++;
@@ -235,7 +198,7 @@ static int start(mt_backend *b, ddp *d, void *grads, int k) {
 /* Waits until the thread has reduced every bucket; its MPI error if any. */
 static int thread_wait(ddp *d) {
   pthread_mutex_lock(&d->mu);
-  while (d->ndone < d->nb) pthread_cond_wait(&d->cv, &d->mu);
+  while (d->ndone < d->bk.nb) pthread_cond_wait(&d->cv, &d->mu);
   int rc = d->terr;
   d->terr = 0;
   d->ndone = 0;
@@ -245,22 +208,14 @@ static int thread_wait(ddp *d) {
   return 0;
 }
 
-/* Bucket k is ready when every unit that overlaps it is done. */
-static int ready(const ddp *d, int k) {
-  for (int u = 0; u < d->nunits; u++)
-    if (!d->udone[u] && d->ulo[u] < d->hi[k] && d->uhi[u] > d->lo[k]) return 0;
-  return 1;
-}
-
 static int unit_ready_any(mt_backend *b, void *grads, int unit) {
   ddp *d = b->data;
-  if (b->size == 1 || !d->udone) return 0;
-  MT_CHECK(unit >= 0 && unit < d->nunits, MT_ERR_ARG, "ddp: unit %d of %d", unit, d->nunits);
+  if (b->size == 1 || !d->bk.nunits) return 0;
+  MT_CALL(mt_buckets_done(&d->bk, unit));
   const double t0 = mt_now();
   d->active = 1;
-  d->udone[unit] = 1;
   /* start in bucket order only: every rank must start the same sequence */
-  for (int k = d->nstarted; k < d->nb && ready(d, k); k++) {
+  for (int k = d->nstarted; k < d->bk.nb && mt_buckets_ready(&d->bk, k); k++) {
     MT_CALL(start(b, d, grads, k));
     b->early_buckets++;
   }
@@ -279,19 +234,20 @@ static int reduce_any(mt_backend *b, void *grads, size_t n) {
   double t0 = mt_now();
   if (!d->active) MT_CALL(mt_backend_arrive(b, &t0));
   if (d->active) {
-    for (int k = d->nstarted; k < d->nb; k++) MT_CALL(start(b, d, grads, k));
+    for (int k = d->nstarted; k < d->bk.nb; k++) MT_CALL(start(b, d, grads, k));
     if (d->thread_on) {
       MT_CALL(thread_wait(d)); /* which also resets nstarted, under the lock */
     } else {
-      MT_MPI(MPI_Waitall(d->nb, d->req, MPI_STATUSES_IGNORE));
+      MT_MPI(MPI_Waitall(d->bk.nb, d->req, MPI_STATUSES_IGNORE));
       d->nstarted = 0;
     }
-    memset(d->udone, 0, (size_t)d->nunits * sizeof(int));
-    memset(d->started, 0, (size_t)d->nb * sizeof(int));
+    mt_buckets_reset(&d->bk);
+    memset(d->started, 0, (size_t)d->bk.nb * sizeof(int));
     d->active = 0;
   } else {
-    for (int k = 0; k < d->nb; k++)
-      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, at(b, grads, d->lo[k]), (int)(d->hi[k] - d->lo[k]),
+    for (int k = 0; k < d->bk.nb; k++)
+      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, at(b, grads, d->bk.lo[k]),
+                           (int)(d->bk.hi[k] - d->bk.lo[k]),
                            mpi_type(b), MPI_SUM, b->comm));
   }
   b->comm_seconds += mt_now() - t0;

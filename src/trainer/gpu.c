@@ -3,6 +3,7 @@
  * the backward, and the copies between device and host (trainer/gpu.h). */
 #include "trainer/gpu.h"
 #include "backends/backends.h"
+#include "comm/buckets.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/device.h"
 #include "cuda/dmodel.h"
@@ -13,8 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_BUCKETS 256
-#define MT_MAX_UNITS 1024 /* a model's units: gpt has its blocks + 2 */
 
 /* A micro-batch's host staging (pinned) and device copy. */
 typedef struct {
@@ -42,14 +41,13 @@ struct mt_gpu {
   float *elosses, *elosses_host, *eout_host;
   int eout_len;
   slot slots[2];
-  /* NCCL and the gradient buckets (ranges of the flat buffer, in the order
-   * the backward finishes them) */
+  /* NCCL and ddp's gradient buckets (comm/buckets.h: started in order as
+   * the backward finishes their units) */
   mt_nccl_comms nc;
   int nccl;
-  int nbuckets, bucket_of[MT_MAX_UNITS], left[MAX_BUCKETS], started[MAX_BUCKETS];
-  int units_in[MAX_BUCKETS];
-  size_t blo[MAX_BUCKETS], bhi[MAX_BUCKETS];
-  cudaEvent_t ready[MAX_BUCKETS], reduced, step_done;
+  mt_buckets bk;
+  int nstarted;
+  cudaEvent_t *ready, reduced, step_done;
   int overlap_err;
   double timeout;
 };
@@ -73,51 +71,6 @@ static int dev_alloc(void *p, size_t bytes, const char *what) {
 }
 
 /* ------------------------------------------------------------ buckets */
-
-/* Units are contiguous ranges of the flat buffer (every built-in model's
- * are: a layer, a block). Buckets gather units from the last one down, as
- * the backward finishes them: the first up to -ddp_first_bucket_mb, the
- * others up to -ddp_bucket_mb. A model whose units are not contiguous gets
- * one bucket, reduced after the backward. */
-static int plan_buckets(struct mt_gpu *g, const mt_param_table *tb, const mt_config *c) {
-  const int nu = tb->nunits;
-  MT_CHECK(nu >= 1 && nu <= MT_MAX_UNITS, MT_ERR_STATE, "-device cuda: %d units", nu);
-  size_t lo[MT_MAX_UNITS], hi[MT_MAX_UNITS];
-  for (int u = 0; u < nu; u++) lo[u] = (size_t)-1, hi[u] = 0;
-  for (int i = 0; i < tb->n; i++) {
-    const mt_param *p = &tb->p[i];
-    if (p->offset < lo[p->unit]) lo[p->unit] = p->offset;
-    if (p->offset + p->numel > hi[p->unit]) hi[p->unit] = p->offset + p->numel;
-  }
-  int contiguous = lo[0] == 0;
-  for (int u = 1; u < nu && contiguous; u++) contiguous = lo[u] != (size_t)-1 && lo[u] >= hi[u - 1];
-  g->nbuckets = 0;
-  if (!contiguous || nu > MAX_BUCKETS) {
-    g->nbuckets = 1;
-    g->blo[0] = 0, g->bhi[0] = tb->total;
-    for (int u = 0; u < nu; u++) g->bucket_of[u] = 0;
-    g->units_in[0] = nu;
-    return 0;
-  }
-  /* unit u's range reaches up to the next unit's start (padding included) */
-  double cap = c->ddp_first_bucket_mb * 1048576.0 / sizeof(float);
-  int b = -1;
-  size_t top = tb->total;
-  for (int u = nu - 1; u >= 0; u--) {
-    if (b < 0 || (double)(g->bhi[b] - top) >= cap) {
-      if (b >= 0) cap = c->ddp_bucket_mb * 1048576.0 / sizeof(float);
-      b++;
-      g->bhi[b] = top;
-      g->units_in[b] = 0;
-    }
-    top = lo[u];
-    g->blo[b] = top;
-    g->bucket_of[u] = b;
-    g->units_in[b]++;
-  }
-  g->nbuckets = b + 1;
-  return 0;
-}
 
 /* Waits for event ev without blocking in the driver: polls it and the NCCL
  * communicator (an error there, or no progress within -comm_timeout, ends
@@ -144,30 +97,34 @@ static int wait_event(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
   }
 }
 
-static int start_bucket(struct mt_gpu *g, int b) {
-  if (g->started[b]) return 0;
-  g->started[b] = 1;
-  CU(cudaEventRecord(g->ready[b], g->stream));
-  CU(cudaStreamWaitEvent(g->comm_stream, g->ready[b], 0));
-  const size_t n = g->bhi[b] - g->blo[b];
-  return mt_nccl_allreduce_sum(g->nc.world, g->grads + g->blo[b], n, g->comm_stream, g->timeout);
+/* Starts the next bucket: the communication stream waits for what the
+ * compute stream has queued so far, then all-reduces the bucket. */
+static int start_next(struct mt_gpu *g) {
+  const int k = g->nstarted++;
+  CU(cudaEventRecord(g->ready[k], g->stream));
+  CU(cudaStreamWaitEvent(g->comm_stream, g->ready[k], 0));
+  return mt_nccl_allreduce_sum(g->nc.world, g->grads + g->bk.lo[k], g->bk.hi[k] - g->bk.lo[k],
+                               g->comm_stream, g->timeout);
 }
 
-/* The backward finished unit u: its bucket starts once all its units did. */
+/* The backward finished unit u: the buckets now ready start, in order. */
 static void unit_done(void *ctx, int u) {
   mt_trainer *t = ctx;
   struct mt_gpu *g = t->gpu;
   if (g->overlap_err) return;
-  int b = g->bucket_of[u];
-  if (--g->left[b] == 0) g->overlap_err = start_bucket(g, b);
+  g->overlap_err = mt_buckets_done(&g->bk, u);
+  while (!g->overlap_err && g->nstarted < g->bk.nb && mt_buckets_ready(&g->bk, g->nstarted))
+    g->overlap_err = start_next(g);
 }
 
 /* Every bucket not started yet, in order; then the compute stream waits
  * for the reduction. */
 static int finish_reduce(struct mt_gpu *g) {
-  for (int b = 0; b < g->nbuckets; b++) MT_CALL(start_bucket(g, b));
+  while (g->nstarted < g->bk.nb) MT_CALL(start_next(g));
   CU(cudaEventRecord(g->reduced, g->comm_stream));
   CU(cudaStreamWaitEvent(g->stream, g->reduced, 0));
+  g->nstarted = 0;
+  mt_buckets_reset(&g->bk);
   return 0;
 }
 
@@ -261,8 +218,10 @@ static int create(mt_trainer *t, int device) {
   CU(cudaMallocHost((void **)&g->elosses_host, B * lps * sizeof(float)));
   CU(cudaMallocHost((void **)&g->eout_host, B * (size_t)(g->eout_len > 0 ? g->eout_len : 1) *
                                                 sizeof(float)));
-  MT_CALL(plan_buckets(g, &m->params, c));
-  for (int b = 0; b < g->nbuckets; b++)
+  MT_CALL(mt_buckets_plan(&g->bk, n, sizeof(float), c->ddp_bucket_mb, c->ddp_first_bucket_mb,
+                          &m->params));
+  MT_CALL(mt_calloc(&g->ready, (size_t)g->bk.nb + 1, sizeof(cudaEvent_t), "bucket events"));
+  for (int b = 0; b < g->bk.nb; b++)
     CU(cudaEventCreateWithFlags(&g->ready[b], cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->reduced, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->step_done, cudaEventDisableTiming));
@@ -281,8 +240,9 @@ int mt_gpu_create(mt_trainer *t, int device) {
   char desc[256] = "";
   if (mt_cuda_device_describe(device, desc, sizeof(desc))) mt_error_clear();
   const struct mt_gpu *g = t->gpu;
-  mt_print0("device: rank 0 on cuda:%d (%s)%s; %d gradient bucket%s\n", device, desc,
-            g->cx.prec ? ", bf16 GEMMs" : "", g->nbuckets, g->nbuckets > 1 ? "s" : "");
+  mt_print0("device: rank 0 on cuda:%d (%s)%s", device, desc, g->cx.prec ? ", bf16 GEMMs" : "");
+  if (g->nccl) mt_print0("; NCCL, %d gradient bucket%s", g->bk.nb, g->bk.nb > 1 ? "s" : "");
+  mt_print0("\n");
   return 0;
 }
 
@@ -298,8 +258,10 @@ void mt_gpu_destroy(mt_trainer *t) {
     cudaFree(g->slots[i].dev);
     if (g->slots[i].copied) cudaEventDestroy(g->slots[i].copied);
   }
-  for (int b = 0; b < g->nbuckets; b++)
+  for (int b = 0; g->ready && b < g->bk.nb; b++)
     if (g->ready[b]) cudaEventDestroy(g->ready[b]);
+  mt_free(&g->ready);
+  mt_buckets_free(&g->bk);
   if (g->reduced) cudaEventDestroy(g->reduced);
   if (g->step_done) cudaEventDestroy(g->step_done);
   if (g->stepped) cudaEventDestroy(g->stepped);
@@ -400,7 +362,6 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
     MT_CALL(dm->ops->forward(dm, g->params, &db, &s));
     const int last = k == K - 1;
     if (last && overlap) {
-      for (int u = 0; u < g->nbuckets; u++) g->left[u] = g->units_in[u], g->started[u] = 0;
       g->overlap_err = 0;
       dm->unit_done = unit_done;
       dm->unit_ctx = t;
@@ -413,8 +374,6 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   }
   mt_ev_begin(MT_EV_FORWARD);
   if (g->nccl) {
-    if (!overlap)
-      for (int u = 0; u < g->nbuckets; u++) g->started[u] = 0;
     MT_CALL(finish_reduce(g));
     t->backend->comm_bytes += (double)n * sizeof(float);
   }
