@@ -4,13 +4,17 @@
 #endif
 
 #include "cuda/dmodel.h"
+#include "models/models.h"
 
 #include <string.h>
 
-const mt_dmodel_ops *mt_dmodel_find(const char *name) {
-  static const mt_dmodel_ops *const all[] = {&mt_dmodel_mlp, &mt_dmodel_cnn, &mt_dmodel_gpt};
-  for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-    if (!strcmp(all[i]->name, name)) return all[i];
+const mt_dmodel_ops *mt_dmodel_find(const mt_model_ops *cpu) {
+  /* the twins of the built-in models, not of a model registered under
+   * their name */
+  static const mt_model_ops *const host[] = {&mt_mlp_ops, &mt_cnn_ops, &mt_gpt_ops};
+  static const mt_dmodel_ops *const dev[] = {&mt_dmodel_mlp, &mt_dmodel_cnn, &mt_dmodel_gpt};
+  for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+    if (cpu == host[i]) return dev[i];
   return NULL;
 }
 
@@ -30,9 +34,9 @@ int mt_dmodel_alloc(mt_dmodel *d, void *p, size_t bytes) {
 
 int mt_dmodel_create(mt_dmodel *d, const mt_model *host, const mt_config *c, mt_cuda_ctx *cx) {
   memset(d, 0, sizeof(*d));
-  d->ops = mt_dmodel_find(host->ops->name);
-  MT_CHECK(d->ops, MT_ERR_OPTION, "option -device cuda: model %s has no CUDA version (mlp, cnn and "
-           "gpt have one; -device cpu runs it)", host->ops->name);
+  d->ops = mt_dmodel_find(host->ops);
+  MT_CHECK(d->ops, MT_ERR_OPTION, "option -device cuda: model %s has no CUDA version (the built-in "
+           "mlp, cnn and gpt have one; -device cpu runs it)", host->ops->name);
   d->host = host;
   d->cx = cx;
   d->max_batch = host->max_batch;

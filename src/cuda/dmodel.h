@@ -75,9 +75,9 @@ static inline void mt_dmodel_unit_done(const mt_dmodel *d, int unit) {
   if (d->unit_done) d->unit_done(d->unit_ctx, unit);
 }
 
-/* The device twin of host (NULL when the model has none: the caller says
- * so, naming -device). */
-const mt_dmodel_ops *mt_dmodel_find(const char *name);
+/* The device twin of a built-in CPU model's ops (NULL for any other model:
+ * the caller says so, naming -device). */
+const mt_dmodel_ops *mt_dmodel_find(const mt_model_ops *cpu);
 /* Makes the twin of host for batches of up to host->max_batch on cx. */
 int mt_dmodel_create(mt_dmodel *d, const mt_model *host, const mt_config *c, mt_cuda_ctx *cx);
 void mt_dmodel_destroy(mt_dmodel *d);

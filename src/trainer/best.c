@@ -72,7 +72,7 @@ int mt_best_restore(mt_trainer *t) {
   memcpy(o.params, t->best_params, o.n * t->esz);
   if (m->buffers.total) memcpy(mt_trainer_model_buf(t), t->best_buf, m->buffers.total * t->esz);
   mt_print0("restored the best model: epoch %d, validation loss %.4f\n", t->best_epoch, t->best_loss);
-  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t)));
+  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 0)));
   return 0;
 }
 

@@ -1,6 +1,7 @@
 /* -device at start-up (every build): which device the ranks compute on.
- * The run is on the GPU on every rank or on none; with one, gpu.c makes
- * the device state (CUDA builds). */
+ * The run is on GPUs on every rank or on none, one GPU per rank (NCCL
+ * refuses two ranks of a communicator on one device); with GPUs, gpu.c
+ * makes the device state (CUDA builds). */
 #include "trainer/gpu.h"
 #include "cuda/device.h"
 
@@ -10,8 +11,9 @@ int mt_gpu_setup(mt_trainer *t) {
   const mt_config *c = t->cfg;
   const mt_comm *comm = t->comm;
   const char *want = c->device;
+  const int is_auto = !strcmp(want, "auto");
   char why[256], msg[512] = "";
-  if (!strcmp(want, "auto") && mt_config_device_why(c, why, sizeof(why))) {
+  if (is_auto && mt_config_device_why(c, why, sizeof(why))) {
     /* auto never fails: the run stays on the CPU and says why */
     mt_print0("-device auto: cpu (%s)\n", why);
     return 0;
@@ -19,16 +21,43 @@ int mt_gpu_setup(mt_trainer *t) {
   int device = -1;
   int err = mt_device_select(want, comm->local_rank, &device, msg, sizeof(msg));
   MT_CALL(mt_agree(comm->world, err));
-  /* all ranks on a device or none: a mixed run would mix NCCL and MPI */
-  int on = device >= 0, mm[2] = {-on, on};
-  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm->world));
-  if (-mm[0] != mm[1]) /* some rank has none: its message for all */
+  /* a device of its own for every rank of the node */
+  int shares = -1; /* the lower local rank on the same device, if any */
+  if (comm->local_size > 1) {
+    int *all = NULL;
+    err = mt_calloc(&all, (size_t)comm->local_size, sizeof(int), "devices of the node");
+    MT_CALL(mt_agree(comm->world, err));
+    err = MPI_Allgather(&device, 1, MPI_INT, all, 1, MPI_INT, comm->node);
+    for (int r = 0; !err && device >= 0 && r < comm->local_rank; r++)
+      if (all[r] == device) shares = r;
+    mt_free(&all);
+    MT_MPI(err);
+  }
+  const int on = device >= 0;
+  int v[3] = {-on, on, shares >= 0};
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, comm->world));
+  const int mixed = -v[0] != v[1], shared = v[2];
+  if (is_auto && (mixed || shared)) {
+    mt_print0("-device auto: cpu (%s)\n", mixed ? "not every rank sees a CUDA device"
+                                                : "a node has more ranks than CUDA devices");
+    return 0;
+  }
+  if (mixed) /* some rank has none: its message for all */
     return mt_agree(comm->world,
                     on ? 0
                        : MT_ERR(MT_ERR_OPTION,
                                 "option -device %s: some ranks see a CUDA device and others none "
                                 "(rank %d: %s); give -device cpu, or run on nodes that all have "
                                 "GPUs", want, comm->rank, msg));
+  if (shared)
+    return mt_agree(comm->world,
+                    shares < 0 ? 0
+                               : MT_ERR(MT_ERR_OPTION,
+                                        "option -device %s: rank %d would share cuda:%d with "
+                                        "local rank %d: a node runs more ranks than it has GPUs "
+                                        "(NCCL needs one GPU per rank: srun --gpus-per-task=1, "
+                                        "mpirun -npernode, or -device cpu)",
+                                        want, comm->rank, device, shares));
   if (strcmp(want, "cpu")) mt_print0("%s\n", msg);
   if (device < 0) return 0;
 #ifdef MT_HAVE_CUDA

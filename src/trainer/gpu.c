@@ -82,12 +82,11 @@ static int wait_event(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
     if (e == cudaSuccess) return 0;
     if (e != cudaErrorNotReady) return cuda_ok(e, what);
     if (g->nccl) MT_CALL(mt_nccl_async_check(g->nc.world, what));
-    if (g->timeout > 0 && mt_now() - t0 > g->timeout) {
-      if (g->nccl) {
-        ncclCommAbort(g->nc.world);
-        g->nc.world = NULL;
-        g->nccl = 0;
-      }
+    /* one GPU alone waits as long as its work takes */
+    if (g->nccl && g->timeout > 0 && mt_now() - t0 > g->timeout) {
+      ncclCommAbort(g->nc.world);
+      g->nc.world = NULL;
+      g->nccl = 0;
       return MT_ERR(MT_ERR_STATE, "-device cuda: %s did not complete within -comm_timeout %g s "
                     "(a rank stopped or NCCL hangs; NCCL_DEBUG=INFO tells more)", what,
                     g->timeout);
@@ -162,6 +161,15 @@ static int upload_batch(struct mt_gpu *g, slot *s, const mt_batch *b, mt_dbatch 
   const void **dst[5] = {(const void **)&d->x, (const void **)&d->labels,
                          (const void **)&d->tokens, (const void **)&d->targets,
                          (const void **)&d->ids};
+  if (b->tokens) { /* checked here, so the device's forward needs no wait */
+    const int64_t n = (int64_t)b->n * b->tokens_len;
+    const int V = g->dm.host->spec.nclasses;
+    for (int64_t i = 0; i < n; i++)
+      MT_CHECK(b->tokens[i] >= 0 && b->tokens[i] < V, MT_ERR_DATA,
+               "token %d (sample %lld, position %lld of its window) is outside the vocabulary "
+               "of %d", b->tokens[i], (long long)(i / b->tokens_len),
+               (long long)(i % b->tokens_len), V);
+  }
   for (int i = 0; i < 5; i++) {
     if (!src[i]) continue;
     MT_CHECK(off + len[i] <= s->bytes, MT_ERR_STATE, "-device cuda: a batch larger than its block");
@@ -181,12 +189,16 @@ static int create(mt_trainer *t, int device) {
   struct mt_gpu *g;
   MT_CALL(mt_calloc(&g, 1, sizeof(*g), "device state"));
   t->gpu = g;
+  g->nc.cross_mpi = MPI_COMM_NULL; /* what mt_nccl_comms_destroy expects */
   g->device = device;
   g->timeout = c->comm_timeout;
   MT_CALL(mt_device_use(device));
   CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
   CU(cudaStreamCreateWithFlags(&g->comm_stream, cudaStreamNonBlocking));
   MT_CALL(mt_cuda_ctx_create(&g->cx, g->stream));
+  /* labels are checked when a data set is opened, tokens by upload_batch:
+   * the kernels need not wait for the GPU to check them again */
+  g->cx.check = 0;
   /* O1 autocast on the device: bf16 operands, fp32 accumulation */
   if (c->amp == 1) g->cx.prec = c->amp_dtype;
   const mt_model *m = t->model;
@@ -227,7 +239,7 @@ static int create(mt_trainer *t, int device) {
   CU(cudaEventCreateWithFlags(&g->step_done, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->stepped, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->synced, cudaEventDisableTiming));
-  return mt_gpu_upload(t);
+  return mt_gpu_upload(t, 1);
 }
 
 int mt_gpu_create(mt_trainer *t, int device) {
@@ -251,7 +263,7 @@ void mt_gpu_destroy(mt_trainer *t) {
   if (!g) return;
   if (g->stream) (void)cudaStreamSynchronize(g->stream);
   if (g->comm_stream) (void)cudaStreamSynchronize(g->comm_stream);
-  mt_nccl_comms_destroy(&g->nc);
+  if (g->nccl) mt_nccl_comms_destroy(&g->nc);
   mt_dmodel_destroy(&g->dm);
   for (int i = 0; i < 2; i++) {
     cudaFreeHost(g->slots[i].host);
@@ -303,34 +315,39 @@ static int optim_pairs(const mt_trainer *t, void **host, void **dev) {
   return n;
 }
 
-int mt_gpu_download(mt_trainer *t, int optim) {
-  struct mt_gpu *g = t->gpu;
-  const size_t bytes = t->model->params.total * sizeof(float);
-  CU(cudaStreamSynchronize(g->stream));
-  CU(cudaMemcpy(t->params, g->params, bytes, cudaMemcpyDeviceToHost));
-  if (g->buf)
-    CU(cudaMemcpy(t->model->buf, g->buf, t->model->buffers.total * sizeof(float),
-                  cudaMemcpyDeviceToHost));
-  if (!optim) return 0;
-  void *host[3], *dev[3];
-  int n = optim_pairs(t, host, dev);
-  for (int i = 0; i < n; i++) CU(cudaMemcpy(host[i], dev[i], bytes, cudaMemcpyDeviceToHost));
-  if (t->adamw) t->adam_state.step = g->adam.step;
+/* Copies between host and device on the step's stream, waited for: the
+ * stream is non-blocking, so a copy on the legacy stream would not be
+ * ordered with its kernels. */
+static int copy(struct mt_gpu *g, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, kind, g->stream));
   return 0;
 }
 
-int mt_gpu_upload(mt_trainer *t) {
+int mt_gpu_download(mt_trainer *t, int optim) {
   struct mt_gpu *g = t->gpu;
   const size_t bytes = t->model->params.total * sizeof(float);
-  CU(cudaStreamSynchronize(g->stream));
-  CU(cudaMemcpy(g->params, t->params, bytes, cudaMemcpyHostToDevice));
-  if (g->buf)
-    CU(cudaMemcpy(g->buf, t->model->buf, t->model->buffers.total * sizeof(float),
-                  cudaMemcpyHostToDevice));
+  const enum cudaMemcpyKind d2h = cudaMemcpyDeviceToHost;
+  MT_CALL(copy(g, t->params, g->params, bytes, d2h));
+  if (g->buf) MT_CALL(copy(g, t->model->buf, g->buf, t->model->buffers.total * sizeof(float), d2h));
   void *host[3], *dev[3];
-  int n = optim_pairs(t, host, dev);
-  for (int i = 0; i < n; i++) CU(cudaMemcpy(dev[i], host[i], bytes, cudaMemcpyHostToDevice));
-  if (t->adamw) g->adam.step = t->adam_state.step;
+  const int n = optim ? optim_pairs(t, host, dev) : 0;
+  for (int i = 0; i < n; i++) MT_CALL(copy(g, host[i], dev[i], bytes, d2h));
+  CU(cudaStreamSynchronize(g->stream));
+  if (optim && t->adamw) t->adam_state.step = g->adam.step;
+  return 0;
+}
+
+int mt_gpu_upload(mt_trainer *t, int optim) {
+  struct mt_gpu *g = t->gpu;
+  const size_t bytes = t->model->params.total * sizeof(float);
+  const enum cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
+  MT_CALL(copy(g, g->params, t->params, bytes, h2d));
+  if (g->buf) MT_CALL(copy(g, g->buf, t->model->buf, t->model->buffers.total * sizeof(float), h2d));
+  void *host[3], *dev[3];
+  const int n = optim ? optim_pairs(t, host, dev) : 0;
+  for (int i = 0; i < n; i++) MT_CALL(copy(g, dev[i], host[i], bytes, h2d));
+  CU(cudaStreamSynchronize(g->stream));
+  if (optim && t->adamw) g->adam.step = t->adam_state.step;
   return 0;
 }
 

@@ -44,8 +44,8 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum);
 int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses, mt_batch_stats *st);
 /* Device -> host: the parameters, and with optim the optimizer state. */
 int mt_gpu_download(mt_trainer *t, int optim);
-/* Host -> device: parameters and optimizer state. */
-int mt_gpu_upload(mt_trainer *t);
+/* Host -> device: the parameters, and with optim the optimizer state. */
+int mt_gpu_upload(mt_trainer *t, int optim);
 #else
 /* a CPU-only build never makes t->gpu (mt_gpu_setup refuses -device cuda) */
 static inline void mt_gpu_destroy(mt_trainer *t) { (void)t; }
@@ -62,8 +62,8 @@ static inline int mt_gpu_download(mt_trainer *t, int optim) {
   (void)t, (void)optim;
   return 0;
 }
-static inline int mt_gpu_upload(mt_trainer *t) {
-  (void)t;
+static inline int mt_gpu_upload(mt_trainer *t, int optim) {
+  (void)t, (void)optim;
   return 0;
 }
 #endif

@@ -500,7 +500,7 @@ int mt_trainer_run(mt_trainer *t) {
   }
   MT_CALL(mt_agree(t->comm->world, err));
   MT_CALL(mt_trainer_restart(t));
-  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t))); /* what the restart read */
+  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 1))); /* what the restart read */
   t->cfg_hash = mt_hash_bytes(c, sizeof(*c), mt_option_hash());
   MT_CALL(mt_agree(t->comm->world, mt_guard_start(&t->guard, t->comm->world, c->comm_timeout)));
   double start = mt_now() - t->elapsed_before;
