@@ -131,7 +131,7 @@ expect_error "a forecast past -memory_limit_mb is refused with the numbers" \
   run_mpi 2 60 "$MPITRAIN" "${big[@]}" -backend ddp -memory_limit_mb 2 -output_dir "$WORK/mem-x"
 
 # options
-expect_error "-fsdp_cpu_offload needs a device" "this run has no device" \
+expect_error "-fsdp_cpu_offload needs a device" "option -fsdp_cpu_offload: keeps the sharded" \
   run_mpi 2 60 "$MPITRAIN" "${mlp[@]}" -backend fsdp -fsdp_cpu_offload -output_dir "$WORK/x1"
 expect_error "an unknown strategy is refused" "option -fsdp_sharding_strategy: 'zero3'" \
   run_mpi 2 60 "$MPITRAIN" "${mlp[@]}" -backend fsdp -fsdp_sharding_strategy zero3 -output_dir "$WORK/x2"

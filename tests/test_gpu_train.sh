@@ -104,12 +104,32 @@ if [ -f "$text" ]; then
   fi
 fi
 
+# fsdp shard_grad_op with -fsdp_cpu_offload on one GPU: the CPU's AdamW on
+# the host shard gives the GPU's
+sgo=(-backend fsdp -fsdp_sharding_strategy shard_grad_op)
+adam=(-optimizer adamw -lr 0.003 -clip_grad_norm 0.5)
+train mlp-adam-gpu 1 cuda "${mlp[@]}" -epochs 2 -backend sp "${adam[@]}"
+train mlp-offload1 1 cuda "${mlp[@]}" -epochs 2 "${sgo[@]}" -fsdp_cpu_offload "${adam[@]}"
+same "fsdp -fsdp_cpu_offload on one GPU gives sp's parameters" mlp-adam-gpu mlp-offload1 1e-4
+
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "${ngpu:-0}" -ge 2 ]; then
   train ddp-gpu 2 cuda "${mlp[@]}" -epochs 2 -backend ddp
   same "ddp on 2 GPUs (NCCL) gives sp's parameters" mlp-gpu ddp-gpu 1e-4
   train ddp-gpu-seq 2 cuda "${mlp[@]}" -epochs 2 -backend ddp -ddp_overlap 0
   same "ddp without overlap gives the same" ddp-gpu ddp-gpu-seq 0
+  # fsdp on 2 GPUs: reduce-scatter, the optimizer on each shard, all-gather
+  train ddp-adam2 2 cuda "${mlp[@]}" -epochs 2 -backend ddp "${adam[@]}"
+  train sgo2 2 cuda "${mlp[@]}" -epochs 2 "${sgo[@]}" "${adam[@]}"
+  same "fsdp shard_grad_op on 2 GPUs gives ddp's parameters" ddp-adam2 sgo2 1e-4
+  train sgo2-off 2 cuda "${mlp[@]}" -epochs 2 "${sgo[@]}" -fsdp_cpu_offload "${adam[@]}"
+  same "and with -fsdp_cpu_offload" ddp-adam2 sgo2-off 1e-4
+  # its checkpoint holds the whole optimizer state: it restarts under ddp on the CPU
+  train sgo2-a 2 cuda "${mlp[@]}" -epochs 1 "${sgo[@]}" "${adam[@]}" "${ck[@]}" \
+    -checkpoint_dir "$WORK/cks"
+  train sgo2-b 2 cpu "${mlp[@]}" -epochs 2 -backend ddp "${adam[@]}" "${ck[@]}" \
+    -checkpoint_dir "$WORK/cks" -restart auto
+  same "an fsdp checkpoint from 2 GPUs restarts under ddp on the CPU" ddp-adam2 sgo2-b 1e-3
 else
   echo "# ddp on the device: needs 2 GPUs (NCCL puts one rank on each), this node has ${ngpu:-0}"
 fi

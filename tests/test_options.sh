@@ -137,9 +137,17 @@ expect_error "np=2 -device gpu" "option -device: 'gpu'" \
 expect_error "np=1 -device cuda -backend sp-amp-apex" "option -device cuda: -backend sp-amp-apex" \
   run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
   -backend sp-amp-apex -device cuda -output_dir "$(out)"
-expect_error "np=2 -device cuda -backend fsdp" "option -device cuda: -backend fsdp" \
+expect_error "np=2 -device cuda -backend fsdp (full_shard)" \
+  "option -device cuda: -fsdp_sharding_strategy full_shard has no CUDA path" \
   run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
   -batch_size 8 -device cuda -output_dir "$(out)"
+expect_error "np=2 -fsdp_cpu_offload with no_shard" "option -fsdp_cpu_offload: needs -fsdp_sharding_strategy shard_grad_op" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -fsdp_sharding_strategy no_shard -fsdp_cpu_offload \
+  -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -device cuda -output_dir "$(out)"
+expect_error "np=2 -fsdp_cpu_offload with -device auto on a CPU run" "option -fsdp_cpu_offload: needs a GPU" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -fsdp_sharding_strategy shard_grad_op \
+  -fsdp_cpu_offload -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -device auto \
+  -output_dir "$(out)"
 expect_error "np=1 -device cuda -precision fp64" "option -device cuda: -precision fp64" \
   run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
   -precision fp64 -device cuda -output_dir "$(out)"

@@ -115,6 +115,11 @@ int mt_param_table_add(mt_param_table *t, const char *name, int ndim,
                        const int64_t *shape, int unit);
 const mt_param *mt_param_table_find(const mt_param_table *t, const char *name);
 void mt_param_table_free(mt_param_table *t);
+/* The tensors' pieces in [lo, hi) of t's layout, as a table of 1-d pieces
+ * (names, units and decay flags kept) whose offsets are relative to lo and
+ * whose total is hi - lo: the optimizer's view of a shard (fsdp). *out is
+ * made anew; free it with mt_param_table_free. */
+int mt_param_table_slice(const mt_param_table *t, size_t lo, size_t hi, mt_param_table *out);
 
 /* -------------------------------------------------------------- options */
 

@@ -195,34 +195,6 @@ static int plan_units(mt_fsdp *f, const mt_param_table *t, int whole_model) {
   return 0;
 }
 
-/* The tensors' pieces in [lo, hi), offsets relative to lo. */
-static int plan_table(mt_fsdp *f, const mt_param_table *t) {
-  for (int i = 0; i < t->n; i++) {
-    const mt_param *q = &t->p[i];
-    size_t a = q->offset > f->lo ? q->offset : f->lo;
-    size_t b = q->offset + q->numel < f->hi ? q->offset + q->numel : f->hi;
-    if (b <= a) continue;
-    if (f->table.n == f->table.cap) {
-      int cap = f->table.cap ? 2 * f->table.cap : 16;
-      mt_param *p = NULL;
-      MT_CALL(mt_calloc(&p, (size_t)cap, sizeof(*p), "fsdp shard table"));
-      if (f->table.n) memcpy(p, f->table.p, (size_t)f->table.n * sizeof(*p));
-      mt_free(&f->table.p);
-      f->table.p = p;
-      f->table.cap = cap;
-    }
-    mt_param *s = &f->table.p[f->table.n++];
-    *s = *q;
-    s->ndim = 1;
-    s->shape[0] = (int64_t)(b - a);
-    s->offset = a - f->lo;
-    s->numel = b - a;
-  }
-  f->table.total = f->hi - f->lo;
-  f->table.nunits = t->nunits;
-  return 0;
-}
-
 int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const float *params,
                    int strategy, int whole_model, int node_size, int prefetch) {
   mt_fsdp *f;
@@ -260,7 +232,7 @@ int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const
   f->lo = f->plo[f->grank];
   f->hi = f->phi[f->grank];
   MT_CALL(plan_units(f, t, whole_model));
-  MT_CALL(plan_table(f, t));
+  MT_CALL(mt_param_table_slice(t, f->lo, f->hi, &f->table)); /* the optimizer's view */
   size_t sn = f->hi - f->lo;
   MT_CALL(mt_calloc(&f->params, sn ? sn : 1, sizeof(float), "fsdp parameter shard"));
   MT_CALL(mt_calloc(&f->grads, sn ? sn : 1, sizeof(float), "fsdp gradient shard"));
@@ -305,8 +277,9 @@ void mt_fsdp_destroy(mt_fsdp **pf) {
   if (f->replicas != MPI_COMM_NULL) MPI_Comm_free(&f->replicas);
   void *bufs[] = {&f->plo, &f->phi, &f->params, &f->grads, &f->unit_of, &f->members, &f->ndone,
                   &f->used, &f->seen, &f->ulo, &f->uhi, &f->counts, &f->displs, &f->pstate, &f->greq,
-                  &f->vec, &f->table.p, &f->rtmp, &f->pslot, &f->gslot};
+                  &f->vec, &f->rtmp, &f->pslot, &f->gslot};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
+  mt_param_table_free(&f->table);
   mt_free(pf);
 }
 

@@ -3,6 +3,7 @@
  * path of the trainer (src/trainer/gpu.c) supports. Which device a rank
  * gets is decided at start-up (src/trainer/device.c), where the node's
  * devices are known. */
+#include "backends/fsdp.h"
 #include "core/core.h"
 #include "nn/precision.h"
 
@@ -14,11 +15,12 @@ const char *mt_config_device_why(const mt_config *c, char *buf, size_t len) {
     snprintf(buf, len, "model %s has no CUDA version (mlp, cnn and gpt have)", c->model);
   else if (strcmp(c->backend, "sp") && strcmp(c->backend, "ddp") && strcmp(c->backend, "sp-amp") &&
            strcmp(c->backend, "ddp-amp") && !c->fsdp && !c->dp && c->amp != 2)
-    snprintf(buf, len, "-backend %s has no CUDA path (sp, ddp, sp-amp and ddp-amp have)",
+    snprintf(buf, len, "-backend %s has no CUDA path (sp, ddp, fsdp and their -amp have)",
              c->backend);
-  else if (c->fsdp)
-    snprintf(buf, len, "-backend %s has no CUDA path yet (sp, ddp, sp-amp and ddp-amp have)",
-             c->backend);
+  else if (c->fsdp && c->fsdp_strategy != MT_FSDP_SHARD_GRAD_OP &&
+           c->fsdp_strategy != MT_FSDP_NO_SHARD)
+    snprintf(buf, len, "-fsdp_sharding_strategy %s has no CUDA path yet (shard_grad_op and "
+             "no_shard have)", mt_fsdp_strategy_name(c->fsdp_strategy));
   else if (c->dp)
     snprintf(buf, len, "DP-SGD (-backend %s) has no CUDA path yet", c->backend);
   else if (c->amp == 2)
@@ -47,5 +49,12 @@ int mt_config_device(mt_config *c) {
   char why[256];
   if (!strcmp(c->device, "cuda") && mt_config_device_why(c, why, sizeof(why)))
     return MT_ERR(MT_ERR_OPTION, "option -device cuda: %s; -device cpu runs it", why);
+  MT_CHECK(!c->fsdp_cpu_offload || strcmp(c->device, "cpu"), MT_ERR_OPTION,
+           "option -fsdp_cpu_offload: keeps the sharded parameters and optimizer state of a GPU "
+           "run in host memory; this run computes on the CPU (-device cpu), where they are in "
+           "host memory already");
+  MT_CHECK(!c->fsdp_cpu_offload || c->fsdp_strategy == MT_FSDP_SHARD_GRAD_OP, MT_ERR_OPTION,
+           "option -fsdp_cpu_offload: needs -fsdp_sharding_strategy shard_grad_op (shards to "
+           "offload)");
   return 0;
 }

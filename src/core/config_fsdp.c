@@ -62,10 +62,7 @@ int mt_config_fsdp(mt_config *c) {
   }
   MT_CHECK(c->ddp_reduce_dtype == MT_PREC_FP32, MT_ERR_OPTION,
            "option -ddp_reduce_dtype: -backend %s reduces gradients in fp32", c->backend);
-  MT_CHECK(!offload, MT_ERR_OPTION,
-           "option -fsdp_cpu_offload: moves sharded parameters and optimizer state from a "
-           "device to host memory; this run has no device (a CPU build keeps everything in host "
-           "memory already)");
+  c->fsdp_cpu_offload = offload == PETSC_TRUE; /* checked with -device (config_device.c) */
   MT_CHECK(c->fsdp_strategy == MT_FSDP_HYBRID_SHARD || !given("-fsdp_node_size"), MT_ERR_OPTION,
            "option -fsdp_node_size: only for -fsdp_sharding_strategy hybrid_shard");
   MT_CHECK(c->fsdp_node_size == 0 || c->world_size % c->fsdp_node_size == 0, MT_ERR_OPTION,

@@ -111,6 +111,7 @@ typedef struct {
   int fsdp_whole_model;       /* -fsdp_unit model: one unit                   */
   int fsdp_node_size;         /* hybrid_shard's group; 0: the node's ranks    */
   int fsdp_prefetch;          /* gather ahead, reduce behind (1) or not (0)   */
+  int fsdp_cpu_offload;       /* -device cuda: shards and optimizer on the host */
   int sync_module_states;     /* parameters broadcast from rank 0 at start    */
   double memory_limit_mb;     /* 0: the node's memory / its ranks            */
   char device[8];             /* -device: cpu | cuda | auto (config_device.c) */

@@ -46,3 +46,29 @@ void mt_param_table_free(mt_param_table *t) {
   free(t->p);
   memset(t, 0, sizeof(*t));
 }
+
+int mt_param_table_slice(const mt_param_table *t, size_t lo, size_t hi, mt_param_table *out) {
+  memset(out, 0, sizeof(*out));
+  for (int i = 0; i < t->n; i++) {
+    const mt_param *q = &t->p[i];
+    size_t a = q->offset > lo ? q->offset : lo;
+    size_t b = q->offset + q->numel < hi ? q->offset + q->numel : hi;
+    if (b <= a) continue;
+    if (out->n == out->cap) {
+      int cap = out->cap ? 2 * out->cap : 16;
+      mt_param *p = realloc(out->p, (size_t)cap * sizeof(*p));
+      MT_CHECK(p, MT_ERR_MEM, "cannot grow a shard's parameter table");
+      out->p = p;
+      out->cap = cap;
+    }
+    mt_param *s = &out->p[out->n++];
+    *s = *q;
+    s->ndim = 1;
+    s->shape[0] = (int64_t)(b - a);
+    s->offset = a - lo;
+    s->numel = b - a;
+  }
+  out->total = hi > lo ? hi - lo : 0;
+  out->nunits = t->nunits;
+  return 0;
+}

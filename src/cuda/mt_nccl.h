@@ -33,6 +33,11 @@ int mt_nccl_comm_init(ncclComm_t *out, MPI_Comm comm, int device, double timeout
  * timeout_s); NULL does nothing; sets *c to NULL. */
 void mt_nccl_comm_destroy(ncclComm_t *c, double timeout_s);
 
+/* A call on a non-blocking communicator that returned r: while in
+ * progress, waited for (at most timeout_s, <= 0: 300), as NCCL asks before
+ * the next call; then 0, or MT_ERR_LIB naming what (of n values) and the
+ * NCCL error. */
+int mt_nccl_settle(ncclComm_t nc, ncclResult_t r, const char *what, size_t n, double timeout_s);
 /* In-place sum of n floats of buf over the communicator's ranks
  * (ncclAllReduce), queued on stream; on a non-blocking communicator a call
  * still in progress is waited for (at most timeout_s, <= 0: 300) before

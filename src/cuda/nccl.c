@@ -171,8 +171,7 @@ void mt_nccl_comm_destroy(ncclComm_t *c, double timeout_s) {
   ncclCommAbort(nc);
 }
 
-/* A call on a non-blocking communicator: waited for while in progress. */
-static int settle(ncclComm_t nc, ncclResult_t r, const char *what, size_t n, double timeout_s) {
+int mt_nccl_settle(ncclComm_t nc, ncclResult_t r, const char *what, size_t n, double timeout_s) {
   if (timeout_s <= 0) timeout_s = NCCL_DEFAULT_TIMEOUT;
   if (r == ncclInProgress) {
     int peer, timed_out;
@@ -189,13 +188,13 @@ static int settle(ncclComm_t nc, ncclResult_t r, const char *what, size_t n, dou
 
 int mt_nccl_allreduce_sum(ncclComm_t nc, float *buf, size_t n, cudaStream_t stream,
                           double timeout_s) {
-  return settle(nc, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc, stream), "ncclAllReduce",
+  return mt_nccl_settle(nc, ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc, stream), "ncclAllReduce",
                 n, timeout_s);
 }
 
 int mt_nccl_bcast(ncclComm_t nc, float *buf, size_t n, int root, cudaStream_t stream,
                   double timeout_s) {
-  return settle(nc, ncclBroadcast(buf, buf, n, ncclFloat, root, nc, stream), "ncclBroadcast", n,
+  return mt_nccl_settle(nc, ncclBroadcast(buf, buf, n, ncclFloat, root, nc, stream), "ncclBroadcast", n,
                 timeout_s);
 }
 

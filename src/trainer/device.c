@@ -7,17 +7,26 @@
 
 #include <string.h>
 
-int mt_gpu_setup(mt_trainer *t) {
+/* -device auto stays on the CPU: fine, unless the run asked for offload.
+ * Every rank comes here alike: agreed. */
+static int stay_on_cpu(mt_trainer *t, const char *why) {
+  mt_print0("-device auto: cpu (%s)\n", why);
+  return mt_agree(t->comm->world,
+                  t->cfg->fsdp_cpu_offload
+                      ? MT_ERR(MT_ERR_OPTION, "option -fsdp_cpu_offload: needs a GPU, and "
+                               "-device auto chose the CPU (%s)", why)
+                      : 0);
+}
+
+int mt_gpu_choose(mt_trainer *t) {
   const mt_config *c = t->cfg;
+  t->device = -1;
   const mt_comm *comm = t->comm;
   const char *want = c->device;
   const int is_auto = !strcmp(want, "auto");
   char why[256], msg[512] = "";
-  if (is_auto && mt_config_device_why(c, why, sizeof(why))) {
-    /* auto never fails: the run stays on the CPU and says why */
-    mt_print0("-device auto: cpu (%s)\n", why);
-    return 0;
-  }
+  /* auto stays on the CPU where the run has no GPU path, and says why */
+  if (is_auto && mt_config_device_why(c, why, sizeof(why))) return stay_on_cpu(t, why);
   int device = -1;
   int err = mt_device_select(want, comm->local_rank, &device, msg, sizeof(msg));
   MT_CALL(mt_agree(comm->world, err));
@@ -37,11 +46,9 @@ int mt_gpu_setup(mt_trainer *t) {
   int v[3] = {-on, on, shares >= 0};
   MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, comm->world));
   const int mixed = -v[0] != v[1], shared = v[2];
-  if (is_auto && (mixed || shared)) {
-    mt_print0("-device auto: cpu (%s)\n", mixed ? "not every rank sees a CUDA device"
-                                                : "a node has more ranks than CUDA devices");
-    return 0;
-  }
+  if (is_auto && (mixed || shared))
+    return stay_on_cpu(t, mixed ? "not every rank sees a CUDA device"
+                                : "a node has more ranks than CUDA devices");
   if (mixed) /* some rank has none: its message for all */
     return mt_agree(comm->world,
                     on ? 0
@@ -59,9 +66,17 @@ int mt_gpu_setup(mt_trainer *t) {
                                         "mpirun -npernode, or -device cpu)",
                                         want, comm->rank, device, shares));
   if (strcmp(want, "cpu")) mt_print0("%s\n", msg);
-  if (device < 0) return 0;
+  if (!on && c->fsdp_cpu_offload) /* auto without a device (printed above) */
+    return mt_agree(comm->world, MT_ERR(MT_ERR_OPTION, "option -fsdp_cpu_offload: needs a GPU "
+                                        "(%s)", msg));
+  t->device = device;
+  return 0;
+}
+
+int mt_gpu_setup(mt_trainer *t) {
+  if (t->device < 0) return 0;
 #ifdef MT_HAVE_CUDA
-  MT_CALL(mt_gpu_create(t, device));
+  MT_CALL(mt_gpu_create(t, t->device));
   return 0;
 #else
   return MT_ERR(MT_ERR_STATE, "-device: a device chosen in a build without CUDA");

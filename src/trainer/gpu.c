@@ -1,7 +1,7 @@
 /* -device cuda in the trainer (only built with CUDA): device buffers, the
  * training step on the device, NCCL's gradient all-reduce overlapped with
  * the backward, and the copies between device and host (trainer/gpu.h). */
-#include "trainer/gpu.h"
+#include "trainer/gpu_impl.h"
 #include "backends/backends.h"
 #include "comm/buckets.h"
 #include "cuda/cuda_optim.h"
@@ -15,51 +15,13 @@
 #include <time.h>
 
 
-/* A micro-batch's host staging (pinned) and device copy. */
-typedef struct {
-  void *host, *dev; /* one block each: x, labels, tokens, targets, ids      */
-  size_t bytes;
-  cudaEvent_t copied; /* the host block may be reused once this completed */
-} slot;
-
-struct mt_gpu {
-  int device;
-  cudaStream_t stream, comm_stream;
-  mt_cuda_ctx cx;
-  mt_dmodel dm;
-  mt_cuda_table table;
-  float *params, *grads, *mom;
-  float *buf; /* the model buffers (batch norm's running statistics)      */
-  cudaEvent_t stepped, synced; /* around the buffers' broadcast          */
-  mt_cuda_adamw_state adam;
-  /* per micro-batch of a step: its loss sum (device; host copy) */
-  double *sums, *sums_host;
-  double *norm; /* clipping's norm (device scalar)                        */
-  /* an evaluation forward: its sums, per-sample losses and outputs */
-  double *esum, *esum_host;
-  int64_t *ehits, *ehits_host;
-  float *elosses, *elosses_host, *eout_host;
-  int eout_len;
-  slot slots[2];
-  /* NCCL and ddp's gradient buckets (comm/buckets.h: started in order as
-   * the backward finishes their units) */
-  mt_nccl_comms nc;
-  int nccl;
-  mt_buckets bk;
-  int nstarted;
-  cudaEvent_t *ready, reduced, step_done;
-  int overlap_err;
-  double timeout;
-};
-
-static int cuda_ok(cudaError_t e, const char *what) {
+int mt_gpu_cuda_ok(cudaError_t e, const char *what) {
   if (e == cudaSuccess) return 0;
   return MT_ERR(MT_ERR_LIB, "-device cuda: %s: %s (%s)", what, cudaGetErrorString(e),
                 cudaGetErrorName(e));
 }
-#define CU(expr) MT_CALL(cuda_ok((expr), #expr))
 
-static int dev_alloc(void *p, size_t bytes, const char *what) {
+int mt_gpu_alloc(void *p, size_t bytes, const char *what) {
   void **pp = p;
   cudaError_t e = cudaMalloc(pp, bytes ? bytes : 1);
   if (e != cudaSuccess) {
@@ -67,7 +29,7 @@ static int dev_alloc(void *p, size_t bytes, const char *what) {
     return MT_ERR(MT_ERR_MEM, "-device cuda: cannot allocate %.1f MiB of device memory for %s: %s",
                   (double)bytes / 1048576.0, what, cudaGetErrorString(e));
   }
-  return cuda_ok(cudaMemset(*pp, 0, bytes ? bytes : 1), what);
+  return mt_gpu_cuda_ok(cudaMemset(*pp, 0, bytes ? bytes : 1), what);
 }
 
 /* ------------------------------------------------------------ buckets */
@@ -75,12 +37,12 @@ static int dev_alloc(void *p, size_t bytes, const char *what) {
 /* Waits for event ev without blocking in the driver: polls it and the NCCL
  * communicator (an error there, or no progress within -comm_timeout, ends
  * the wait with a message instead of a hang). */
-static int wait_event(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
+int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
   const double t0 = mt_now();
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) return 0;
-    if (e != cudaErrorNotReady) return cuda_ok(e, what);
+    if (e != cudaErrorNotReady) return mt_gpu_cuda_ok(e, what);
     if (g->nccl) MT_CALL(mt_nccl_async_check(g->nc.world, what));
     /* one GPU alone waits as long as its work takes */
     if (g->nccl && g->timeout > 0 && mt_now() - t0 > g->timeout) {
@@ -140,7 +102,7 @@ static int slot_init(slot *s, const mt_model *m) {
                  ALIGN(B * sizeof(int64_t));
   s->bytes = bytes;
   CU(cudaMallocHost(&s->host, bytes));
-  MT_CALL(dev_alloc(&s->dev, bytes, "batches"));
+  MT_CALL(mt_gpu_alloc(&s->dev, bytes, "batches"));
   CU(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
   CU(cudaEventRecord(s->copied, 0));
   return 0;
@@ -149,7 +111,7 @@ static int slot_init(slot *s, const mt_model *m) {
 /* Copies the host batch into slot s's pinned block, then to the device,
  * and describes the device copy in *d. */
 static int upload_batch(struct mt_gpu *g, slot *s, const mt_batch *b, mt_dbatch *d) {
-  MT_CALL(wait_event(g, s->copied, "a batch copy")); /* the block's last copy */
+  MT_CALL(mt_gpu_wait(g, s->copied, "a batch copy")); /* the block's last copy */
   *d = (mt_dbatch){.n = b->n, .x_len = b->x_len, .tokens_len = b->tokens_len,
                    .targets_len = b->targets_len, .train = b->train, .key = b->key};
   size_t off = 0;
@@ -203,35 +165,32 @@ static int create(mt_trainer *t, int device) {
   if (c->amp == 1) g->cx.prec = c->amp_dtype;
   const mt_model *m = t->model;
   const size_t n = m->params.total;
-  MT_CALL(dev_alloc(&g->params, n * sizeof(float), "parameters"));
-  MT_CALL(dev_alloc(&g->grads, n * sizeof(float), "gradients"));
-  MT_CALL(mt_cuda_table_create(&g->table, &m->params));
-  if (t->adamw)
-    MT_CALL(mt_cuda_adamw_state_init(&g->adam, n, t->adam.amsgrad));
-  else if (t->mom)
-    MT_CALL(dev_alloc(&g->mom, n * sizeof(float), "momentum buffers"));
+  MT_CALL(mt_gpu_optim_setup(t)); /* the partition and the optimizer state */
+  MT_CALL(mt_gpu_alloc(&g->params, g->padded * sizeof(float), "parameters"));
+  MT_CALL(mt_gpu_alloc(&g->grads, g->padded * sizeof(float), "gradients"));
   const int k = c->accum_steps;
-  MT_CALL(dev_alloc(&g->sums, (size_t)k * sizeof(double), "step losses"));
-  MT_CALL(dev_alloc(&g->norm, sizeof(double), "the gradient norm"));
+  MT_CALL(mt_gpu_alloc(&g->sums, (size_t)k * sizeof(double), "step losses"));
+  MT_CALL(mt_gpu_alloc(&g->norm, sizeof(double), "the gradient norm"));
   CU(cudaMallocHost((void **)&g->sums_host, (size_t)k * sizeof(double)));
   for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m));
   MT_CALL(mt_dmodel_create(&g->dm, m, c, &g->cx));
   if (m->buffers.total) {
-    MT_CALL(dev_alloc(&g->buf, m->buffers.total * sizeof(float), "model buffers"));
+    MT_CALL(mt_gpu_alloc(&g->buf, m->buffers.total * sizeof(float), "model buffers"));
     g->dm.buf = g->buf;
   }
   const size_t B = (size_t)m->max_batch, lps = (size_t)g->dm.losses_per_sample;
   (void)g->dm.ops->outputs(&g->dm, &g->eout_len);
-  MT_CALL(dev_alloc(&g->esum, sizeof(double), "evaluation sums"));
-  MT_CALL(dev_alloc(&g->ehits, sizeof(int64_t), "evaluation sums"));
-  MT_CALL(dev_alloc(&g->elosses, B * lps * sizeof(float), "evaluation losses"));
+  MT_CALL(mt_gpu_alloc(&g->esum, sizeof(double), "evaluation sums"));
+  MT_CALL(mt_gpu_alloc(&g->ehits, sizeof(int64_t), "evaluation sums"));
+  MT_CALL(mt_gpu_alloc(&g->elosses, B * lps * sizeof(float), "evaluation losses"));
   CU(cudaMallocHost((void **)&g->esum_host, sizeof(double)));
   CU(cudaMallocHost((void **)&g->ehits_host, sizeof(int64_t)));
   CU(cudaMallocHost((void **)&g->elosses_host, B * lps * sizeof(float)));
   CU(cudaMallocHost((void **)&g->eout_host, B * (size_t)(g->eout_len > 0 ? g->eout_len : 1) *
                                                 sizeof(float)));
-  MT_CALL(mt_buckets_plan(&g->bk, n, sizeof(float), c->ddp_bucket_mb, c->ddp_first_bucket_mb,
-                          &m->params));
+  if (!g->sharded) /* ddp's buckets */
+    MT_CALL(mt_buckets_plan(&g->bk, n, sizeof(float), c->ddp_bucket_mb, c->ddp_first_bucket_mb,
+                            &m->params));
   MT_CALL(mt_calloc(&g->ready, (size_t)g->bk.nb + 1, sizeof(cudaEvent_t), "bucket events"));
   for (int b = 0; b < g->bk.nb; b++)
     CU(cudaEventCreateWithFlags(&g->ready[b], cudaEventDisableTiming));
@@ -281,7 +240,7 @@ void mt_gpu_destroy(mt_trainer *t) {
   cudaFree(g->buf);
   cudaFree(g->params);
   cudaFree(g->grads);
-  cudaFree(g->mom);
+  mt_gpu_optim_free(g);
   cudaFree(g->sums);
   cudaFree(g->norm);
   cudaFreeHost(g->sums_host);
@@ -292,27 +251,10 @@ void mt_gpu_destroy(mt_trainer *t) {
   cudaFreeHost(g->ehits_host);
   cudaFreeHost(g->elosses_host);
   cudaFreeHost(g->eout_host);
-  mt_cuda_adamw_state_free(&g->adam);
-  mt_cuda_table_destroy(&g->table);
   mt_cuda_ctx_destroy(&g->cx);
   if (g->stream) cudaStreamDestroy(g->stream);
   if (g->comm_stream) cudaStreamDestroy(g->comm_stream);
   mt_free(&t->gpu);
-}
-
-/* The optimizer's buffers on both sides, in mt_trainer_optim_bufs' order. */
-static int optim_pairs(const mt_trainer *t, void **host, void **dev) {
-  const struct mt_gpu *g = t->gpu;
-  int n = 0;
-  if (t->adamw) {
-    host[n] = t->adam_state.exp_avg, dev[n++] = g->adam.exp_avg;
-    host[n] = t->adam_state.exp_avg_sq, dev[n++] = g->adam.exp_avg_sq;
-    if (t->adam_state.max_exp_avg_sq)
-      host[n] = t->adam_state.max_exp_avg_sq, dev[n++] = g->adam.max_exp_avg_sq;
-  } else if (t->mom) {
-    host[n] = t->mom, dev[n++] = g->mom;
-  }
-  return n;
 }
 
 /* Copies between host and device on the step's stream, waited for: the
@@ -329,12 +271,8 @@ int mt_gpu_download(mt_trainer *t, int optim) {
   const enum cudaMemcpyKind d2h = cudaMemcpyDeviceToHost;
   MT_CALL(copy(g, t->params, g->params, bytes, d2h));
   if (g->buf) MT_CALL(copy(g, t->model->buf, g->buf, t->model->buffers.total * sizeof(float), d2h));
-  void *host[3], *dev[3];
-  const int n = optim ? optim_pairs(t, host, dev) : 0;
-  for (int i = 0; i < n; i++) MT_CALL(copy(g, host[i], dev[i], bytes, d2h));
   CU(cudaStreamSynchronize(g->stream));
-  if (optim && t->adamw) t->adam_state.step = g->adam.step;
-  return 0;
+  return optim ? mt_gpu_optim_download(t) : 0; /* collective when sharded */
 }
 
 int mt_gpu_upload(mt_trainer *t, int optim) {
@@ -343,12 +281,8 @@ int mt_gpu_upload(mt_trainer *t, int optim) {
   const enum cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
   MT_CALL(copy(g, g->params, t->params, bytes, h2d));
   if (g->buf) MT_CALL(copy(g, g->buf, t->model->buf, t->model->buffers.total * sizeof(float), h2d));
-  void *host[3], *dev[3];
-  const int n = optim ? optim_pairs(t, host, dev) : 0;
-  for (int i = 0; i < n; i++) MT_CALL(copy(g, dev[i], host[i], bytes, h2d));
   CU(cudaStreamSynchronize(g->stream));
-  if (optim && t->adamw) g->adam.step = t->adam_state.step;
-  return 0;
+  return optim ? mt_gpu_optim_upload(t) : 0;
 }
 
 /* --------------------------------------------------------------- step */
@@ -359,9 +293,9 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   mt_dmodel *dm = &g->dm;
   const size_t n = t->model->params.total;
   const int K = c->accum_steps;
-  CU(cudaMemsetAsync(g->grads, 0, n * sizeof(float), g->stream));
+  CU(cudaMemsetAsync(g->grads, 0, g->padded * sizeof(float), g->stream));
   const float scale = 1.0f / (float)c->batch_size; /* the CPU's, in float */
-  const int overlap = g->nccl && c->ddp_overlap;
+  const int overlap = g->nccl && !g->sharded && c->ddp_overlap;
   /* the host queues the work and waits at the end: both count as compute
    * (the forward event); the data event is the loader's */
   for (int k = 0; k < K; k++) {
@@ -390,22 +324,14 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
     mt_ev_end(MT_EV_FORWARD);
   }
   mt_ev_begin(MT_EV_FORWARD);
-  if (g->nccl) {
+  if (g->sharded) {
+    MT_CALL(mt_gpu_shard_reduce(t));
+  } else if (g->nccl) {
     MT_CALL(finish_reduce(g));
     t->backend->comm_bytes += (double)n * sizeof(float);
   }
-  if (c->clip_grad_value > 0)
-    MT_CALL(mt_cuda_clip_grad_value(g->grads, n, c->clip_grad_value, g->stream));
-  if (c->clip_grad_norm > 0)
-    MT_CALL(mt_cuda_clip_grad_norm(g->grads, n, c->clip_grad_norm, g->norm, &g->cx));
   const double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t));
-  const int all_decay = !c->weight_decay_skip_1d;
-  if (t->adamw)
-    MT_CALL(mt_cuda_adamw_step(&g->table, g->params, g->grads, &g->adam, &t->adam, all_decay, lr,
-                               g->stream));
-  else
-    MT_CALL(mt_cuda_sgd_step(&g->table, g->params, g->grads, g->mom, mt_amp_lr_step(t) == 0,
-                             &t->sgd, all_decay, lr, g->stream));
+  MT_CALL(mt_gpu_optim_step(t, lr, mt_amp_lr_step(t) == 0, !c->weight_decay_skip_1d));
   if (g->nccl && g->buf) {
     /* rank 0's running statistics for all, as the CPU's sync_buffers: on
      * the communication stream, after the step, before the next forward */
@@ -419,7 +345,7 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   CU(cudaMemcpyAsync(g->sums_host, g->sums, (size_t)K * sizeof(double), cudaMemcpyDeviceToHost,
                      g->stream));
   CU(cudaEventRecord(g->step_done, g->stream));
-  MT_CALL(wait_event(g, g->step_done, "a training step"));
+  MT_CALL(mt_gpu_wait(g, g->step_done, "a training step"));
   mt_ev_end(MT_EV_FORWARD);
   const double per = (double)dm->ops->per_sample(dm);
   for (int k = 0; k < K; k++) *loss_sum += g->sums_host[k] / per;
@@ -455,7 +381,7 @@ int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses, mt_batch_stats 
     CU(cudaMemcpyAsync(g->eout_host, out, (size_t)B * K * sizeof(float), cudaMemcpyDeviceToHost,
                        g->stream));
   CU(cudaEventRecord(g->step_done, g->stream));
-  MT_CALL(wait_event(g, g->step_done, "an evaluation batch"));
+  MT_CALL(mt_gpu_wait(g, g->step_done, "an evaluation batch"));
   const double per = (double)dm->ops->per_sample(dm);
   st->loss_sum += *g->esum_host / per;
   st->correct += (double)*g->ehits_host / per;

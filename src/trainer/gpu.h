@@ -24,9 +24,11 @@
 
 #include "trainer/trainer.h"
 
-/* Chooses the device of every rank (-device; collective, agreed): the run
- * is on the GPU on all ranks or on none. With a GPU, makes t->gpu from the
- * trainer's initialised host buffers. */
+/* Chooses the device of every rank into t->device (-device; collective,
+ * agreed): the run is on GPUs on all ranks, one each, or on none (-1).
+ * Before the model is sharded: fsdp on the GPU shards on the device. */
+int mt_gpu_choose(mt_trainer *t);
+/* With a GPU, makes t->gpu from the trainer's initialised host buffers. */
 int mt_gpu_setup(mt_trainer *t);
 
 #ifdef MT_HAVE_CUDA

@@ -196,13 +196,14 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   t->dtype = (mt_dtype)c->dtype;
   t->esz = t->dtype == MT_FP64 ? sizeof(double) : sizeof(float);
   MT_CALL(open_data(t));
+  MT_CALL(mt_gpu_choose(t)); /* fsdp on GPUs shards there, not here */
 
   /* the same on every rank (same options, same data shape): agreed */
   MT_CALL(mt_amp_policy(c)); /* before the model: convolutions fix their precision */
   MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
   /* fsdp's no_shard is ddp */
-  const int sharded = c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD;
+  const int sharded = c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD && t->device < 0;
   const char *bname = c->fsdp && !sharded ? "ddp" : c->backend;
   MT_CALL(mt_backend_create(bname, comm->world, c->ddp_bucket_mb, &t->backend));
   t->backend->first_bucket_mb = c->ddp_first_bucket_mb;

@@ -82,6 +82,7 @@ typedef struct {
                            optimizer owns only this rank's shard           */
   struct mt_gpu *gpu; /* -device cuda (trainer/gpu.h): the device buffers,
                          NULL on the CPU                                   */
+  int device;         /* the rank's CUDA device, -1 for the CPU            */
 } mt_trainer;
 
 /* Memory per rank (memory.c): rank 0 prints the forecast before training

@@ -1,0 +1,80 @@
+/* The device state of -device cuda, shared by gpu.c (buffers, the step,
+ * NCCL's buckets, evaluation) and gpu_optim.c (the optimizer state: whole
+ * on the device, sharded by fsdp shard_grad_op, or on the host under
+ * -fsdp_cpu_offload). Only built with CUDA. */
+#ifndef MT_TRAINER_GPU_IMPL_H
+#define MT_TRAINER_GPU_IMPL_H
+
+#include "trainer/gpu.h"
+#include "comm/buckets.h"
+#include "cuda/cuda_optim.h"
+#include "cuda/dmodel.h"
+#include "cuda/mt_nccl.h"
+
+/* A micro-batch's host staging (pinned) and device copy. */
+typedef struct {
+  void *host, *dev; /* one block each: x, labels, tokens, targets, ids      */
+  size_t bytes;
+  cudaEvent_t copied; /* the host block may be reused once this completed */
+} slot;
+
+struct mt_gpu {
+  int device;
+  cudaStream_t stream, comm_stream;
+  mt_cuda_ctx cx;
+  mt_dmodel dm;
+  float *params, *grads, *mom; /* params and grads: padded elements     */
+  float *buf; /* the model buffers (batch norm's running statistics)      */
+  cudaEvent_t stepped, synced; /* around the buffers' broadcast          */
+  mt_cuda_adamw_state adam;
+  /* per micro-batch of a step: its loss sum (device; host copy) */
+  double *sums, *sums_host;
+  double *norm; /* clipping's norm (device scalar)                        */
+  /* an evaluation forward: its sums, per-sample losses and outputs */
+  double *esum, *esum_host;
+  int64_t *ehits, *ehits_host;
+  float *elosses, *elosses_host, *eout_host;
+  int eout_len;
+  slot slots[2];
+  /* NCCL and ddp's gradient buckets (comm/buckets.h: started in order as
+   * the backward finishes their units) */
+  mt_nccl_comms nc;
+  int nccl;
+  mt_buckets bk;
+  int nstarted;
+  cudaEvent_t *ready, reduced, step_done;
+  int overlap_err;
+  double timeout;
+  /* the partition (gpu_optim.c): rank r of P owns [lo, hi) of the layout,
+   * per elements a rank; without sharding lo = 0, hi = n, padded = n */
+  int sharded, offload;
+  size_t lo, hi, per, padded;
+  mt_param_table slice; /* the shard's tensors, offsets from lo           */
+  mt_cuda_table stable; /* its device copy (sharded, not offloaded)       */
+  float *gshard_host;   /* -fsdp_cpu_offload: the gradient shard (pinned) */
+  double *norm_host;    /* the shard's norm, read on the host (pinned)    */
+};
+
+
+
+int mt_gpu_cuda_ok(cudaError_t e, const char *what);
+#define CU(expr) MT_CALL(mt_gpu_cuda_ok((expr), #expr))
+/* Device memory of bytes, zeroed, into *(void **)p; MT_ERR_MEM naming what. */
+int mt_gpu_alloc(void *p, size_t bytes, const char *what);
+/* Waits for ev polling it (and the NCCL communicator, under -comm_timeout). */
+int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what);
+
+/* gpu_optim.c: the partition and the optimizer state (before the params
+ * and grads are allocated: it sets g->padded), its release; after the
+ * backward, the gradient on this rank's part (sharded: reduce-scattered),
+ * clipping, the optimizer step and (sharded) the parameters all-gathered;
+ * the state's copies for a checkpoint (collective when sharded) and a
+ * restart. */
+int mt_gpu_optim_setup(mt_trainer *t);
+void mt_gpu_optim_free(struct mt_gpu *g);
+int mt_gpu_shard_reduce(mt_trainer *t);
+int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay);
+int mt_gpu_optim_download(mt_trainer *t);
+int mt_gpu_optim_upload(mt_trainer *t);
+
+#endif

@@ -1,0 +1,227 @@
+/* The optimizer side of -device cuda (only built with CUDA): the state
+ * whole on the device (sp, ddp), sharded over the ranks (fsdp
+ * shard_grad_op: ZeRO-2's partition, each rank's gradient shard
+ * reduce-scattered by NCCL, its optimizer step on its shard, the
+ * parameters all-gathered after it), or, with -fsdp_cpu_offload, the
+ * shard's master parameters and optimizer state in host memory, stepped by
+ * the CPU optimizer (ZeRO-Offload). The partition is the CPU fsdp's (equal
+ * ranges rounded to 16 floats); the buffers on the device are padded to
+ * per x P so NCCL's collectives see equal pieces. The host's state is kept
+ * whole (t->adam_state, t->mom), so checkpoints are those of the CPU. */
+#include "trainer/gpu_impl.h"
+#include "backends/fsdp.h"
+
+#include <math.h>
+#include <string.h>
+
+int mt_gpu_optim_setup(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  struct mt_gpu *g = t->gpu;
+  const size_t n = t->model->params.total;
+  const int P = t->comm->size, r = t->comm->rank;
+  g->sharded = c->fsdp && c->fsdp_strategy == MT_FSDP_SHARD_GRAD_OP;
+  g->offload = g->sharded && c->fsdp_cpu_offload;
+  if (g->sharded) {
+    g->per = ((n + (size_t)P - 1) / (size_t)P + 15) & ~(size_t)15;
+    g->padded = g->per * (size_t)P;
+    g->lo = (size_t)r * g->per < n ? (size_t)r * g->per : n;
+    g->hi = g->lo + g->per < n ? g->lo + g->per : n;
+    MT_CHECK(g->hi > g->lo, MT_ERR_OPTION,
+             "-backend fsdp on the GPU: the model's %zu parameters leave rank %d of %d no "
+             "shard; use fewer ranks", n, r, P);
+  } else {
+    g->lo = 0, g->hi = g->per = g->padded = n;
+  }
+  MT_CALL(mt_param_table_slice(&t->model->params, g->lo, g->hi, &g->slice));
+  double *nh = NULL;
+  CU(cudaMallocHost((void **)&nh, sizeof(double)));
+  g->norm_host = nh;
+  if (g->offload) { /* the state stays in the host's buffers */
+    CU(cudaMallocHost((void **)&g->gshard_host, g->per * sizeof(float)));
+    return 0;
+  }
+  MT_CALL(mt_cuda_table_create(&g->stable, &g->slice));
+  if (t->adamw)
+    MT_CALL(mt_cuda_adamw_state_init(&g->adam, g->per, t->adam.amsgrad));
+  else if (t->mom)
+    MT_CALL(mt_gpu_alloc(&g->mom, g->per * sizeof(float), "momentum buffers"));
+  return 0;
+}
+
+void mt_gpu_optim_free(struct mt_gpu *g) {
+  cudaFree(g->mom);
+  mt_cuda_adamw_state_free(&g->adam);
+  mt_cuda_table_destroy(&g->stable);
+  mt_param_table_free(&g->slice);
+  cudaFreeHost(g->gshard_host);
+  cudaFreeHost(g->norm_host);
+}
+
+/* The compute stream's work so far, then (on the communication stream) a
+ * collective, then the compute stream waits for it. */
+static int around(struct mt_gpu *g) {
+  CU(cudaEventRecord(g->stepped, g->stream));
+  CU(cudaStreamWaitEvent(g->comm_stream, g->stepped, 0));
+  return 0;
+}
+static int joined(struct mt_gpu *g) {
+  CU(cudaEventRecord(g->synced, g->comm_stream));
+  CU(cudaStreamWaitEvent(g->stream, g->synced, 0));
+  return 0;
+}
+
+int mt_gpu_shard_reduce(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  if (!g->sharded || !g->nccl) return 0;
+  /* in place: rank r's sum lands at grads + r * per */
+  float *mine = g->grads + (size_t)t->comm->rank * g->per;
+  MT_CALL(around(g));
+  MT_CALL(mt_nccl_settle(g->nc.world,
+                         ncclReduceScatter(g->grads, mine, g->per, ncclFloat, ncclSum, g->nc.world,
+                                           g->comm_stream),
+                         "ncclReduceScatter of the gradient", g->padded, g->timeout));
+  MT_CALL(joined(g));
+  t->backend->comm_bytes += (double)g->padded * sizeof(float);
+  return 0;
+}
+
+/* Clipping by the global norm of a sharded gradient: the shards' squared
+ * norms summed over the ranks (read on the host: one wait). */
+static int clip_norm_sharded(mt_trainer *t, float *gs, size_t ns) {
+  struct mt_gpu *g = t->gpu;
+  MT_CALL(mt_cuda_l2_norm(gs, ns, g->norm, &g->cx));
+  CU(cudaMemcpyAsync(g->norm_host, g->norm, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
+  CU(cudaEventRecord(g->step_done, g->stream));
+  MT_CALL(mt_gpu_wait(g, g->step_done, "the gradient norm"));
+  double n2 = *g->norm_host * *g->norm_host;
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &n2, 1, MPI_DOUBLE, MPI_SUM, t->comm->world));
+  return mt_cuda_clip_grad_norm_given(gs, ns, sqrt(n2), t->cfg->clip_grad_norm, g->stream);
+}
+
+/* -fsdp_cpu_offload: the CPU optimizer on the shard's host state. */
+static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
+  struct mt_gpu *g = t->gpu;
+  const size_t lo = g->lo, ns = g->hi - g->lo;
+  CU(cudaMemcpyAsync(g->gshard_host, g->grads + lo, ns * sizeof(float), cudaMemcpyDeviceToHost,
+                     g->stream));
+  CU(cudaEventRecord(g->step_done, g->stream));
+  MT_CALL(mt_gpu_wait(g, g->step_done, "the gradient shard"));
+  float *p = (float *)t->params + lo;
+  if (t->adamw) {
+    mt_adamw_state *w = &t->adam_state, s = *w; /* the shard's piece of the host state */
+    s.exp_avg += lo;
+    s.exp_avg_sq += lo;
+    if (s.max_exp_avg_sq) s.max_exp_avg_sq += lo;
+    s.n = ns;
+    MT_CALL(mt_adamw_step(&g->slice, p, g->gshard_host, &s, &t->adam, all_decay, lr));
+    w->step = s.step;
+  } else {
+    MT_CALL(mt_sgd_step(&g->slice, p, g->gshard_host, t->mom ? (float *)t->mom + lo : NULL,
+                        first_step, &t->sgd, all_decay, lr));
+  }
+  CU(cudaMemcpyAsync(g->params + lo, p, ns * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+  return 0;
+}
+
+int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
+  const mt_config *c = t->cfg;
+  struct mt_gpu *g = t->gpu;
+  const size_t ns = g->hi - g->lo;
+  float *gs = g->grads + g->lo, *ps = g->params + g->lo;
+  if (c->clip_grad_value > 0)
+    MT_CALL(mt_cuda_clip_grad_value(gs, ns, c->clip_grad_value, g->stream));
+  if (c->clip_grad_norm > 0) {
+    if (g->sharded && g->nccl)
+      MT_CALL(clip_norm_sharded(t, gs, ns));
+    else
+      MT_CALL(mt_cuda_clip_grad_norm(gs, ns, c->clip_grad_norm, g->norm, &g->cx));
+  }
+  if (g->offload)
+    MT_CALL(host_step(t, lr, first_step, all_decay));
+  else if (t->adamw)
+    MT_CALL(mt_cuda_adamw_step(&g->stable, ps, gs, &g->adam, &t->adam, all_decay, lr, g->stream));
+  else
+    MT_CALL(mt_cuda_sgd_step(&g->stable, ps, gs, g->mom, first_step, &t->sgd, all_decay, lr,
+                             g->stream));
+  if (g->sharded && g->nccl) { /* in place: rank r's shard at params + r * per */
+    MT_CALL(around(g));
+    MT_CALL(mt_nccl_settle(g->nc.world,
+                           ncclAllGather(g->params + (size_t)t->comm->rank * g->per, g->params,
+                                         g->per, ncclFloat, g->nc.world, g->comm_stream),
+                           "ncclAllGather of the parameters", g->padded, g->timeout));
+    MT_CALL(joined(g));
+  }
+  return 0;
+}
+
+/* The optimizer's buffers: host (whole) and device (this rank's part). */
+static int pairs(const mt_trainer *t, float **host, float **dev) {
+  const struct mt_gpu *g = t->gpu;
+  int n = 0;
+  if (t->adamw) {
+    host[n] = t->adam_state.exp_avg, dev[n++] = g->adam.exp_avg;
+    host[n] = t->adam_state.exp_avg_sq, dev[n++] = g->adam.exp_avg_sq;
+    if (t->adam_state.max_exp_avg_sq)
+      host[n] = t->adam_state.max_exp_avg_sq, dev[n++] = g->adam.max_exp_avg_sq;
+  } else if (t->mom) {
+    host[n] = t->mom, dev[n++] = g->mom;
+  }
+  return n;
+}
+
+int mt_gpu_optim_download(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  const size_t n = t->model->params.total;
+  const int P = t->comm->size;
+  float *host[3], *dev[3];
+  const int k = pairs(t, host, dev);
+  if (g->offload) { /* every rank's shard of the host state, to every rank */
+    int *cnt = NULL, *dsp = NULL;
+    int err = mt_calloc(&cnt, (size_t)P, sizeof(int), "shard counts");
+    if (!err) err = mt_calloc(&dsp, (size_t)P, sizeof(int), "shard offsets");
+    for (int r = 0; !err && r < P; r++) {
+      size_t lo = (size_t)r * g->per < n ? (size_t)r * g->per : n;
+      size_t hi = lo + g->per < n ? lo + g->per : n;
+      dsp[r] = (int)lo, cnt[r] = (int)(hi - lo);
+    }
+    for (int i = 0; !err && i < k && P > 1; i++)
+      err = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, host[i], cnt, dsp, MPI_FLOAT,
+                           t->comm->world) == MPI_SUCCESS
+                ? 0
+                : MT_ERR(MT_ERR_LIB, "MPI_Allgatherv of the optimizer state failed");
+    mt_free(&cnt);
+    mt_free(&dsp);
+    return err;
+  }
+  for (int i = 0; i < k; i++) {
+    const float *src = dev[i];
+    if (g->sharded && g->nccl) { /* gathered into the gradient buffer, free between steps */
+      CU(cudaMemcpyAsync(g->grads + (size_t)t->comm->rank * g->per, dev[i],
+                         g->per * sizeof(float), cudaMemcpyDeviceToDevice, g->stream));
+      MT_CALL(around(g));
+      MT_CALL(mt_nccl_settle(g->nc.world,
+                             ncclAllGather(g->grads + (size_t)t->comm->rank * g->per, g->grads,
+                                           g->per, ncclFloat, g->nc.world, g->comm_stream),
+                             "ncclAllGather of the optimizer state", g->padded, g->timeout));
+      MT_CALL(joined(g));
+      src = g->grads;
+    }
+    CU(cudaMemcpyAsync(host[i], src, n * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
+  }
+  CU(cudaStreamSynchronize(g->stream));
+  if (t->adamw) t->adam_state.step = g->adam.step;
+  return 0;
+}
+
+int mt_gpu_optim_upload(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  if (g->offload) return 0; /* the host's state is the state */
+  float *host[3], *dev[3];
+  const int k = pairs(t, host, dev);
+  for (int i = 0; i < k; i++)
+    CU(cudaMemcpyAsync(dev[i], host[i] + g->lo, (g->hi - g->lo) * sizeof(float),
+                       cudaMemcpyHostToDevice, g->stream));
+  CU(cudaStreamSynchronize(g->stream));
+  if (t->adamw) g->adam.step = t->adam_state.step;
+  return 0;
+}
