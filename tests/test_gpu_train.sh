@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # -device cuda against -device cpu (needs a CUDA build and a GPU; else one
-# "skipped" line and the automake skip code 77): mlp and gpt trained for a
-# few SGD steps on each give the same parameters within 1e-4 (the GPU sums
-# in another order); bf16 autocast (sp-amp) trains to a finite loss; a
+# "skipped" line and the automake skip code 77): mlp, cnn (batch norm,
+# dropout) and gpt trained for a few steps on each give the same parameters
+# within 1e-4 (the GPU sums in another order), and the validation pass on
+# the device the same outputs; bf16 and fp16 autocast (sp-amp) learn; a
 # checkpoint written on the GPU restarts on the CPU and one written on the
-# CPU on the GPU, ending where the uninterrupted run ends; with two GPUs,
-# ddp on 2 ranks (NCCL) gives sp's parameters on one GPU.
+# CPU on the GPU, ending where the uninterrupted run ends; fsdp
+# shard_grad_op with -fsdp_cpu_offload on one GPU gives sp's parameters;
+# with two GPUs, ddp on 2 ranks (NCCL, overlapped or not) gives sp's, fsdp
+# shard_grad_op (with and without offload) gives ddp's, and its checkpoint
+# restarts under ddp on the CPU.
 . "${top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 
 need_bin "$MPITRAIN" "$MKDATA" "$MT_DATA"
@@ -65,13 +69,17 @@ train mlp-cpu-b 1 cuda "${mlp[@]}" -epochs 2 -backend sp "${ck[@]}" -checkpoint_
   -restart auto
 same "a CPU checkpoint restarts on the GPU" mlp-cpu mlp-cpu-b 1e-4
 
-train mlp-amp 1 cuda "${mlp[@]}" -epochs 2 -backend sp-amp
-if ! awk -F, 'NR > 1 && $7 == 0 && $9 + 0 > 0 && $9 + 0 < 1.5 {ok = 1} END {exit !ok}' \
-  "$WORK/mlp-amp/curve.csv"; then
-  fail "sp-amp (bf16) on the device learns" "validation loss not below 1.5: $(cat "$WORK/mlp-amp/curve.csv")"
-else
-  pass "sp-amp (bf16) on the device learns"
-fi
+for dt in bf16 fp16; do # fp16: dynamic loss scaling on the device
+  train mlp-amp-$dt 1 cuda "${mlp[@]}" -epochs 2 -backend sp-amp -amp_dtype $dt
+  if ! awk -F, 'NR > 1 && $7 == 0 && $9 + 0 > 0 && $9 + 0 < 1.5 {ok = 1} END {exit !ok}' \
+    "$WORK/mlp-amp-$dt/curve.csv"; then
+    fail "sp-amp ($dt) on the device learns" "validation loss not below 1.5: $(cat "$WORK/mlp-amp-$dt/curve.csv")"
+  else
+    pass "sp-amp ($dt) on the device learns"
+  fi
+done
+[ -s "$WORK/mlp-amp-fp16/loss_scale.csv" ] && pass "fp16 on the device writes loss_scale.csv" ||
+  fail "fp16 on the device writes loss_scale.csv" "missing or empty"
 
 # cnn with batch norm (running statistics on the device) and dropout
 "$MKDATA" synth "$WORK/img.h5" 256 64 4 3 image >/dev/null || bail "mkdata synth image failed"

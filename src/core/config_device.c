@@ -26,8 +26,6 @@ const char *mt_config_device_why(const mt_config *c, char *buf, size_t len) {
   else if (c->amp == 2)
     snprintf(buf, len, "-backend %s (O2) has no CUDA path yet (sp-amp and ddp-amp have)",
              c->backend);
-  else if (c->amp && (c->amp_dtype != MT_PREC_BF16 || c->loss_scale_mode != 0))
-    snprintf(buf, len, "-amp_dtype fp16 and loss scaling have no CUDA path yet (bf16 has)");
   else if (c->amp && c->ddp_reduce_dtype != MT_PREC_FP32)
     snprintf(buf, len, "-ddp_reduce_dtype %s has no CUDA path yet (fp32 has)",
              mt_precision_name((mt_precision)c->ddp_reduce_dtype));

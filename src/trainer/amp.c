@@ -175,21 +175,36 @@ int mt_amp_after_reduce(mt_trainer *t, int *skip) {
       (t->global_step == a->inf_step || (a->inf_every && t->global_step > a->inf_step)) && n)
     g[0] = INFINITY;
   int found = mt_has_nonfinite(g, n);
-  if (t->comm->size > 1)
-    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &found, 1, MPI_INT, MPI_MAX, t->comm->world));
+  float inv;
+  MT_CALL(mt_amp_found(t, &found, skip, &inv));
   if (!found) {
-    const float inv = mt_scaler_inv_scale(&a->scaler);
 #pragma omp parallel for schedule(static) if (n > 262144)
     for (size_t i = 0; i < n; i++) g[i] *= inv;
   }
-  int err = mt_scaler_update(&a->scaler, found, skip);
+  return 0;
+}
+
+void mt_amp_device_step_begin(mt_trainer *t) {
+  struct mt_amp *a = t->amp;
+  if (a) a->step_scale = a->scaling ? mt_scaler_scale(&a->scaler) : 1.0f;
+}
+
+int mt_amp_scaling(const mt_trainer *t) { return t->amp && t->amp->scaling; }
+
+int mt_amp_found(mt_trainer *t, int *found, int *skip, float *inv) {
+  struct mt_amp *a = t->amp;
+  *skip = 0;
+  if (t->comm->size > 1)
+    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, found, 1, MPI_INT, MPI_MAX, t->comm->world));
+  *inv = mt_scaler_inv_scale(&a->scaler); /* before the update: this step's scale */
+  int err = mt_scaler_update(&a->scaler, *found, skip);
   if (err) { /* every rank gets here: the flag is agreed */
     char msg[1024];
     snprintf(msg, sizeof(msg), "%s", mt_error_message());
     mt_error_clear();
     return MT_ERR(err, "global step %ld: %s", t->global_step, msg);
   }
-  MT_CALL(csv_row(t, found, *skip));
+  MT_CALL(csv_row(t, *found, *skip));
   if (*skip)
     mt_print0("amp: inf/NaN gradient at global step %ld: step skipped, loss scale now %g\n",
               t->global_step, (double)mt_scaler_scale(&a->scaler));

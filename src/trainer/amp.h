@@ -46,6 +46,16 @@ float mt_amp_loss_scale(const mt_trainer *t);
  * update; *skip: the optimizer must not step. MT_ERR_NUMERIC at the
  * minimum scale. */
 int mt_amp_after_reduce(mt_trainer *t, int *skip);
+/* The device path (trainer/gpu.c), which keeps its gradients on the GPU:
+ * the step's loss scale without the host's cast cache or working copy
+ * (mt_amp_loss_scale then gives it); whether loss scaling is on; and the
+ * agreement after the reduction: *found (this rank's part of the gradient
+ * holds an inf/NaN) made the MAX over the ranks, the scaler updated, *skip
+ * set, *inv the factor to unscale by (when nothing was found); the csv row
+ * and the message as mt_amp_after_reduce. Collective. */
+void mt_amp_device_step_begin(mt_trainer *t);
+int mt_amp_scaling(const mt_trainer *t);
+int mt_amp_found(mt_trainer *t, int *found, int *skip, float *inv);
 /* The schedule's step: global steps minus skipped ones. */
 long mt_amp_lr_step(const mt_trainer *t);
 /* Checkpoint state (resume.c). */

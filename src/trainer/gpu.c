@@ -294,7 +294,8 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   const size_t n = t->model->params.total;
   const int K = c->accum_steps;
   CU(cudaMemsetAsync(g->grads, 0, g->padded * sizeof(float), g->stream));
-  const float scale = 1.0f / (float)c->batch_size; /* the CPU's, in float */
+  mt_amp_device_step_begin(t); /* the loss scale of this step (fp16) */
+  const float scale = mt_amp_loss_scale(t) / (float)c->batch_size; /* the CPU's, in float */
   const int overlap = g->nccl && !g->sharded && c->ddp_overlap;
   /* the host queues the work and waits at the end: both count as compute
    * (the forward event); the data event is the loader's */

@@ -53,6 +53,7 @@ struct mt_gpu {
   mt_cuda_table stable; /* its device copy (sharded, not offloaded)       */
   float *gshard_host;   /* -fsdp_cpu_offload: the gradient shard (pinned) */
   double *norm_host;    /* the shard's norm, read on the host (pinned)    */
+  int *flag, *flag_host; /* loss scaling: an inf/NaN in the gradient      */
 };
 
 

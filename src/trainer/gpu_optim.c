@@ -10,6 +10,7 @@
  * whole (t->adam_state, t->mom), so checkpoints are those of the CPU. */
 #include "trainer/gpu_impl.h"
 #include "backends/fsdp.h"
+#include "trainer/amp.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,6 +37,10 @@ int mt_gpu_optim_setup(mt_trainer *t) {
   double *nh = NULL;
   CU(cudaMallocHost((void **)&nh, sizeof(double)));
   g->norm_host = nh;
+  int *fh = NULL;
+  CU(cudaMallocHost((void **)&fh, sizeof(int)));
+  g->flag_host = fh;
+  MT_CALL(mt_gpu_alloc(&g->flag, sizeof(int), "the inf/NaN flag"));
   if (g->offload) { /* the state stays in the host's buffers */
     CU(cudaMallocHost((void **)&g->gshard_host, g->per * sizeof(float)));
     return 0;
@@ -55,6 +60,8 @@ void mt_gpu_optim_free(struct mt_gpu *g) {
   mt_param_table_free(&g->slice);
   cudaFreeHost(g->gshard_host);
   cudaFreeHost(g->norm_host);
+  cudaFreeHost(g->flag_host);
+  cudaFree(g->flag);
 }
 
 /* The compute stream's work so far, then (on the communication stream) a
@@ -128,6 +135,17 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   struct mt_gpu *g = t->gpu;
   const size_t ns = g->hi - g->lo;
   float *gs = g->grads + g->lo, *ps = g->params + g->lo;
+  if (mt_amp_scaling(t)) { /* the trainer's mt_amp_after_reduce, on this rank's part */
+    MT_CALL(mt_cuda_has_nonfinite(gs, ns, g->flag, g->stream));
+    CU(cudaMemcpyAsync(g->flag_host, g->flag, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
+    CU(cudaEventRecord(g->step_done, g->stream));
+    MT_CALL(mt_gpu_wait(g, g->step_done, "the inf/NaN check"));
+    int found = *g->flag_host, skip;
+    float inv;
+    MT_CALL(mt_amp_found(t, &found, &skip, &inv)); /* agreed over the ranks */
+    if (!found) MT_CALL(mt_cuda_scale(gs, ns, inv, g->stream));
+    if (skip) return 0; /* parameters, state and schedule stay */
+  }
   if (c->clip_grad_value > 0)
     MT_CALL(mt_cuda_clip_grad_value(gs, ns, c->clip_grad_value, g->stream));
   if (c->clip_grad_norm > 0) {
