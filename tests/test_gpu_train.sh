@@ -78,6 +78,13 @@ for dt in bf16 fp16; do # fp16: dynamic loss scaling on the device
     pass "sp-amp ($dt) on the device learns"
   fi
 done
+train mlp-apex 1 cuda "${mlp[@]}" -epochs 2 -backend sp-amp-apex
+if awk -F, 'NR > 1 && $7 == 0 && $9 + 0 > 0 && $9 + 0 < 1.5 {ok = 1} END {exit !ok}' \
+  "$WORK/mlp-apex/curve.csv"; then
+  pass "sp-amp-apex (O2, bf16) on the device learns"
+else
+  fail "sp-amp-apex (O2, bf16) on the device learns" "$(cat "$WORK/mlp-apex/curve.csv")"
+fi
 [ -s "$WORK/mlp-amp-fp16/loss_scale.csv" ] && pass "fp16 on the device writes loss_scale.csv" ||
   fail "fp16 on the device writes loss_scale.csv" "missing or empty"
 

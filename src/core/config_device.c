@@ -23,9 +23,6 @@ const char *mt_config_device_why(const mt_config *c, char *buf, size_t len) {
              "no_shard have)", mt_fsdp_strategy_name(c->fsdp_strategy));
   else if (c->dp)
     snprintf(buf, len, "DP-SGD (-backend %s) has no CUDA path yet", c->backend);
-  else if (c->amp == 2)
-    snprintf(buf, len, "-backend %s (O2) has no CUDA path yet (sp-amp and ddp-amp have)",
-             c->backend);
   else if (c->amp && c->ddp_reduce_dtype != MT_PREC_FP32)
     snprintf(buf, len, "-ddp_reduce_dtype %s has no CUDA path yet (fp32 has)",
              mt_precision_name((mt_precision)c->ddp_reduce_dtype));

@@ -191,6 +191,13 @@ void mt_amp_device_step_begin(mt_trainer *t) {
 
 int mt_amp_scaling(const mt_trainer *t) { return t->amp && t->amp->scaling; }
 
+int mt_amp_o2_ranges(const mt_trainer *t, const size_t (**ranges)[2]) {
+  const struct mt_amp *a = t->amp;
+  if (!a || a->level != 2) return 0;
+  *ranges = (const size_t(*)[2])a->ranges;
+  return a->nranges;
+}
+
 int mt_amp_found(mt_trainer *t, int *found, int *skip, float *inv) {
   struct mt_amp *a = t->amp;
   *skip = 0;

@@ -55,6 +55,9 @@ int mt_amp_after_reduce(mt_trainer *t, int *skip);
  * and the message as mt_amp_after_reduce. Collective. */
 void mt_amp_device_step_begin(mt_trainer *t);
 int mt_amp_scaling(const mt_trainer *t);
+/* O2: the (offset, numel) of the tensors held in low precision (norms and
+ * 1-d tensors of norm layers stay fp32); returns how many, 0 without O2. */
+int mt_amp_o2_ranges(const mt_trainer *t, const size_t (**ranges)[2]);
 int mt_amp_found(mt_trainer *t, int *found, int *skip, float *inv);
 /* The schedule's step: global steps minus skipped ones. */
 long mt_amp_lr_step(const mt_trainer *t);

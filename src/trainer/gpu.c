@@ -168,6 +168,7 @@ static int create(mt_trainer *t, int device) {
   MT_CALL(mt_gpu_optim_setup(t)); /* the partition and the optimizer state */
   MT_CALL(mt_gpu_alloc(&g->params, g->padded * sizeof(float), "parameters"));
   MT_CALL(mt_gpu_alloc(&g->grads, g->padded * sizeof(float), "gradients"));
+  if (c->amp == 2) MT_CALL(mt_gpu_alloc(&g->work, g->padded * sizeof(float), "O2 working copy"));
   const int k = c->accum_steps;
   MT_CALL(mt_gpu_alloc(&g->sums, (size_t)k * sizeof(double), "step losses"));
   MT_CALL(mt_gpu_alloc(&g->norm, sizeof(double), "the gradient norm"));
@@ -240,6 +241,7 @@ void mt_gpu_destroy(mt_trainer *t) {
   cudaFree(g->buf);
   cudaFree(g->params);
   cudaFree(g->grads);
+  cudaFree(g->work);
   mt_gpu_optim_free(g);
   cudaFree(g->sums);
   cudaFree(g->norm);
@@ -297,6 +299,16 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   mt_amp_device_step_begin(t); /* the loss scale of this step (fp16) */
   const float scale = mt_amp_loss_scale(t) / (float)c->batch_size; /* the CPU's, in float */
   const int overlap = g->nccl && !g->sharded && c->ddp_overlap;
+  /* O2: forward and backward on the master rounded (norms kept), GEMM
+   * outputs rounded too; evaluation runs on the master with O1's casts */
+  const float *wp = g->params;
+  if (g->work) {
+    CU(cudaMemcpyAsync(g->work, g->params, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                       g->stream));
+    MT_CALL(mt_gpu_o2_round(t, g->work, 0, n));
+    wp = g->work;
+    g->cx.round_outputs = 1;
+  }
   /* the host queues the work and waits at the end: both count as compute
    * (the forward event); the data event is the loader's */
   for (int k = 0; k < K; k++) {
@@ -311,19 +323,20 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
     mt_ev_begin(MT_EV_FORWARD);
     MT_CALL(upload_batch(g, &g->slots[k % 2], &b, &db));
     const mt_dsums s = {g->sums + k, NULL, NULL, NULL};
-    MT_CALL(dm->ops->forward(dm, g->params, &db, &s));
+    MT_CALL(dm->ops->forward(dm, wp, &db, &s));
     const int last = k == K - 1;
     if (last && overlap) {
       g->overlap_err = 0;
       dm->unit_done = unit_done;
       dm->unit_ctx = t;
     }
-    int err = dm->ops->backward(dm, g->params, g->grads, scale, b.n);
+    int err = dm->ops->backward(dm, wp, g->grads, scale, b.n);
     dm->unit_done = NULL;
     MT_CALL(err);
     MT_CALL(g->overlap_err);
     mt_ev_end(MT_EV_FORWARD);
   }
+  g->cx.round_outputs = 0;
   mt_ev_begin(MT_EV_FORWARD);
   if (g->sharded) {
     MT_CALL(mt_gpu_shard_reduce(t));

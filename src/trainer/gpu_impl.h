@@ -54,6 +54,7 @@ struct mt_gpu {
   float *gshard_host;   /* -fsdp_cpu_offload: the gradient shard (pinned) */
   double *norm_host;    /* the shard's norm, read on the host (pinned)    */
   int *flag, *flag_host; /* loss scaling: an inf/NaN in the gradient      */
+  float *work;          /* O2: the working copy (master rounded), padded */
 };
 
 
@@ -75,6 +76,8 @@ int mt_gpu_optim_setup(mt_trainer *t);
 void mt_gpu_optim_free(struct mt_gpu *g);
 int mt_gpu_shard_reduce(mt_trainer *t);
 int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay);
+/* O2: x's low-precision tensors rounded to -amp_dtype, within [lo, hi). */
+int mt_gpu_o2_round(mt_trainer *t, float *x, size_t lo, size_t hi);
 int mt_gpu_optim_download(mt_trainer *t);
 int mt_gpu_optim_upload(mt_trainer *t);
 

@@ -130,11 +130,25 @@ static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   return 0;
 }
 
+int mt_gpu_o2_round(mt_trainer *t, float *x, size_t lo, size_t hi) {
+  struct mt_gpu *g = t->gpu;
+  const size_t(*r)[2] = NULL;
+  const int nr = mt_amp_o2_ranges(t, &r);
+  for (int i = 0; i < nr; i++) { /* the tensor's part inside [lo, hi) */
+    size_t a = r[i][0] > lo ? r[i][0] : lo, b = r[i][0] + r[i][1] < hi ? r[i][0] + r[i][1] : hi;
+    if (b > a) MT_CALL(mt_cuda_round_to(t->cfg->amp_dtype, x + a, b - a, g->stream));
+  }
+  return 0;
+}
+
 int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   const mt_config *c = t->cfg;
   struct mt_gpu *g = t->gpu;
   const size_t ns = g->hi - g->lo;
   float *gs = g->grads + g->lo, *ps = g->params + g->lo;
+  /* O2: the reduced gradients of the low-precision tensors rounded (once,
+   * after the sum, as on the CPU) */
+  if (g->work) MT_CALL(mt_gpu_o2_round(t, g->grads, g->lo, g->hi));
   if (mt_amp_scaling(t)) { /* the trainer's mt_amp_after_reduce, on this rank's part */
     MT_CALL(mt_cuda_has_nonfinite(gs, ns, g->flag, g->stream));
     CU(cudaMemcpyAsync(g->flag_host, g->flag, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
