@@ -136,7 +136,7 @@ expect_error "np=2 -device gpu" "option -device: 'gpu'" \
   -batch_size 8 -device gpu -output_dir "$(out)"
 expect_error "np=1 -device cuda -backend sp-dp" "option -device cuda: DP-SGD (-backend sp-dp)" \
   run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
-  -backend sp-dp -device cuda -output_dir "$(out)"
+  -backend sp-dp -dp_noise_multiplier 1 -device cuda -output_dir "$(out)"
 expect_error "np=2 -device cuda -backend fsdp (full_shard)" \
   "option -device cuda: -fsdp_sharding_strategy full_shard has no CUDA path" \
   run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
