@@ -161,8 +161,8 @@ static int create(mt_trainer *t, int device) {
   /* labels are checked when a data set is opened, tokens by upload_batch:
    * the kernels need not wait for the GPU to check them again */
   g->cx.check = 0;
-  /* O1 autocast on the device: bf16 operands, fp32 accumulation */
-  if (c->amp == 1) g->cx.prec = c->amp_dtype;
+  /* O1 autocast on the device: bf16/fp16 operands, fp32 accumulation */
+  if (c->amp) g->cx.prec = c->amp_dtype; /* O2 adds round_outputs in training */
   const mt_model *m = t->model;
   const size_t n = m->params.total;
   MT_CALL(mt_gpu_optim_setup(t)); /* the partition and the optimizer state */
@@ -212,7 +212,13 @@ int mt_gpu_create(mt_trainer *t, int device) {
   char desc[256] = "";
   if (mt_cuda_device_describe(device, desc, sizeof(desc))) mt_error_clear();
   const struct mt_gpu *g = t->gpu;
-  mt_print0("device: rank 0 on cuda:%d (%s)%s", device, desc, g->cx.prec ? ", bf16 GEMMs" : "");
+  mt_print0("device: rank 0 on cuda:%d (%s)", device, desc);
+  if (t->cfg->amp)
+    mt_print0(", %s GEMM operands%s", mt_precision_name((mt_precision)t->cfg->amp_dtype),
+              t->cfg->amp == 2 ? " on the O2 working copy" : "");
+  if (g->sharded)
+    mt_print0("; fsdp shard_grad_op: %zu of %zu parameters per rank%s", g->hi - g->lo,
+              t->model->params.total, g->offload ? ", stepped on the host" : "");
   if (g->nccl) mt_print0("; NCCL, %d gradient bucket%s", g->bk.nb, g->bk.nb > 1 ? "s" : "");
   mt_print0("\n");
   return 0;
@@ -262,7 +268,8 @@ void mt_gpu_destroy(mt_trainer *t) {
 /* Copies between host and device on the step's stream, waited for: the
  * stream is non-blocking, so a copy on the legacy stream would not be
  * ordered with its kernels. */
-static int copy(struct mt_gpu *g, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+static int copy(struct mt_gpu *g, void *dst, const void *src, size_t bytes,
+                enum cudaMemcpyKind kind) {
   if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, kind, g->stream));
   return 0;
 }
