@@ -39,3 +39,11 @@ int mt_cuda_device_describe(int device, char *buf, size_t len) {
            (size_t)(p.totalGlobalMem >> 20));
   return 0;
 }
+
+int mt_cuda_device_pci(int device, char *buf, int len) {
+  cudaError_t e = cudaDeviceGetPCIBusId(buf, len, device);
+  if (e != cudaSuccess)
+    return MT_ERR(MT_ERR_LIB, "cudaDeviceGetPCIBusId(%d) failed: %s", device,
+                  cudaGetErrorString(e));
+  return 0;
+}

@@ -52,6 +52,9 @@ int mt_cuda_device_count(char *why, size_t len);
 int mt_cuda_set_device(int device);
 /* "NAME, cc X.Y, N MiB" of a device into buf. */
 int mt_cuda_device_describe(int device, char *buf, size_t len);
+/* The device's PCI bus id ("0000:3b:00.0"), the same in every process
+ * whatever CUDA_VISIBLE_DEVICES makes its number. */
+int mt_cuda_device_pci(int device, char *buf, int len);
 #endif
 
 #endif

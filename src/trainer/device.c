@@ -30,15 +30,21 @@ int mt_gpu_choose(mt_trainer *t) {
   int device = -1;
   int err = mt_device_select(want, comm->local_rank, &device, msg, sizeof(msg));
   MT_CALL(mt_agree(comm->world, err));
-  /* a device of its own for every rank of the node */
+  /* a device of its own for every rank of the node: compared by PCI bus
+   * id, since each process numbers the devices it sees (one rank per GPU
+   * through CUDA_VISIBLE_DEVICES sees its own as cuda:0) */
   int shares = -1; /* the lower local rank on the same device, if any */
   if (comm->local_size > 1) {
-    int *all = NULL;
-    err = mt_calloc(&all, (size_t)comm->local_size, sizeof(int), "devices of the node");
+    char id[32] = "", *all = NULL;
+#ifdef MT_HAVE_CUDA
+    err = device >= 0 ? mt_cuda_device_pci(device, id, (int)sizeof(id)) : 0;
     MT_CALL(mt_agree(comm->world, err));
-    err = MPI_Allgather(&device, 1, MPI_INT, all, 1, MPI_INT, comm->node);
-    for (int r = 0; !err && device >= 0 && r < comm->local_rank; r++)
-      if (all[r] == device) shares = r;
+#endif
+    err = mt_calloc(&all, (size_t)comm->local_size, sizeof(id), "devices of the node");
+    MT_CALL(mt_agree(comm->world, err));
+    err = MPI_Allgather(id, (int)sizeof(id), MPI_CHAR, all, (int)sizeof(id), MPI_CHAR, comm->node);
+    for (int r = 0; !err && id[0] && r < comm->local_rank; r++)
+      if (!strncmp(all + (size_t)r * sizeof(id), id, sizeof(id))) shares = r;
     mt_free(&all);
     MT_MPI(err);
   }

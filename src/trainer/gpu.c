@@ -37,6 +37,11 @@ int mt_gpu_alloc(void *p, size_t bytes, const char *what) {
 /* Waits for event ev without blocking in the driver: polls it and the NCCL
  * communicator (an error there, or no progress within -comm_timeout, ends
  * the wait with a message instead of a hang). */
+int mt_gpu_sync(struct mt_gpu *g, const char *what) {
+  CU(cudaEventRecord(g->step_done, g->stream));
+  return mt_gpu_wait(g, g->step_done, what);
+}
+
 int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
   const double t0 = mt_now();
   for (;;) {
@@ -162,7 +167,10 @@ static int create(mt_trainer *t, int device) {
    * the kernels need not wait for the GPU to check them again */
   g->cx.check = 0;
   /* O1 autocast on the device: bf16/fp16 operands, fp32 accumulation */
-  if (c->amp) g->cx.prec = c->amp_dtype; /* O2 adds round_outputs in training */
+  /* O2 also rounds GEMM outputs, in training and evaluation alike (the
+   * CPU's mt_amp_policy sets it for the run) */
+  if (c->amp) g->cx.prec = c->amp_dtype;
+  g->cx.round_outputs = c->amp == 2;
   const mt_model *m = t->model;
   const size_t n = m->params.total;
   MT_CALL(mt_gpu_optim_setup(t)); /* the partition and the optimizer state */
@@ -199,6 +207,9 @@ static int create(mt_trainer *t, int device) {
   CU(cudaEventCreateWithFlags(&g->step_done, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->stepped, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->synced, cudaEventDisableTiming));
+  /* the zero fills above ran on the legacy stream, which the step's
+   * non-blocking streams do not wait for */
+  CU(cudaDeviceSynchronize());
   return mt_gpu_upload(t, 1);
 }
 
@@ -219,7 +230,8 @@ int mt_gpu_create(mt_trainer *t, int device) {
   if (g->sharded)
     mt_print0("; fsdp shard_grad_op: %zu of %zu parameters per rank%s", g->hi - g->lo,
               t->model->params.total, g->offload ? ", stepped on the host" : "");
-  if (g->nccl) mt_print0("; NCCL, %d gradient bucket%s", g->bk.nb, g->bk.nb > 1 ? "s" : "");
+  if (g->nccl && !g->sharded)
+    mt_print0("; NCCL, %d gradient bucket%s", g->bk.nb, g->bk.nb > 1 ? "s" : "");
   mt_print0("\n");
   return 0;
 }
@@ -227,9 +239,11 @@ int mt_gpu_create(mt_trainer *t, int device) {
 void mt_gpu_destroy(mt_trainer *t) {
   struct mt_gpu *g = t->gpu;
   if (!g) return;
+  /* NCCL first: finalized under a time limit, else aborted, so a collective
+   * a failed peer never joins cannot hold the waits below */
+  if (g->nccl) mt_nccl_comms_destroy(&g->nc);
   if (g->stream) (void)cudaStreamSynchronize(g->stream);
   if (g->comm_stream) (void)cudaStreamSynchronize(g->comm_stream);
-  if (g->nccl) mt_nccl_comms_destroy(&g->nc);
   mt_dmodel_destroy(&g->dm);
   for (int i = 0; i < 2; i++) {
     cudaFreeHost(g->slots[i].host);
@@ -280,7 +294,7 @@ int mt_gpu_download(mt_trainer *t, int optim) {
   const enum cudaMemcpyKind d2h = cudaMemcpyDeviceToHost;
   MT_CALL(copy(g, t->params, g->params, bytes, d2h));
   if (g->buf) MT_CALL(copy(g, t->model->buf, g->buf, t->model->buffers.total * sizeof(float), d2h));
-  CU(cudaStreamSynchronize(g->stream));
+  MT_CALL(mt_gpu_sync(g, "the parameters' copy to the host"));
   return optim ? mt_gpu_optim_download(t) : 0; /* collective when sharded */
 }
 
@@ -290,7 +304,7 @@ int mt_gpu_upload(mt_trainer *t, int optim) {
   const enum cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
   MT_CALL(copy(g, g->params, t->params, bytes, h2d));
   if (g->buf) MT_CALL(copy(g, g->buf, t->model->buf, t->model->buffers.total * sizeof(float), h2d));
-  CU(cudaStreamSynchronize(g->stream));
+  MT_CALL(mt_gpu_sync(g, "the parameters' copy to the device"));
   return optim ? mt_gpu_optim_upload(t) : 0;
 }
 
@@ -306,15 +320,14 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   mt_amp_device_step_begin(t); /* the loss scale of this step (fp16) */
   const float scale = mt_amp_loss_scale(t) / (float)c->batch_size; /* the CPU's, in float */
   const int overlap = g->nccl && !g->sharded && c->ddp_overlap;
-  /* O2: forward and backward on the master rounded (norms kept), GEMM
-   * outputs rounded too; evaluation runs on the master with O1's casts */
+  /* O2: forward and backward on the master rounded (norms kept);
+   * evaluation runs on the master */
   const float *wp = g->params;
   if (g->work) {
     CU(cudaMemcpyAsync(g->work, g->params, n * sizeof(float), cudaMemcpyDeviceToDevice,
                        g->stream));
     MT_CALL(mt_gpu_o2_round(t, g->work, 0, n));
     wp = g->work;
-    g->cx.round_outputs = 1;
   }
   /* the host queues the work and waits at the end: both count as compute
    * (the forward event); the data event is the loader's */
@@ -343,7 +356,6 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
     MT_CALL(g->overlap_err);
     mt_ev_end(MT_EV_FORWARD);
   }
-  g->cx.round_outputs = 0;
   mt_ev_begin(MT_EV_FORWARD);
   if (g->sharded) {
     MT_CALL(mt_gpu_shard_reduce(t));

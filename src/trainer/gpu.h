@@ -1,7 +1,7 @@
 /* -device cuda in the trainer (gpu.c, only built with CUDA).
  *
- * Each rank drives one GPU (mt_device_select: local rank mod the devices
- * it sees). The flat parameter and gradient buffers, the optimizer state
+ * Each rank drives one GPU of its own (mt_device_select: local rank mod
+ * the devices it sees; device.c refuses two ranks on one GPU). The flat parameter and gradient buffers, the optimizer state
  * and the model's activations live in device memory; a training step runs
  * forward, backward, the gradient all-reduce (NCCL, on a stream of its own,
  * each bucket started as soon as the backward has finished its units),
@@ -11,7 +11,9 @@
  * evaluation or a save, and mt_gpu_upload puts them back after a restart
  * or a best-model restore, so a GPU checkpoint restarts on the CPU and a
  * CPU checkpoint on the GPU. Evaluation passes (validation, test, -outputs)
- * run on the CPU with the downloaded parameters.
+ * run on the device too (mt_gpu_eval). fsdp shard_grad_op shards the
+ * optimizer state over the ranks, or keeps it on the host with
+ * -fsdp_cpu_offload (gpu_optim.c).
  *
  * What a device run supports is decided by mt_config_device_why
  * (src/core/config_device.c); the rest is refused there, naming -device. */

@@ -65,6 +65,8 @@ int mt_gpu_cuda_ok(cudaError_t e, const char *what);
 int mt_gpu_alloc(void *p, size_t bytes, const char *what);
 /* Waits for ev polling it (and the NCCL communicator, under -comm_timeout). */
 int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what);
+/* Waits so for everything queued on the step's stream. */
+int mt_gpu_sync(struct mt_gpu *g, const char *what);
 
 /* gpu_optim.c: the partition and the optimizer state (before the params
  * and grads are allocated: it sets g->padded), its release; after the

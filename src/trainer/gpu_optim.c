@@ -182,6 +182,7 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
                                          g->per, ncclFloat, g->nc.world, g->comm_stream),
                            "ncclAllGather of the parameters", g->padded, g->timeout));
     MT_CALL(joined(g));
+    t->backend->comm_bytes += (double)g->padded * sizeof(float);
   }
   return 0;
 }
@@ -240,7 +241,7 @@ int mt_gpu_optim_download(mt_trainer *t) {
     }
     CU(cudaMemcpyAsync(host[i], src, n * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
   }
-  CU(cudaStreamSynchronize(g->stream));
+  MT_CALL(mt_gpu_sync(g, "the optimizer state's copy to the host"));
   if (t->adamw) t->adam_state.step = g->adam.step;
   return 0;
 }
@@ -253,7 +254,7 @@ int mt_gpu_optim_upload(mt_trainer *t) {
   for (int i = 0; i < k; i++)
     CU(cudaMemcpyAsync(dev[i], host[i] + g->lo, (g->hi - g->lo) * sizeof(float),
                        cudaMemcpyHostToDevice, g->stream));
-  CU(cudaStreamSynchronize(g->stream));
+  MT_CALL(mt_gpu_sync(g, "the optimizer state's copy to the device"));
   if (t->adamw) g->adam.step = t->adam_state.step;
   return 0;
 }
