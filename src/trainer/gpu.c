@@ -232,6 +232,10 @@ int mt_gpu_create(mt_trainer *t, int device) {
               t->model->params.total, g->offload ? ", stepped on the host" : "");
   if (g->nccl && !g->sharded)
     mt_print0("; NCCL, %d gradient bucket%s", g->bk.nb, g->bk.nb > 1 ? "s" : "");
+  size_t free_b = 0, total_b = 0; /* what the run holds now, before the first step */
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    mt_print0("; %.0f of %.0f MiB in use", (double)(total_b - free_b) / 1048576.0,
+              (double)total_b / 1048576.0);
   mt_print0("\n");
   return 0;
 }
