@@ -5,18 +5,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Room for one more tensor. */
+static int grow(mt_param_table *t) {
+  if (t->n < t->cap) return 0;
+  int cap = t->cap ? 2 * t->cap : 16;
+  mt_param *p = realloc(t->p, (size_t)cap * sizeof(*p));
+  MT_CHECK(p, MT_ERR_MEM, "cannot grow a parameter table");
+  t->p = p;
+  t->cap = cap;
+  return 0;
+}
+
 int mt_param_table_add(mt_param_table *t, const char *name, int ndim, const int64_t *shape,
                        int unit) {
   MT_CHECK(ndim >= 1 && ndim <= MT_MAX_DIMS, MT_ERR_ARG, "tensor %s: %d dims", name, ndim);
   MT_CHECK(strlen(name) < MT_NAME_MAX, MT_ERR_ARG, "tensor name too long: %s", name);
   MT_CHECK(!mt_param_table_find(t, name), MT_ERR_ARG, "tensor %s added twice", name);
-  if (t->n == t->cap) {
-    int cap = t->cap ? 2 * t->cap : 16;
-    mt_param *p = realloc(t->p, (size_t)cap * sizeof(*p));
-    MT_CHECK(p, MT_ERR_MEM, "cannot grow the parameter table");
-    t->p = p;
-    t->cap = cap;
-  }
+  MT_CALL(grow(t));
   mt_param *q = &t->p[t->n];
   memset(q, 0, sizeof(*q));
   snprintf(q->name, sizeof(q->name), "%s", name);
@@ -54,13 +59,7 @@ int mt_param_table_slice(const mt_param_table *t, size_t lo, size_t hi, mt_param
     size_t a = q->offset > lo ? q->offset : lo;
     size_t b = q->offset + q->numel < hi ? q->offset + q->numel : hi;
     if (b <= a) continue;
-    if (out->n == out->cap) {
-      int cap = out->cap ? 2 * out->cap : 16;
-      mt_param *p = realloc(out->p, (size_t)cap * sizeof(*p));
-      MT_CHECK(p, MT_ERR_MEM, "cannot grow a shard's parameter table");
-      out->p = p;
-      out->cap = cap;
-    }
+    MT_CALL(grow(out));
     mt_param *s = &out->p[out->n++];
     *s = *q;
     s->ndim = 1;
