@@ -138,7 +138,6 @@ static void thread_stop(ddp *d) {
 
 static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   (void)params, (void)grads;
-  MT_CHECK(b->bucket_mb > 0, MT_ERR_OPTION, "option -ddp_bucket_mb must be > 0");
   ddp *d = NULL;
   int err = mt_calloc(&d, 1, sizeof(*d), "ddp");
   b->data = d;

@@ -42,6 +42,18 @@ int mt_gpu_sync(struct mt_gpu *g, const char *what) {
   return mt_gpu_wait(g, g->step_done, what);
 }
 
+int mt_gpu_comm_begin(struct mt_gpu *g) {
+  CU(cudaEventRecord(g->stepped, g->stream));
+  CU(cudaStreamWaitEvent(g->comm_stream, g->stepped, 0));
+  return 0;
+}
+
+int mt_gpu_comm_end(struct mt_gpu *g) {
+  CU(cudaEventRecord(g->synced, g->comm_stream));
+  CU(cudaStreamWaitEvent(g->stream, g->synced, 0));
+  return 0;
+}
+
 int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
   const double t0 = mt_now();
   for (;;) {
@@ -157,7 +169,6 @@ static int create(mt_trainer *t, int device) {
   MT_CALL(mt_calloc(&g, 1, sizeof(*g), "device state"));
   t->gpu = g;
   g->nc.cross_mpi = MPI_COMM_NULL; /* what mt_nccl_comms_destroy expects */
-  g->device = device;
   g->timeout = c->comm_timeout;
   MT_CALL(mt_device_use(device));
   CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
@@ -188,15 +199,15 @@ static int create(mt_trainer *t, int device) {
     g->dm.buf = g->buf;
   }
   const size_t B = (size_t)m->max_batch, lps = (size_t)g->dm.losses_per_sample;
-  (void)g->dm.ops->outputs(&g->dm, &g->eout_len);
+  int K = 1; /* the outputs' row length (none for gpt) */
+  (void)g->dm.ops->outputs(&g->dm, &K);
   MT_CALL(mt_gpu_alloc(&g->esum, sizeof(double), "evaluation sums"));
   MT_CALL(mt_gpu_alloc(&g->ehits, sizeof(int64_t), "evaluation sums"));
   MT_CALL(mt_gpu_alloc(&g->elosses, B * lps * sizeof(float), "evaluation losses"));
   CU(cudaMallocHost((void **)&g->esum_host, sizeof(double)));
   CU(cudaMallocHost((void **)&g->ehits_host, sizeof(int64_t)));
   CU(cudaMallocHost((void **)&g->elosses_host, B * lps * sizeof(float)));
-  CU(cudaMallocHost((void **)&g->eout_host, B * (size_t)(g->eout_len > 0 ? g->eout_len : 1) *
-                                                sizeof(float)));
+  CU(cudaMallocHost((void **)&g->eout_host, B * (size_t)(K > 0 ? K : 1) * sizeof(float)));
   if (!g->sharded) /* ddp's buckets */
     MT_CALL(mt_buckets_plan(&g->bk, n, sizeof(float), c->ddp_bucket_mb, c->ddp_first_bucket_mb,
                             &m->params));
@@ -372,17 +383,14 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   if (g->nccl && g->buf) {
     /* rank 0's running statistics for all, as the CPU's sync_buffers: on
      * the communication stream, after the step, before the next forward */
-    CU(cudaEventRecord(g->stepped, g->stream));
-    CU(cudaStreamWaitEvent(g->comm_stream, g->stepped, 0));
+    MT_CALL(mt_gpu_comm_begin(g));
     MT_CALL(mt_nccl_bcast(g->nc.world, g->buf, t->model->buffers.total, 0, g->comm_stream,
                           g->timeout));
-    CU(cudaEventRecord(g->synced, g->comm_stream));
-    CU(cudaStreamWaitEvent(g->stream, g->synced, 0));
+    MT_CALL(mt_gpu_comm_end(g));
   }
   CU(cudaMemcpyAsync(g->sums_host, g->sums, (size_t)K * sizeof(double), cudaMemcpyDeviceToHost,
                      g->stream));
-  CU(cudaEventRecord(g->step_done, g->stream));
-  MT_CALL(mt_gpu_wait(g, g->step_done, "a training step"));
+  MT_CALL(mt_gpu_sync(g, "a training step"));
   mt_ev_end(MT_EV_FORWARD);
   const double per = (double)dm->ops->per_sample(dm);
   for (int k = 0; k < K; k++) *loss_sum += g->sums_host[k] / per;
@@ -417,8 +425,7 @@ int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses, mt_batch_stats 
   if (want_out)
     CU(cudaMemcpyAsync(g->eout_host, out, (size_t)B * K * sizeof(float), cudaMemcpyDeviceToHost,
                        g->stream));
-  CU(cudaEventRecord(g->step_done, g->stream));
-  MT_CALL(mt_gpu_wait(g, g->step_done, "an evaluation batch"));
+  MT_CALL(mt_gpu_sync(g, "an evaluation batch"));
   const double per = (double)dm->ops->per_sample(dm);
   st->loss_sum += *g->esum_host / per;
   st->correct += (double)*g->ehits_host / per;

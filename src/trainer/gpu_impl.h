@@ -19,13 +19,12 @@ typedef struct {
 } slot;
 
 struct mt_gpu {
-  int device;
   cudaStream_t stream, comm_stream;
   mt_cuda_ctx cx;
   mt_dmodel dm;
   float *params, *grads, *mom; /* params and grads: padded elements     */
   float *buf; /* the model buffers (batch norm's running statistics)      */
-  cudaEvent_t stepped, synced; /* around the buffers' broadcast          */
+  cudaEvent_t stepped, synced; /* mt_gpu_comm_begin / mt_gpu_comm_end    */
   mt_cuda_adamw_state adam;
   /* per micro-batch of a step: its loss sum (device; host copy) */
   double *sums, *sums_host;
@@ -34,7 +33,6 @@ struct mt_gpu {
   double *esum, *esum_host;
   int64_t *ehits, *ehits_host;
   float *elosses, *elosses_host, *eout_host;
-  int eout_len;
   slot slots[2];
   /* NCCL and ddp's gradient buckets (comm/buckets.h: started in order as
    * the backward finishes their units) */
@@ -67,6 +65,11 @@ int mt_gpu_alloc(void *p, size_t bytes, const char *what);
 int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what);
 /* Waits so for everything queued on the step's stream. */
 int mt_gpu_sync(struct mt_gpu *g, const char *what);
+/* Around a collective on the communication stream: it starts after what
+ * the compute stream has queued (begin), and the compute stream's later
+ * work waits for it (end). */
+int mt_gpu_comm_begin(struct mt_gpu *g);
+int mt_gpu_comm_end(struct mt_gpu *g);
 
 /* gpu_optim.c: the partition and the optimizer state (before the params
  * and grads are allocated: it sets g->padded), its release; after the

@@ -64,17 +64,15 @@ void mt_gpu_optim_free(struct mt_gpu *g) {
   cudaFree(g->flag);
 }
 
-/* The compute stream's work so far, then (on the communication stream) a
- * collective, then the compute stream waits for it. */
-static int around(struct mt_gpu *g) {
-  CU(cudaEventRecord(g->stepped, g->stream));
-  CU(cudaStreamWaitEvent(g->comm_stream, g->stepped, 0));
-  return 0;
-}
-static int joined(struct mt_gpu *g) {
-  CU(cudaEventRecord(g->synced, g->comm_stream));
-  CU(cudaStreamWaitEvent(g->stream, g->synced, 0));
-  return 0;
+/* buf (padded) gathered in place from every rank's piece at buf + r * per. */
+static int gather(mt_trainer *t, float *buf, const char *what) {
+  struct mt_gpu *g = t->gpu;
+  MT_CALL(mt_gpu_comm_begin(g));
+  MT_CALL(mt_nccl_settle(g->nc.world,
+                         ncclAllGather(buf + (size_t)t->comm->rank * g->per, buf, g->per,
+                                       ncclFloat, g->nc.world, g->comm_stream),
+                         what, g->padded, g->timeout));
+  return mt_gpu_comm_end(g);
 }
 
 int mt_gpu_shard_reduce(mt_trainer *t) {
@@ -82,12 +80,12 @@ int mt_gpu_shard_reduce(mt_trainer *t) {
   if (!g->sharded || !g->nccl) return 0;
   /* in place: rank r's sum lands at grads + r * per */
   float *mine = g->grads + (size_t)t->comm->rank * g->per;
-  MT_CALL(around(g));
+  MT_CALL(mt_gpu_comm_begin(g));
   MT_CALL(mt_nccl_settle(g->nc.world,
                          ncclReduceScatter(g->grads, mine, g->per, ncclFloat, ncclSum, g->nc.world,
                                            g->comm_stream),
                          "ncclReduceScatter of the gradient", g->padded, g->timeout));
-  MT_CALL(joined(g));
+  MT_CALL(mt_gpu_comm_end(g));
   t->backend->comm_bytes += (double)g->padded * sizeof(float);
   return 0;
 }
@@ -98,8 +96,7 @@ static int clip_norm_sharded(mt_trainer *t, float *gs, size_t ns) {
   struct mt_gpu *g = t->gpu;
   MT_CALL(mt_cuda_l2_norm(gs, ns, g->norm, &g->cx));
   CU(cudaMemcpyAsync(g->norm_host, g->norm, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
-  CU(cudaEventRecord(g->step_done, g->stream));
-  MT_CALL(mt_gpu_wait(g, g->step_done, "the gradient norm"));
+  MT_CALL(mt_gpu_sync(g, "the gradient norm"));
   double n2 = *g->norm_host * *g->norm_host;
   MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &n2, 1, MPI_DOUBLE, MPI_SUM, t->comm->world));
   return mt_cuda_clip_grad_norm_given(gs, ns, sqrt(n2), t->cfg->clip_grad_norm, g->stream);
@@ -111,8 +108,7 @@ static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   const size_t lo = g->lo, ns = g->hi - g->lo;
   CU(cudaMemcpyAsync(g->gshard_host, g->grads + lo, ns * sizeof(float), cudaMemcpyDeviceToHost,
                      g->stream));
-  CU(cudaEventRecord(g->step_done, g->stream));
-  MT_CALL(mt_gpu_wait(g, g->step_done, "the gradient shard"));
+  MT_CALL(mt_gpu_sync(g, "the gradient shard"));
   float *p = (float *)t->params + lo;
   if (t->adamw) {
     mt_adamw_state *w = &t->adam_state, s = *w; /* the shard's piece of the host state */
@@ -152,8 +148,7 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   if (mt_amp_scaling(t)) { /* the trainer's mt_amp_after_reduce, on this rank's part */
     MT_CALL(mt_cuda_has_nonfinite(gs, ns, g->flag, g->stream));
     CU(cudaMemcpyAsync(g->flag_host, g->flag, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
-    CU(cudaEventRecord(g->step_done, g->stream));
-    MT_CALL(mt_gpu_wait(g, g->step_done, "the inf/NaN check"));
+    MT_CALL(mt_gpu_sync(g, "the inf/NaN check"));
     int found = *g->flag_host, skip;
     float inv;
     MT_CALL(mt_amp_found(t, &found, &skip, &inv)); /* agreed over the ranks */
@@ -176,12 +171,7 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
     MT_CALL(mt_cuda_sgd_step(&g->stable, ps, gs, g->mom, first_step, &t->sgd, all_decay, lr,
                              g->stream));
   if (g->sharded && g->nccl) { /* in place: rank r's shard at params + r * per */
-    MT_CALL(around(g));
-    MT_CALL(mt_nccl_settle(g->nc.world,
-                           ncclAllGather(g->params + (size_t)t->comm->rank * g->per, g->params,
-                                         g->per, ncclFloat, g->nc.world, g->comm_stream),
-                           "ncclAllGather of the parameters", g->padded, g->timeout));
-    MT_CALL(joined(g));
+    MT_CALL(gather(t, g->params, "ncclAllGather of the parameters"));
     t->backend->comm_bytes += (double)g->padded * sizeof(float);
   }
   return 0;
@@ -231,12 +221,7 @@ int mt_gpu_optim_download(mt_trainer *t) {
     if (g->sharded && g->nccl) { /* gathered into the gradient buffer, free between steps */
       CU(cudaMemcpyAsync(g->grads + (size_t)t->comm->rank * g->per, dev[i],
                          g->per * sizeof(float), cudaMemcpyDeviceToDevice, g->stream));
-      MT_CALL(around(g));
-      MT_CALL(mt_nccl_settle(g->nc.world,
-                             ncclAllGather(g->grads + (size_t)t->comm->rank * g->per, g->grads,
-                                           g->per, ncclFloat, g->nc.world, g->comm_stream),
-                             "ncclAllGather of the optimizer state", g->padded, g->timeout));
-      MT_CALL(joined(g));
+      MT_CALL(gather(t, g->grads, "ncclAllGather of the optimizer state"));
       src = g->grads;
     }
     CU(cudaMemcpyAsync(host[i], src, n * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
