@@ -219,9 +219,10 @@ static int create(mt_trainer *t, int device) {
   CU(cudaEventCreateWithFlags(&g->stepped, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&g->synced, cudaEventDisableTiming));
   /* the zero fills above ran on the legacy stream, which the step's
-   * non-blocking streams do not wait for */
+   * non-blocking streams do not wait for; the parameters and the optimizer
+   * state are copied up once, by mt_trainer_run after its restart */
   CU(cudaDeviceSynchronize());
-  return mt_gpu_upload(t, 1);
+  return 0;
 }
 
 int mt_gpu_create(mt_trainer *t, int device) {

@@ -30,13 +30,13 @@
  * agreed): the run is on GPUs on all ranks, one each, or on none (-1).
  * Before the model is sharded: fsdp on the GPU shards on the device. */
 int mt_gpu_choose(mt_trainer *t);
-/* With a GPU, makes t->gpu from the trainer's initialised host buffers. */
+/* With a GPU, makes t->gpu (buffers, device model, NCCL); mt_trainer_run
+ * copies the host's buffers up (mt_gpu_upload) after its restart. */
 int mt_gpu_setup(mt_trainer *t);
 
 #ifdef MT_HAVE_CUDA
-/* t->gpu on CUDA device `device`: buffers, the device model, the host's
- * parameters and optimizer state copied up, and with more than one rank
- * the NCCL communicator. Collective (agreed). */
+/* t->gpu on CUDA device `device`: buffers, the device model, and with more
+ * than one rank the NCCL communicator. Collective (agreed). */
 int mt_gpu_create(mt_trainer *t, int device);
 void mt_gpu_destroy(mt_trainer *t);
 /* One global step on the device (the trainer's train_step); key is the

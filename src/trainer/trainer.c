@@ -243,7 +243,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
     MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, c->prefetch));
   MT_CALL(mt_eval_setup(t));
   if (c->dp) MT_CALL(mt_agree(comm->world, mt_dp_setup(t)));
-  MT_CALL(mt_gpu_setup(t)); /* last: it copies the initialised host buffers */
+  MT_CALL(mt_gpu_setup(t));
   return 0;
 }
 
@@ -501,7 +501,8 @@ int mt_trainer_run(mt_trainer *t) {
   }
   MT_CALL(mt_agree(t->comm->world, err));
   MT_CALL(mt_trainer_restart(t));
-  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 1))); /* what the restart read */
+  /* -device cuda: the host's initialised (or restarted) buffers go up */
+  if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 1)));
   t->cfg_hash = mt_hash_bytes(c, sizeof(*c), mt_option_hash());
   MT_CALL(mt_agree(t->comm->world, mt_guard_start(&t->guard, t->comm->world, c->comm_timeout)));
   double start = mt_now() - t->elapsed_before;
