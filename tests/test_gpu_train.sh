@@ -3,7 +3,8 @@
 # "skipped" line and the automake skip code 77): mlp, cnn (batch norm,
 # dropout) and gpt trained for a few steps on each give the same parameters
 # within 1e-4 (the GPU sums in another order), and the validation pass on
-# the device the same outputs; bf16 and fp16 autocast (sp-amp) learn; a
+# the device the same outputs (the CPU model holding no batch of
+# activations beside the device's); bf16 and fp16 autocast (sp-amp) learn; a
 # checkpoint written on the GPU restarts on the CPU and one written on the
 # CPU on the GPU, ending where the uninterrupted run ends; fsdp
 # shard_grad_op with -fsdp_cpu_offload on one GPU gives sp's parameters;
@@ -105,7 +106,17 @@ if [ -f "$text" ]; then
     -epochs 1 -max_train_steps_per_epoch 6 -max_val_steps_per_epoch 1 -val_batch_size 20
     -optimizer sgd -lr 0.1 -momentum 0.9 -checkpoint_at_end 0 -backend sp)
   train gpt-cpu 1 cpu "${gpt[@]}"
+  cpu_log=$LAST_LOG
   train gpt-gpu 1 cuda "${gpt[@]}"
+  # the device twin holds the activations: the CPU model keeps one sample's
+  # and no per-thread copies (they were the whole batch's, never read)
+  acts() { sed -n 's/^memory forecast.* activations \([0-9.]*\);.*/\1/p' "$1"; }
+  a=$(acts "$cpu_log") b=$(acts "$LAST_LOG")
+  if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN {exit !(b * 4 < a)}'; then
+    pass "gpt on the GPU: host activations $b MiB (on the CPU $a MiB)"
+  else
+    fail "gpt on the GPU: host activations" "forecast ${b:-?} MiB on the GPU, ${a:-?} MiB on the CPU"
+  fi
   same "gpt: -device cuda gives the CPU's parameters" gpt-cpu gpt-gpu 1e-4
   # the validation pass on the device: the same loss and accuracy
   vl() { awk -F, 'NR > 1 && $7 == 0 {v = $9 "," $10} END {print v}' "$WORK/$1/curve.csv"; }
@@ -147,5 +158,22 @@ if [ "${ngpu:-0}" -ge 2 ]; then
   same "an fsdp checkpoint from 2 GPUs restarts under ddp on the CPU" ddp-adam2 sgo2-b 1e-3
 else
   echo "# ddp on the device: needs 2 GPUs (NCCL puts one rank on each), this node has ${ngpu:-0}"
+  # two ranks, one GPU: -device cuda is refused naming the option and the
+  # shared device; auto trains on the CPU and says why
+  run_logged run_mpi 2 120 "$MPITRAIN" "${mlp[@]}" -epochs 1 -backend ddp -device cuda \
+    -output_dir "$WORK/shared"
+  if [ "$LAST_RC" != 0 ] && last_output | grep -q -- '-device cuda: rank 1 would share cuda:0'; then
+    pass "2 ranks on 1 GPU: -device cuda is refused, naming the shared device"
+  else
+    fail "2 ranks on 1 GPU: -device cuda is refused" "exit $LAST_RC"
+  fi
+  run_logged run_mpi 2 120 "$MPITRAIN" "${mlp[@]}" -epochs 1 -backend ddp -device auto \
+    -output_dir "$WORK/shared-auto"
+  if [ "$LAST_RC" = 0 ] &&
+    last_output | grep -q -- '-device auto: cpu (a node has more ranks than CUDA devices)'; then
+    pass "2 ranks on 1 GPU: -device auto trains on the CPU and says why"
+  else
+    fail "2 ranks on 1 GPU: -device auto trains on the CPU" "exit $LAST_RC"
+  fi
 fi
 finish

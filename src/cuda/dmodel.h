@@ -58,7 +58,7 @@ typedef struct {
 
 struct mt_dmodel {
   const mt_dmodel_ops *ops;
-  const mt_model *host;   /* the CPU model: table, spec, max_batch        */
+  const mt_model *host;   /* the CPU model: table, spec, buffers          */
   mt_cuda_ctx *cx;
   int max_batch;
   int losses_per_sample; /* values of mt_dsums.losses per sample (setup)  */
@@ -78,8 +78,10 @@ static inline void mt_dmodel_unit_done(const mt_dmodel *d, int unit) {
 /* The device twin of a built-in CPU model's ops (NULL for any other model:
  * the caller says so, naming -device). */
 const mt_dmodel_ops *mt_dmodel_find(const mt_model_ops *cpu);
-/* Makes the twin of host for batches of up to host->max_batch on cx. */
-int mt_dmodel_create(mt_dmodel *d, const mt_model *host, const mt_config *c, mt_cuda_ctx *cx);
+/* Makes the twin of host for batches of up to max_batch samples on cx (the
+ * host model's own activations may be smaller: they are not used). */
+int mt_dmodel_create(mt_dmodel *d, const mt_model *host, int max_batch, const mt_config *c,
+                     mt_cuda_ctx *cx);
 void mt_dmodel_destroy(mt_dmodel *d);
 
 extern const mt_dmodel_ops mt_dmodel_mlp;

@@ -19,6 +19,7 @@ int mt_compute_setup(mt_trainer *t, int max_batch) {
   const mt_config *c = t->cfg;
   /* a model with running statistics sees its rank's whole batch */
   t->nthr = (!strcmp(c->thread_split, "batch") && c->threads > 1 && !t->model->buffers.n &&
+             t->device < 0 && /* the GPU's twin runs the batch */
              !(c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD))
                 ? c->threads : 1;
   if (t->nthr > MT_MAX_THREADS) t->nthr = MT_MAX_THREADS;

@@ -110,9 +110,9 @@ static int finish_reduce(struct mt_gpu *g) {
 
 #define ALIGN(x) (((x) + 255) & ~(size_t)255)
 
-static int slot_init(slot *s, const mt_model *m) {
+static int slot_init(slot *s, const mt_model *m, int max_batch) {
   const mt_data_spec *sp = &m->spec;
-  const size_t B = (size_t)m->max_batch;
+  const size_t B = (size_t)max_batch;
   size_t bytes = ALIGN(B * sp->sample_numel * sizeof(float)) + ALIGN(B * sizeof(int32_t)) +
                  ALIGN(B * (sp->sample_numel + 1) * sizeof(int32_t)) +
                  ALIGN(B * (sp->ntargets > 0 ? sp->ntargets : 1) * sizeof(float)) +
@@ -192,13 +192,13 @@ static int create(mt_trainer *t, int device) {
   MT_CALL(mt_gpu_alloc(&g->sums, (size_t)k * sizeof(double), "step losses"));
   MT_CALL(mt_gpu_alloc(&g->norm, sizeof(double), "the gradient norm"));
   CU(cudaMallocHost((void **)&g->sums_host, (size_t)k * sizeof(double)));
-  for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m));
-  MT_CALL(mt_dmodel_create(&g->dm, m, c, &g->cx));
+  for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m, t->max_batch));
+  MT_CALL(mt_dmodel_create(&g->dm, m, t->max_batch, c, &g->cx));
   if (m->buffers.total) {
     MT_CALL(mt_gpu_alloc(&g->buf, m->buffers.total * sizeof(float), "model buffers"));
     g->dm.buf = g->buf;
   }
-  const size_t B = (size_t)m->max_batch, lps = (size_t)g->dm.losses_per_sample;
+  const size_t B = (size_t)t->max_batch, lps = (size_t)g->dm.losses_per_sample;
   int K = 1; /* the outputs' row length (none for gpt) */
   (void)g->dm.ops->outputs(&g->dm, &K);
   MT_CALL(mt_gpu_alloc(&g->esum, sizeof(double), "evaluation sums"));

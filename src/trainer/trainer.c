@@ -90,11 +90,17 @@ static int create_model(mt_trainer *t) {
   MT_CALL(mt_gpt_set(c->gpt_layers, c->gpt_heads, c->gpt_embd, c->gpt_block,
                      !strcmp(c->gpt_gelu, "tanh"), c->gpt_dropout));
   /* activations for one training micro-batch; evaluation goes in pieces of
-   * this size (validate.c) */
-  int max_batch = c->micro_batch_size;
+   * this size (validate.c). On a GPU the device twin holds them (gpu.c):
+   * the CPU model keeps its table, spec and buffers with activations for
+   * one sample and no per-thread copies (a GPT-2 small at batch 8 made
+   * 88 GB of host activations that nothing read, and zeroing them took a
+   * minute) */
+  t->max_batch = c->micro_batch_size;
+  const int on_gpu = t->device >= 0;
+  int max_batch = on_gpu ? 1 : t->max_batch;
   /* With the batch split over threads every model runs on one thread, and
    * oneDNN primitives fix their thread count when they are made. */
-  int split = !strcmp(c->thread_split, "batch") && c->threads > 1;
+  int split = !strcmp(c->thread_split, "batch") && c->threads > 1 && !on_gpu;
   if (split && c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD) {
     mt_print0("fsdp gathers each unit once for the rank's batch: -thread_split gemm (one model, "
               "all threads)\n");

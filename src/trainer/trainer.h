@@ -83,6 +83,7 @@ typedef struct {
   struct mt_gpu *gpu; /* -device cuda (trainer/gpu.h): the device buffers,
                          NULL on the CPU                                   */
   int device;         /* the rank's CUDA device, -1 for the CPU            */
+  int max_batch;      /* samples one forward takes: -micro_batch_size      */
 } mt_trainer;
 
 /* Memory per rank (memory.c): rank 0 prints the forecast before training

@@ -102,7 +102,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
     /* the model holds activations for a training micro-batch: a larger
      * -val_batch_size is evaluated in pieces of that size (the sums are the
      * same; a GPT's activations for 500 samples took 3 GB) */
-    const int piece = t->model->max_batch;
+    const int piece = t->max_batch;
     for (int r0 = 0; !err && r0 < bt.n; r0 += piece) {
       const int r1 = bt.n - r0 < piece ? bt.n : r0 + piece;
       mt_batch sub = mt_batch_rows(&bt, r0, r1);
