@@ -2,8 +2,12 @@
 # gpt on one GPU: tokens/s and model-FLOP utilisation (MFU) of
 # `mpitrain -device cuda` (fp32, and bf16 GEMMs with -backend sp-amp) against
 # the device's dense bf16 peak, beside bench/cuda_gpt, the same model's
-# kernels alone (no trainer, no data), for the same shape. Needs a CUDA build
-# and a GPU; without one it says so and exits 0.
+# kernels alone (no trainer, no data), for the same shape, and beside the
+# peer, PyTorch on the same GPU (bench/torch_gpt_cuda.py: the model's twin in
+# fp32, bf16 autocast, and bf16 with PyTorch's fused flash attention), when
+# $PYTHON (default python3) imports a torch that sees the GPU. The ratios at
+# the end are mpitrain's rate over the peer's. Needs a CUDA build and a GPU;
+# without one it says so and exits 0.
 #
 #   bench/bench_gpu.sh [-r 3] [--layers 6] [--heads 6] [--embd 384]
 #                      [--block 256] [--batch 16] [--steps 40] [--peak TFLOPS]
@@ -71,8 +75,21 @@ run_kernels() { # PREC -> tokens/s
 }
 
 echo "# $name; gpt L=$L heads=$NH C=$C T=$T V=$V batch $B; $fpt FLOPs/token; peak ${peak:-?} TFLOP/s; median of $repeats"
+run_torch() { # AMP ATTN -> tokens/s
+  "${PYTHON:-python3}" "$(dirname "$0")/torch_gpt_cuda.py" --layers "$L" --heads "$NH" --embd "$C" \
+    --block "$T" --batch "$B" --warmup 5 --steps $((steps - 5)) --amp "$1" --attn "$2" 2>&1 |
+    sed -n 's/^RESULT torch_gpt_cuda .*tokens_per_s=\([0-9.]*\).*/\1/p'
+}
+variants=("mpitrain sp (fp32)" "mpitrain sp-amp (bf16)" "kernels fp32" "kernels bf16")
+if "${PYTHON:-python3}" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  variants+=("torch fp32" "torch bf16" "torch bf16 flash-attn")
+  echo "# peer: torch $("${PYTHON:-python3}" -c 'import torch; print(torch.__version__)')"
+else
+  echo "# peer: none (${PYTHON:-python3} has no torch that sees the GPU)"
+fi
+declare -A rates
 printf '%-28s %12s %8s\n' variant tokens/s MFU
-for v in "mpitrain sp (fp32)" "mpitrain sp-amp (bf16)" "kernels fp32" "kernels bf16"; do
+for v in "${variants[@]}"; do
   : >"$work/rates"
   for r in $(seq 1 "$repeats"); do
     case $v in
@@ -80,10 +97,22 @@ for v in "mpitrain sp (fp32)" "mpitrain sp-amp (bf16)" "kernels fp32" "kernels b
       "mpitrain sp-amp (bf16)") run_mt sp-amp ;;
       "kernels fp32") run_kernels fp32 ;;
       "kernels bf16") run_kernels bf16 ;;
+      "torch fp32") run_torch none twin ;;
+      "torch bf16") run_torch bf16 twin ;;
+      "torch bf16 flash-attn") run_torch bf16 sdpa ;;
     esac >>"$work/rates"
   done
   rate=$(median <"$work/rates")
+  rates[$v]=$rate
   mfu=-
   [ -n "$rate" ] && [ -n "$peak" ] && mfu=$(awk -v f="$fpt" -v r="$rate" -v p="$peak" 'BEGIN {printf "%.1f%%", 100 * f * r / (p * 1e12)}')
   printf '%-28s %12s %8s\n' "$v" "${rate:-failed}" "$mfu"
 done
+ratio() { # LABEL MPITRAIN_VARIANT TORCH_VARIANT
+  local a=${rates[$2]:-} b=${rates[$3]:-}
+  [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v l="$1" 'BEGIN {printf "%-48s %6.2fx\n", l, a / b}'
+}
+ratio "mpitrain/torch, fp32:" "mpitrain sp (fp32)" "torch fp32"
+ratio "mpitrain/torch, bf16 (the same attention):" "mpitrain sp-amp (bf16)" "torch bf16"
+ratio "mpitrain/torch, bf16 (torch's flash attention):" "mpitrain sp-amp (bf16)" "torch bf16 flash-attn"
+exit 0
