@@ -269,7 +269,9 @@ static void MT_T(test_embedding)(void) {
 }
 
 static void MT_T(test_attention)(void) {
-  static const int shapes[][4] = {{2, 5, 12, 3}, {1, 1, 4, 1}, {3, 37, 64, 4}, {1, 130, 32, 2}};
+  /* B <= NH: one batched GEMM per image; B > NH (the last two): one per head */
+  static const int shapes[][4] = {{2, 5, 12, 3}, {1, 1, 4, 1}, {3, 37, 64, 4}, {1, 130, 32, 2},
+                                  {6, 20, 32, 2}, {5, 9, 12, 1}};
   for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
     const int B = shapes[k][0], T = shapes[k][1], C = shapes[k][2], NH = shapes[k][3];
     const size_t ni = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;

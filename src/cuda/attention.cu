@@ -1,7 +1,8 @@
 // Causal multi-head self-attention on the GPU (only built with CUDA), in
 // the CPU's llm.c layout (preatt and att kept for the backward), with the
 // per-head products as cuBLAS strided-batched GEMMs straight on the
-// interleaved q, k, v (no copies), for float and double (the template
+// interleaved q, k, v (no copies; looped over the smaller of images and
+// heads, batched over the larger), for float and double (the template
 // attention_t.cuh). Like the CPU it forms the full (T,T) score matrices
 // and zeroes their upper half: twice the causal work in the products, in
 // exchange for plain GEMMs. The products are in the buffers' type (a

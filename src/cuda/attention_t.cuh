@@ -54,25 +54,49 @@ __global__ void MT_T(causal_softmax_bwd_k)(REAL *datt, const REAL *att, int T) {
 
 } // namespace
 
+// The (image, head) pairs are a 2-d batch, and cuBLAS's strided batch has
+// one stride: one call per value of the smaller of B and NH, each batched
+// over the larger (per image alone, a batch of 128 short windows made 9216
+// GEMM calls a step at 12 layers, and launches took most of it). Operand X
+// of image b, head h is at X + b * x_img + h * x_head.
+typedef struct {
+  int64_t a_img, a_head, b_img, b_head, c_img, c_head;
+} MT_T(bh_strides);
+
+static int MT_T(gemm_bh)(char ta, char tb, int64_t M, int64_t N, int64_t K, REAL alpha,
+                         const REAL *A, int64_t lda, const REAL *Bm, int64_t ldb, REAL beta,
+                         REAL *Cm, int64_t ldc, MT_T(bh_strides) st, int B, int NH,
+                         mt_cuda_ctx *cx) {
+  const int per_image = B <= NH;
+  const int outer = per_image ? B : NH, inner = per_image ? NH : B;
+  for (int o = 0; o < outer; o++) {
+    const int64_t ao = o * (per_image ? st.a_img : st.a_head),
+                  bo = o * (per_image ? st.b_img : st.b_head),
+                  co = o * (per_image ? st.c_img : st.c_head);
+    MT_CUDA_TRY(MT_T(mt_cuda_gemm_batched)(ta, tb, M, N, K, alpha, A + ao, lda,
+                                            per_image ? st.a_head : st.a_img, Bm + bo, ldb,
+                                            per_image ? st.b_head : st.b_img, beta, Cm + co, ldc,
+                                            per_image ? st.c_head : st.c_img, inner, cx));
+  }
+  return 0;
+}
+
 int MT_T(mt_cuda_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *inp, int B,
                                     int T, int C, int NH, mt_cuda_ctx *cx) {
   MT_CUDA_TRY(attention_check(B, T, C, NH));
   const int hs = C / NH;
   const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T, rows = (int64_t)B * NH * T;
+  const int64_t qkv_img = (int64_t)T * C3, att_img = (int64_t)NH * TT, out_img = (int64_t)T * C;
   const REAL scale = (REAL)1 / MT_SQRT((REAL)hs);
-  for (int b = 0; b < B; b++) {
-    const REAL *q = inp + (int64_t)b * T * C3, *k = q + C;
-    MT_CUDA_TRY(MT_T(mt_cuda_gemm_batched)('N', 'T', T, T, hs, scale, q, C3, hs, k, C3, hs,
-                                            (REAL)0, preatt + (int64_t)b * NH * TT, T, TT, NH, cx));
-  }
+  const REAL *q = inp, *k = inp + C, *v = inp + 2 * C;
+  /* preatt = scale q k^T */
+  MT_CUDA_TRY(MT_T(gemm_bh)('N', 'T', T, T, hs, scale, q, C3, k, C3, (REAL)0, preatt, T,
+                            (MT_T(bh_strides)){qkv_img, hs, qkv_img, hs, att_img, TT}, B, NH, cx));
   MT_T(causal_softmax_k)<<<(unsigned)rows, mtc::row_threads(T), 0, cx->stream>>>(preatt, att, T);
   MT_CUDA_TRY(MT_CUDA_LAUNCHED());
-  for (int b = 0; b < B; b++) {
-    const REAL *v = inp + (int64_t)b * T * C3 + 2 * C;
-    MT_CUDA_TRY(MT_T(mt_cuda_gemm_batched)('N', 'N', T, hs, T, (REAL)1, att + (int64_t)b * NH * TT, T, TT,
-                                            v, C3, hs, (REAL)0, out + (int64_t)b * T * C, C, hs,
-                                            NH, cx));
-  }
+  /* out_h = att v */
+  MT_CUDA_TRY(MT_T(gemm_bh)('N', 'N', T, hs, T, (REAL)1, att, T, v, C3, (REAL)0, out, C,
+                            (MT_T(bh_strides)){att_img, TT, qkv_img, hs, out_img, hs}, B, NH, cx));
   return 0;
 }
 
@@ -82,29 +106,22 @@ int MT_T(mt_cuda_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout
   MT_CUDA_TRY(attention_check(B, T, C, NH));
   const int hs = C / NH;
   const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T, rows = (int64_t)B * NH * T;
+  const int64_t qkv_img = (int64_t)T * C3, att_img = (int64_t)NH * TT, out_img = (int64_t)T * C;
   const REAL scale = (REAL)1 / MT_SQRT((REAL)hs);
-  for (int b = 0; b < B; b++) {
-    const int64_t off = (int64_t)b * T * C3;
-    const REAL *v = inp + off + 2 * C, *d = dout + (int64_t)b * T * C, *a = att + (int64_t)b * NH * TT;
-    REAL *da = scratch + (int64_t)b * NH * TT, *dv = dinp + off + 2 * C;
-    /* datt = dout_h v^T; dv += att^T dout_h */
-    MT_CUDA_TRY(MT_T(mt_cuda_gemm_batched)('N', 'T', T, T, hs, (REAL)1, d, C, hs, v, C3, hs,
-                                            (REAL)0, da, T, TT, NH, cx));
-    MT_CUDA_TRY(MT_T(mt_cuda_gemm_batched)('T', 'N', T, hs, T, (REAL)1, a, T, TT, d, C, hs,
-                                            (REAL)1, dv, C3, hs, NH, cx));
-  }
+  const REAL *q = inp, *k = inp + C, *v = inp + 2 * C;
+  REAL *dq = dinp, *dk = dinp + C, *dv = dinp + 2 * C;
+  /* datt = dout_h v^T (into scratch); dv += att^T dout_h */
+  MT_CUDA_TRY(MT_T(gemm_bh)('N', 'T', T, T, hs, (REAL)1, dout, C, v, C3, (REAL)0, scratch, T,
+                            (MT_T(bh_strides)){out_img, hs, qkv_img, hs, att_img, TT}, B, NH, cx));
+  MT_CUDA_TRY(MT_T(gemm_bh)('T', 'N', T, hs, T, (REAL)1, att, T, dout, C, (REAL)1, dv, C3,
+                            (MT_T(bh_strides)){att_img, TT, out_img, hs, qkv_img, hs}, B, NH, cx));
   MT_T(causal_softmax_bwd_k)<<<(unsigned)rows, mtc::row_threads(T), 0, cx->stream>>>(scratch, att,
                                                                                      T);
   MT_CUDA_TRY(MT_CUDA_LAUNCHED());
-  for (int b = 0; b < B; b++) {
-    const int64_t off = (int64_t)b * T * C3;
-    const REAL *q = inp + off, *k = q + C, *da = scratch + (int64_t)b * NH * TT;
-    REAL *dq = dinp + off, *dk = dq + C;
-    /* pre = scale q k^T: dq += scale dpre k; dk += scale dpre^T q */
-    MT_CUDA_TRY(MT_T(mt_cuda_gemm_batched)('N', 'N', T, hs, T, scale, da, T, TT, k, C3, hs,
-                                            (REAL)1, dq, C3, hs, NH, cx));
-    MT_CUDA_TRY(MT_T(mt_cuda_gemm_batched)('T', 'N', T, hs, T, scale, da, T, TT, q, C3, hs,
-                                            (REAL)1, dk, C3, hs, NH, cx));
-  }
+  /* pre = scale q k^T: dq += scale dpre k; dk += scale dpre^T q */
+  MT_CUDA_TRY(MT_T(gemm_bh)('N', 'N', T, hs, T, scale, scratch, T, k, C3, (REAL)1, dq, C3,
+                            (MT_T(bh_strides)){att_img, TT, qkv_img, hs, qkv_img, hs}, B, NH, cx));
+  MT_CUDA_TRY(MT_T(gemm_bh)('T', 'N', T, hs, T, scale, scratch, T, q, C3, (REAL)1, dk, C3,
+                            (MT_T(bh_strides)){att_img, TT, qkv_img, hs, qkv_img, hs}, B, NH, cx));
   return 0;
 }
