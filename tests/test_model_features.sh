@@ -73,6 +73,24 @@ ok "mlp dropout sp" 1 "${dm[@]}" -backend sp -threads 1 -output_dir "$WORK/do-sp
 ok "mlp dropout ddp 2 ranks x 2 threads, accumulation 2" 2 "${dm[@]}" -backend ddp -threads 2 \
   -micro_batch_size 6 -checkpoint_every_steps 7 -output_dir "$WORK/do-ddp"
 same "mlp dropout: ddp 2 ranks x 2 threads with accumulation == sp" do-sp do-ddp 1e-5
+
+# the batch split over 2 threads: each thread's model holds its half of the
+# batch's activations, the first one's too (it held the whole batch: 1.6x
+# one model's where the forecast now reads 1.15x, the rest being the
+# second thread's gradient buffer)
+acts() { last_output | sed -n 's/^memory forecast.* activations \([0-9.]*\);.*/\1/p'; }
+big=(-model mlp -mlp_hidden 256,256 -data_train "$WORK/train.h5" -batch_size 512 -epochs 1
+  -max_train_steps_per_epoch 1 -log_every 0 -checkpoint_at_end 0 -backend sp -threads 2)
+ok "mlp, one model on 2 threads" 1 "${big[@]}" -thread_split gemm -output_dir "$WORK/acts-gemm"
+a_gemm=$(acts)
+ok "mlp, the batch split over 2 threads" 1 "${big[@]}" -thread_split batch -output_dir "$WORK/acts-split"
+a_split=$(acts)
+if [ -n "$a_gemm" ] && [ -n "$a_split" ] &&
+  awk -v g="$a_gemm" -v s="$a_split" 'BEGIN {exit !(g > 1 && s <= 1.3 * g)}'; then
+  pass "split over 2 threads: activations $a_split MiB, one model's $a_gemm MiB"
+else
+  fail "split over 2 threads: activations" "split ${a_split:-?} MiB, one model ${a_gemm:-?} MiB"
+fi
 ok "mlp without dropout" 1 "${dm[@]}" -mlp_dropout 0 -backend sp -threads 1 -output_dir "$WORK/do-none"
 run_logged "$MKDATA" compare "$WORK/do-sp/model_final.h5" "$WORK/do-none/model_final.h5" 1e-3
 [ "$LAST_RC" != 0 ] && pass "dropout changes the training" || fail "dropout changes the training" "same parameters"

@@ -107,8 +107,13 @@ static int create_model(mt_trainer *t) {
     split = 0;
   }
   if (split) omp_set_num_threads(1);
+  /* split: this model is thread 0's, which takes its share of a batch as
+   * every thread does (compute.c, dp.c), not the whole */
+  const int nthr = c->threads < MT_MAX_THREADS ? c->threads : MT_MAX_THREADS;
   size_t a0 = mt_alloc_bytes();
-  int err = mt_model_create_as(c->model, &t->train.spec, max_batch, t->dtype, &t->model);
+  int err = mt_model_create_as(c->model, &t->train.spec,
+                               split ? (max_batch + nthr - 1) / nthr : max_batch, t->dtype,
+                               &t->model);
   if (!err && split && t->model->buffers.n) {
     /* batch statistics are those of the rank's whole batch: no split */
     mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all threads)\n",
