@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs the GPU tests and benchmarks from a bundle made by
+# scripts/gpu_bundle.sh, on a GPU node, from the source tree's root:
+#
+#   scripts/gpu_run.sh BUNDLE.tar.xz [STEP...]
+#
+# Steps (default: units train bench): units (the CUDA unit tests and the
+# NCCL id test), train (tests/test_gpu_train.sh), bench (bench/bench_gpu.sh
+# at its default shape), bigbench (bench_gpu.sh at GPT-2 small's widths,
+# T = 1024, batch 8), memcheck (compute-sanitizer over short -device cuda
+# runs). The CUDA runtime, cuBLAS and NCCL are looked for under
+# /usr/local/cuda* and the site-packages of $PYTHON (default python3; also
+# the benchmarks' PyTorch peer, run without the bundle's libraries).
+# The bundle is unpacked into a new folder under ${TMPDIR:-/tmp}, removed
+# at the end.
+set -u
+bundle=${1:?usage: $0 BUNDLE.tar.xz [STEP...]}
+shift
+MT=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-gpu.XXXXXX") && tar -C "$MT" -xJf "$bundle" ||
+  { echo "cannot unpack $bundle" >&2; exit 1; }
+trap 'rm -rf "$MT"' EXIT
+export MT
+[ -d /etc/openmpi ] || cp -a "$MT/etc/openmpi" /etc/ 2>/dev/null || true
+py=${PYTHON:-python3}
+site=$(env -u LD_LIBRARY_PATH "$py" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+cl=""
+for n in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  f=$(find /usr/local/cuda*/ $site /usr/lib -name "$n" 2>/dev/null | head -1)
+  [ -n "$f" ] || { echo "no $n on this node" >&2; exit 1; }
+  cl="$cl:$(dirname "$f")"
+done
+# the peer's python without the bundle's libraries
+printf '#!/bin/sh\nexec env -u LD_LIBRARY_PATH %s "$@"\n' "$py" >"$MT/python"
+chmod +x "$MT/python"
+export LD_LIBRARY_PATH=$MT/lib$cl PATH=$MT/usr/bin:$PATH PYTHON=$MT/python
+export OPAL_PREFIX=$MT/usr PMIX_PREFIX=$MT/usr/lib/x86_64-linux-gnu/pmix2 PMIX_MCA_pcompress_base_silence_warning=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export top_srcdir=$PWD top_builddir=$MT/build
+status=0
+step() { # LABEL LIMIT COMMAND...
+  local t=$2 rc
+  echo "=== $1"
+  shift 2
+  timeout -k 5 "$t" "$@"
+  rc=$?
+  echo "=== exit $rc"
+  [ $rc = 0 ] || [ $rc = 77 ] || status=1
+}
+memcheck() { # compute-sanitizer over short runs of each model and precision
+  local w cs v bad=0
+  nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "skipped: no GPU"; return 77; }
+  w=$(mktemp -d)
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  "$MT/build/tests/mkdata" synth "$w/t.h5" 256 32 4 1 >/dev/null &&
+    "$MT/build/tests/mkdata" synth "$w/i.h5" 128 64 4 3 image >/dev/null &&
+    "$MT/build/mt-data" text /usr/share/common-licenses/GPL-3 -out "$w" -name g -val_fraction 0.1 >/dev/null ||
+    return 1
+  local all=(-device cuda -log_every 0 -checkpoint_at_end 0 -epochs 1 -max_train_steps_per_epoch 4
+    -max_val_steps_per_epoch 1 -output_dir "$w/o")
+  for v in "mlp -backend sp" "mlp -backend sp-amp -amp_dtype fp16" "mlp -backend sp-amp-apex" \
+    "cnn -backend sp" "gpt -backend sp-amp" \
+    "mlp -backend fsdp -fsdp_sharding_strategy shard_grad_op -fsdp_cpu_offload -optimizer adamw"; do
+    set -- $v
+    local m=$1 margs
+    shift
+    case $m in
+      mlp) margs=(-model mlp -mlp_hidden 16 -data_train "$w/t.h5" -data_val "$w/t.h5" -batch_size 16) ;;
+      cnn) margs=(-model cnn -cnn_channels 4,8 -cnn_hidden 16 -cnn_batchnorm 1 -cnn_dropout 0.25
+        -data_train "$w/i.h5" -data_val "$w/i.h5" -batch_size 16) ;;
+      gpt) margs=(-model gpt -gpt_layers 2 -gpt_heads 2 -gpt_embd 32 -gpt_block 16
+        -data_train "$w/g-train.h5" -data_val "$w/g-val.h5" -batch_size 8 -val_batch_size 8) ;;
+    esac
+    echo "--- memcheck: $m $*"
+    "$cs" --tool memcheck --error-exitcode 9 --print-limit 5 "$MT/build/mpitrain" "${margs[@]}" "$@" \
+      "${all[@]}" 2>&1 | grep -E '^=========|^error' | tail -5
+    [ "${PIPESTATUS[0]}" = 0 ] || bad=1
+  done
+  rm -rf "$w"
+  return $bad
+}
+for s in "${@:-units train bench}"; do
+  for s1 in $s; do
+    case $s1 in
+      units)
+        for t in test_device test_cuda_bits test_cuda_kernels test_cuda_layers test_cuda_optim; do
+          step "$t" 300 sh -c "'$MT/build/tests/$t' >'$MT/$t.log' 2>&1; rc=\$?; grep -E '^FAIL|^not ok' '$MT/$t.log' | head -20; tail -1 '$MT/$t.log'; exit \$rc"
+        done
+        step test_nccl_id.sh 120 bash tests/test_nccl_id.sh ;;
+      train) step test_gpu_train.sh 600 bash tests/test_gpu_train.sh ;;
+      bench) step bench_gpu.sh 600 bash bench/bench_gpu.sh -r 3 "$MT/build" ;;
+      bigbench) step "bench_gpu.sh at GPT-2 small's widths" 900 bash bench/bench_gpu.sh -r 3 --layers 12 --heads 12 --embd 768 --block 1024 \
+        --batch 8 --steps 25 "$MT/build" ;;
+      memcheck) step "compute-sanitizer memcheck" 900 bash -c "$(declare -f memcheck); memcheck" ;;
+      *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck)" >&2; status=2 ;;
+    esac
+  done
+done
+exit $status
