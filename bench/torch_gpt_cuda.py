@@ -21,7 +21,6 @@ both ends). The last line is machine-readable:
 """
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -31,17 +30,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "validation"))
 import torch_models as tm  # noqa: E402
-
-
-def sdpa_forward(self, x):
-    B, T, C = x.shape
-    hs = C // self.nh
-    q, k, v = self.c_attn(x).split(C, dim=2)
-    q = q.view(B, T, self.nh, hs).transpose(1, 2)
-    k = k.view(B, T, self.nh, hs).transpose(1, 2)
-    v = v.view(B, T, self.nh, hs).transpose(1, 2)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(hs))
-    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
 def main():
@@ -62,8 +50,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
-    if a.attn == "sdpa":
-        tm.CausalSelfAttention.forward = sdpa_forward
+    tm.CausalSelfAttention.sdpa = a.attn == "sdpa"
     torch.manual_seed(42)
     model = tm.GPT(256, a.block, a.layers, a.heads, a.embd, "tanh").init_gpt2().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)

@@ -142,6 +142,11 @@ class CNN(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
+    # True: F.scaled_dot_product_attention, PyTorch's fused (flash) kernel
+    # (torch >= 2.1; bench/torch_gpt_cuda.py --attn sdpa); False: the
+    # arithmetic of mpitrain's attention, for the references
+    sdpa = False
+
     def __init__(self, C, heads):
         super().__init__()
         self.c_attn = nn.Linear(C, 3 * C)
@@ -155,11 +160,14 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.nh, hs).transpose(1, 2)
         k = k.view(B, T, self.nh, hs).transpose(1, 2)
         v = v.view(B, T, self.nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(hs))
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+            y = att @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
 class GPTMLP(nn.Module):
