@@ -37,6 +37,7 @@ while [ $# -gt 1 ]; do
   esac
 done
 build=${1:?usage: $0 [options] BUILD_DIR}
+[ "$steps" -gt 5 ] 2>/dev/null || { echo "--steps: more than 5 (the first 5 are not timed)" >&2; exit 2; }
 mt=$build/mpitrain
 [ -x "$mt" ] || { echo "no $mt" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -44,6 +44,8 @@ def main():
     p.add_argument("--amp", choices=("none", "bf16"), default="none")
     p.add_argument("--attn", choices=("twin", "sdpa"), default="twin")
     a = p.parse_args()
+    if a.steps < 1 or a.warmup < 0:
+        p.error("--steps must be at least 1 and --warmup at least 0")
     if not torch.cuda.is_available():
         print("skipped: torch sees no CUDA device")
         return 0

@@ -2,9 +2,10 @@
 # Packs a CUDA build's programs with the shared libraries they need (OpenMPI
 # with its plugins, PMIx, HDF5, PETSc, oneDNN, BLAS, ...) into one tarball,
 # to run the GPU tests and benchmarks on a GPU node that has the CUDA
-# runtime, cuBLAS and NCCL but not this project's Debian packages (a cloud
-# or container image). Leaves out glibc, libstdc++ and the CUDA libraries:
-# the node's own are used. scripts/gpu_run.sh unpacks and runs it.
+# runtime, cuBLAS and NCCL (of the same CUDA major version) but not this
+# project's Debian packages (a cloud or container image). Leaves out glibc,
+# libstdc++ and the CUDA libraries: the node's own are used.
+# scripts/gpu_run.sh unpacks and runs it.
 #
 #   scripts/gpu_bundle.sh BUILD_DIR OUT.tar.xz
 #

@@ -8,7 +8,8 @@
 # NCCL id test), train (tests/test_gpu_train.sh), bench (bench/bench_gpu.sh
 # at its default shape), bigbench (bench_gpu.sh at GPT-2 small's widths,
 # T = 1024, batch 8), memcheck (compute-sanitizer over short -device cuda
-# runs). The CUDA runtime, cuBLAS and NCCL are looked for under
+# runs). The CUDA runtime, cuBLAS and NCCL (of the CUDA major version the
+# build used) are looked for under
 # /usr/local/cuda* and the site-packages of $PYTHON (default python3; also
 # the benchmarks' PyTorch peer, run without the bundle's libraries).
 # The bundle is unpacked into a new folder under ${TMPDIR:-/tmp}, removed
@@ -16,21 +17,24 @@
 set -u
 bundle=${1:?usage: $0 BUNDLE.tar.xz [STEP...]}
 shift
-MT=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-gpu.XXXXXX") && tar -C "$MT" -xJf "$bundle" ||
-  { echo "cannot unpack $bundle" >&2; exit 1; }
+MT=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-gpu.XXXXXX") || exit 1
 trap 'rm -rf "$MT"' EXIT
+tar -C "$MT" -xJf "$bundle" || { echo "cannot unpack $bundle" >&2; exit 1; }
 export MT
 [ -d /etc/openmpi ] || cp -a "$MT/etc/openmpi" /etc/ 2>/dev/null || true
 py=${PYTHON:-python3}
 site=$(env -u LD_LIBRARY_PATH "$py" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+# the libraries the bundle left to the node: the CUDA runtime, cuBLAS and
+# NCCL of the build's CUDA major version
+need=$(LD_LIBRARY_PATH=$MT/lib ldd "$MT/build/mpitrain" | awk '/not found/ {print $1}')
 cl=""
-for n in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+for n in $need; do
   f=$(find /usr/local/cuda*/ $site /usr/lib -name "$n" 2>/dev/null | head -1)
   [ -n "$f" ] || { echo "no $n on this node" >&2; exit 1; }
   cl="$cl:$(dirname "$f")"
 done
 # the peer's python without the bundle's libraries
-printf '#!/bin/sh\nexec env -u LD_LIBRARY_PATH %s "$@"\n' "$py" >"$MT/python"
+printf '#!/bin/bash\nexec env -u LD_LIBRARY_PATH %q "$@"\n' "$py" >"$MT/python"
 chmod +x "$MT/python"
 export LD_LIBRARY_PATH=$MT/lib$cl PATH=$MT/usr/bin:$PATH PYTHON=$MT/python
 export OPAL_PREFIX=$MT/usr PMIX_PREFIX=$MT/usr/lib/x86_64-linux-gnu/pmix2 PMIX_MCA_pcompress_base_silence_warning=1

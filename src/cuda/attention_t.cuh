@@ -1,13 +1,15 @@
 // Causal multi-head self-attention on the GPU, llm.c's layout, a template
 // for REAL = float and double (attention.cu). inp, dinp (B,T,3C): q, k, v
 // side by side, head h of each at columns h*hs .. h*hs+hs-1 (hs = C/NH),
-// so a head's q is a (T,hs) matrix with leading dimension 3C, and the
-// heads of one image are one strided batch (stride hs). preatt, att,
-// scratch (B,NH,T,T); out, dout (B,T,C).
-//   preatt = q k^T / sqrt(hs) (one batched GEMM per image)
+// so a head's q is a (T,hs) matrix with leading dimension 3C; the heads
+// of one image are one strided batch (stride hs), one head's images
+// another (stride 3TC). preatt, att, scratch (B,NH,T,T); out, dout
+// (B,T,C). Each product is looped over the smaller of B and NH and
+// batched over the larger (gemm_bh).
+//   preatt = q k^T / sqrt(hs)
 //   att    = causal softmax of each row (one block per row, all rows at
 //            once); entries above the diagonal are 0 in both
-//   out_h  = att v (one batched GEMM per image)
+//   out_h  = att v
 // backward: datt = dout_h v^T; dv += att^T dout_h; dpre = att (datt -
 // <att, datt>) on the causal part (in place in scratch); dq += scale dpre
 // k; dk += scale dpre^T q.

@@ -99,7 +99,8 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
         o->label[off + i] = bt.labels ? bt.labels[i] : -1;
       }
     }
-    /* the model holds activations for a training micro-batch: a larger
+    /* one forward of the rank takes t->max_batch samples (-micro_batch_size:
+     * the model's, the threads' together, or the device twin's): a larger
      * -val_batch_size is evaluated in pieces of that size (the sums are the
      * same; a GPT's activations for 500 samples took 3 GB) */
     const int piece = t->max_batch;
