@@ -110,8 +110,7 @@ if [ -f "$text" ]; then
   train gpt-gpu 1 cuda "${gpt[@]}"
   # the device twin holds the activations: the CPU model keeps one sample's
   # and no per-thread copies (they were the whole batch's, never read)
-  acts() { sed -n 's/^memory forecast.* activations \([0-9.]*\);.*/\1/p' "$1"; }
-  a=$(acts "$cpu_log") b=$(acts "$LAST_LOG")
+  a=$(forecast_activations "$cpu_log") b=$(forecast_activations "$LAST_LOG")
   if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN {exit !(b * 4 < a)}'; then
     pass "gpt on the GPU: host activations $b MiB (on the CPU $a MiB)"
   else

@@ -78,13 +78,12 @@ same "mlp dropout: ddp 2 ranks x 2 threads with accumulation == sp" do-sp do-ddp
 # batch's activations, the first one's too (it held the whole batch: 1.6x
 # one model's where the forecast now reads 1.15x, the rest being the
 # second thread's gradient buffer)
-acts() { last_output | sed -n 's/^memory forecast.* activations \([0-9.]*\);.*/\1/p'; }
 big=(-model mlp -mlp_hidden 256,256 -data_train "$WORK/train.h5" -batch_size 512 -epochs 1
   -max_train_steps_per_epoch 1 -log_every 0 -checkpoint_at_end 0 -backend sp -threads 2)
 ok "mlp, one model on 2 threads" 1 "${big[@]}" -thread_split gemm -output_dir "$WORK/acts-gemm"
-a_gemm=$(acts)
+a_gemm=$(forecast_activations "$LAST_LOG")
 ok "mlp, the batch split over 2 threads" 1 "${big[@]}" -thread_split batch -output_dir "$WORK/acts-split"
-a_split=$(acts)
+a_split=$(forecast_activations "$LAST_LOG")
 if [ -n "$a_gemm" ] && [ -n "$a_split" ] &&
   awk -v g="$a_gemm" -v s="$a_split" 'BEGIN {exit !(g > 1 && s <= 1.3 * g)}'; then
   pass "split over 2 threads: activations $a_split MiB, one model's $a_gemm MiB"

@@ -15,14 +15,9 @@
 #include <omp.h>
 #include <string.h>
 
-int mt_compute_setup(mt_trainer *t, int max_batch) {
+int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
   const mt_config *c = t->cfg;
-  /* a model with running statistics sees its rank's whole batch */
-  t->nthr = (!strcmp(c->thread_split, "batch") && c->threads > 1 && !t->model->buffers.n &&
-             t->device < 0 && /* the GPU's twin runs the batch */
-             !(c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD))
-                ? c->threads : 1;
-  if (t->nthr > MT_MAX_THREADS) t->nthr = MT_MAX_THREADS;
+  t->nthr = nthr;
   t->tmodel[0] = t->model;
   t->tgrads[0] = t->grads;
   int per = (max_batch + t->nthr - 1) / t->nthr;

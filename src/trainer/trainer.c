@@ -109,10 +109,9 @@ static int create_model(mt_trainer *t) {
   if (split) omp_set_num_threads(1);
   /* split: this model is thread 0's, which takes its share of a batch as
    * every thread does (compute.c, dp.c), not the whole */
-  const int nthr = c->threads < MT_MAX_THREADS ? c->threads : MT_MAX_THREADS;
+  int nthr = !split ? 1 : c->threads < MT_MAX_THREADS ? c->threads : MT_MAX_THREADS;
   size_t a0 = mt_alloc_bytes();
-  int err = mt_model_create_as(c->model, &t->train.spec,
-                               split ? (max_batch + nthr - 1) / nthr : max_batch, t->dtype,
+  int err = mt_model_create_as(c->model, &t->train.spec, (max_batch + nthr - 1) / nthr, t->dtype,
                                &t->model);
   if (!err && split && t->model->buffers.n) {
     /* batch statistics are those of the rank's whole batch: no split */
@@ -121,6 +120,7 @@ static int create_model(mt_trainer *t) {
     mt_model_destroy(&t->model);
     omp_set_num_threads(c->threads);
     split = 0;
+    nthr = 1;
     err = mt_model_create_as(c->model, &t->train.spec, max_batch, t->dtype, &t->model);
   }
   size_t n = err ? 0 : t->model->params.total;
@@ -130,7 +130,7 @@ static int create_model(mt_trainer *t) {
   if (!err) err = mt_model_init(t->model, t->params, c->seed);
   if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, t->model, t->params);
   a0 = mt_alloc_bytes();
-  if (!err) err = mt_compute_setup(t, max_batch); /* the threads' models */
+  if (!err) err = mt_compute_setup(t, max_batch, nthr); /* the threads' models */
   t->mem_acts += mt_alloc_bytes() - a0;
   if (split) omp_set_num_threads(c->threads);
   return err;

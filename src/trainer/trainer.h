@@ -112,13 +112,15 @@ int mt_trainer_create(mt_trainer **t, const mt_config *cfg, const mt_comm *comm)
 int mt_trainer_run(mt_trainer *t);
 void mt_trainer_destroy(mt_trainer **t);
 
-/* Threads of a rank (compute.c): set up per-thread models and buffers;
+/* Threads of a rank (compute.c): set up nthr threads' models (thread 0's
+ * is t->model; trainer.c decides nthr) for batches of max_batch, and their
+ * gradient buffers;
  * forward (and backward with the gradient of scale * sum of losses) of the
  * b->n samples, sums added to *st, per-sample losses (may be NULL) and the
  * outputs st points to (pred, logits: rows of the whole batch, each thread
  * filling its own); sum of the per-thread gradients into grads (leaving the
  * others zero). */
-int mt_compute_setup(mt_trainer *t, int max_batch);
+int mt_compute_setup(mt_trainer *t, int max_batch, int nthr);
 void mt_compute_destroy(mt_trainer *t);
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st);
