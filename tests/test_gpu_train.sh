@@ -8,9 +8,13 @@
 # checkpoint written on the GPU restarts on the CPU and one written on the
 # CPU on the GPU, ending where the uninterrupted run ends; fsdp
 # shard_grad_op with -fsdp_cpu_offload on one GPU gives sp's parameters;
+# fsdp full_shard and hybrid_shard (units gathered into buffers of their
+# own: mlp, cnn, gpt with its tied head, micro-batches, one unit for the
+# model, validation on the gathered model, autocast, a checkpoint that
+# restarts on the CPU) give sp's;
 # with two GPUs, ddp on 2 ranks (NCCL, overlapped or not) gives sp's, fsdp
-# shard_grad_op (with and without offload) gives ddp's, and its checkpoint
-# restarts under ddp on the CPU.
+# shard_grad_op (with and without offload), full_shard and hybrid_shard
+# give ddp's, and their checkpoints restart under ddp on the CPU.
 . "${top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
 
 need_bin "$MPITRAIN" "$MKDATA" "$MT_DATA"
@@ -97,6 +101,8 @@ cnn=(-model cnn -cnn_channels 4,8 -cnn_hidden 16 -cnn_batchnorm 1 -cnn_dropout 0
 train cnn-cpu 1 cpu "${cnn[@]}"
 train cnn-gpu 1 cuda "${cnn[@]}"
 same "cnn: -device cuda gives the CPU's parameters and running statistics" cnn-cpu cnn-gpu 1e-4
+train cnn-fs 1 cuda "${cnn[@]}" -backend fsdp
+same "cnn: fsdp full_shard on one GPU gives sp's" cnn-gpu cnn-fs 1e-4
 
 text=/usr/share/common-licenses/GPL-3
 if [ -f "$text" ]; then
@@ -127,6 +133,25 @@ if [ -f "$text" ]; then
   else
     fail "gpt: validation on the device gives the CPU's loss and accuracy" "cpu $a, cuda $b"
   fi
+  # fsdp full_shard: the tied head gathers its unit again at the end of
+  # the forward; two micro-batches gather every unit twice per step
+  train gpt-fs 1 cuda "${gpt[@]}" -backend fsdp -micro_batch_size 4
+  if last_output | grep -q 'fsdp full_shard: .* per rank (groups of 1), gathered unit by unit'; then
+    pass "gpt fsdp full_shard on the device says so at start-up"
+  else
+    fail "gpt fsdp full_shard on the device says so at start-up" "see $LAST_LOG"
+  fi
+  same "gpt: fsdp full_shard on one GPU, 2 micro-batches, gives sp's" gpt-gpu gpt-fs 1e-4
+  a=$(vl gpt-gpu) b=$(vl gpt-fs)
+  if awk -v a="$a" -v b="$b" 'BEGIN {split(a, x, ","); split(b, y, ",");
+      d = x[1] - y[1]; if (d < 0) d = -d; exit !(x[1] > 0 && d <= 1e-4 * x[1])}'; then
+    pass "gpt: validation on the gathered units gives sp's loss ($b)"
+  else
+    fail "gpt: validation on the gathered units gives sp's loss" "sp $a, fsdp $b"
+  fi
+  train gpt-hs 1 cuda "${gpt[@]}" -backend fsdp -fsdp_sharding_strategy hybrid_shard \
+    -fsdp_node_size 1 -fsdp_unit model
+  same "gpt: fsdp hybrid_shard, one unit for the model, gives sp's" gpt-gpu gpt-hs 1e-4
 fi
 
 # fsdp shard_grad_op with -fsdp_cpu_offload on one GPU: the CPU's AdamW on
@@ -136,6 +161,16 @@ adam=(-optimizer adamw -lr 0.003 -clip_grad_norm 0.5)
 train mlp-adam-gpu 1 cuda "${mlp[@]}" -epochs 2 -backend sp "${adam[@]}"
 train mlp-offload1 1 cuda "${mlp[@]}" -epochs 2 "${sgo[@]}" -fsdp_cpu_offload "${adam[@]}"
 same "fsdp -fsdp_cpu_offload on one GPU gives sp's parameters" mlp-adam-gpu mlp-offload1 1e-4
+train mlp-fs1 1 cuda "${mlp[@]}" -epochs 2 -backend fsdp "${adam[@]}"
+same "fsdp full_shard on one GPU gives sp's parameters (AdamW, clipping)" mlp-adam-gpu mlp-fs1 1e-4
+train mlp-fs-amp 1 cuda "${mlp[@]}" -epochs 2 -backend fsdp-amp -amp_dtype bf16
+same "fsdp-amp full_shard (bf16) on one GPU gives sp-amp's" mlp-amp-bf16 mlp-fs-amp 1e-3
+# a full_shard checkpoint holds the whole model and optimizer state
+train mlp-fs-a 1 cuda "${mlp[@]}" -epochs 1 -backend fsdp "${adam[@]}" "${ck[@]}" \
+  -checkpoint_dir "$WORK/ckf"
+train mlp-fs-b 1 cpu "${mlp[@]}" -epochs 2 -backend sp "${adam[@]}" "${ck[@]}" \
+  -checkpoint_dir "$WORK/ckf" -restart auto
+same "a full_shard checkpoint from the GPU restarts under sp on the CPU" mlp-adam-gpu mlp-fs-b 1e-3
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "${ngpu:-0}" -ge 2 ]; then
@@ -155,6 +190,18 @@ if [ "${ngpu:-0}" -ge 2 ]; then
   train sgo2-b 2 cpu "${mlp[@]}" -epochs 2 -backend ddp "${adam[@]}" "${ck[@]}" \
     -checkpoint_dir "$WORK/cks" -restart auto
   same "an fsdp checkpoint from 2 GPUs restarts under ddp on the CPU" ddp-adam2 sgo2-b 1e-3
+  # full_shard and hybrid_shard on 2 GPUs: units gathered by grouped
+  # broadcasts and reduced by grouped reduces (NCCL)
+  train fs2 2 cuda "${mlp[@]}" -epochs 2 -backend fsdp "${adam[@]}"
+  same "fsdp full_shard on 2 GPUs gives ddp's parameters" ddp-adam2 fs2 1e-4
+  train hs2 2 cuda "${mlp[@]}" -epochs 2 -backend fsdp -fsdp_sharding_strategy hybrid_shard \
+    -fsdp_node_size 1 "${adam[@]}"
+  same "fsdp hybrid_shard (groups of 1, 2 replicas) on 2 GPUs gives ddp's" ddp-adam2 hs2 1e-4
+  train fs2-a 2 cuda "${mlp[@]}" -epochs 1 -backend fsdp "${adam[@]}" "${ck[@]}" \
+    -checkpoint_dir "$WORK/ckf2"
+  train fs2-b 2 cpu "${mlp[@]}" -epochs 2 -backend ddp "${adam[@]}" "${ck[@]}" \
+    -checkpoint_dir "$WORK/ckf2" -restart auto
+  same "a full_shard checkpoint from 2 GPUs restarts under ddp on the CPU" ddp-adam2 fs2-b 1e-3
 else
   echo "# ddp on the device: needs 2 GPUs (NCCL puts one rank on each), this node has ${ngpu:-0}"
   # two ranks, one GPU: -device cuda is refused naming the option and the

@@ -137,10 +137,10 @@ expect_error "np=2 -device gpu" "option -device: 'gpu'" \
 expect_error "np=1 -device cuda -backend sp-dp" "option -device cuda: DP-SGD (-backend sp-dp)" \
   run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
   -backend sp-dp -dp_noise_multiplier 1 -device cuda -output_dir "$(out)"
-expect_error "np=2 -device cuda -backend fsdp (full_shard)" \
-  "option -device cuda: -fsdp_sharding_strategy full_shard has no CUDA path" \
-  run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 \
-  -batch_size 8 -device cuda -output_dir "$(out)"
+expect_error "np=2 -device cuda -ddp_reduce_dtype bf16" \
+  "option -device cuda: -ddp_reduce_dtype bf16 has no CUDA path" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp-amp -ddp_reduce_dtype bf16 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -device cuda -output_dir "$(out)"
 expect_error "np=2 -fsdp_cpu_offload with no_shard" "option -fsdp_cpu_offload: needs -fsdp_sharding_strategy shard_grad_op" \
   run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -fsdp_sharding_strategy no_shard -fsdp_cpu_offload \
   -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -device cuda -output_dir "$(out)"

@@ -17,10 +17,6 @@ const char *mt_config_device_why(const mt_config *c, char *buf, size_t len) {
            strcmp(c->backend, "ddp-amp") && !c->fsdp && !c->dp && c->amp != 2)
     snprintf(buf, len, "-backend %s has no CUDA path (sp, ddp, fsdp and their -amp have)",
              c->backend);
-  else if (c->fsdp && c->fsdp_strategy != MT_FSDP_SHARD_GRAD_OP &&
-           c->fsdp_strategy != MT_FSDP_NO_SHARD)
-    snprintf(buf, len, "-fsdp_sharding_strategy %s has no CUDA path yet (shard_grad_op and "
-             "no_shard have)", mt_fsdp_strategy_name(c->fsdp_strategy));
   else if (c->dp)
     snprintf(buf, len, "DP-SGD (-backend %s) has no CUDA path yet", c->backend);
   else if (c->amp && c->ddp_reduce_dtype != MT_PREC_FP32)

@@ -42,6 +42,16 @@ typedef struct {
 
 typedef struct mt_dmodel mt_dmodel;
 
+/* Units in buffers of their own (fsdp full_shard on the device): unit u
+ * holds the layout's elements [ulo[u], ...) at slot[0][u] (parameters,
+ * gathered) and slot[1][u] (its gradient); the slots change from one use
+ * of a unit to the next. */
+typedef struct {
+  const int *unit_of; /* the model's unit (mt_param.unit) -> unit         */
+  const size_t *ulo;
+  float **slot[2];
+} mt_dunits;
+
 typedef struct {
   const char *name; /* the CPU model's -model name                        */
   int (*setup)(mt_dmodel *d, const mt_config *c);
@@ -65,14 +75,33 @@ struct mt_dmodel {
   float *buf;            /* device: the model buffers (host->buffers: batch
                             norm's running statistics), set by the caller
                             after create; NULL for a model without        */
-  /* as mt_model.unit_done: the backward reports each finished unit */
+  /* as mt_model.unit_use and unit_done: the forward and the backward
+   * announce each unit before its parameters are read (pass 0: forward,
+   * 1: backward; may fail), the backward reports each finished unit */
+  int (*unit_use)(void *ctx, int unit, int pass);
   void (*unit_done)(void *ctx, int unit);
   void *unit_ctx;
+  /* NULL, or (fsdp full_shard and hybrid_shard: trainer/gpu_fsdp.c) where
+   * each unit's parameters and gradient are: then the params and grads
+   * arguments of forward and backward are not read */
+  const mt_dunits *units;
   void *data;
 };
 
+static inline int mt_dmodel_unit_use(const mt_dmodel *d, int unit, int pass) {
+  return d->unit_use ? d->unit_use(d->unit_ctx, unit, pass) : 0;
+}
 static inline void mt_dmodel_unit_done(const mt_dmodel *d, int unit) {
   if (d->unit_done) d->unit_done(d->unit_ctx, unit);
+}
+
+/* Tensor k of the layout: at base (params or grads) + its offset, or with
+ * units in its unit's buffer (grad: the gradient's). */
+static inline float *mt_dmodel_at(const mt_dmodel *d, const float *base, int grad, int k) {
+  const mt_param *p = &d->host->params.p[k];
+  if (!d->units) return (float *)base + p->offset;
+  const int u = d->units->unit_of[p->unit];
+  return d->units->slot[grad][u] + (p->offset - d->units->ulo[u]);
 }
 
 /* The device twin of a built-in CPU model's ops (NULL for any other model:

@@ -101,8 +101,8 @@ static int cnn_setup(mt_dmodel *d, const mt_config *c) {
   return 0;
 }
 
-#define P(k) (params + d->host->params.p[(k)].offset)
-#define G(k) (grads + d->host->params.p[(k)].offset)
+#define P(k) ((const float *)mt_dmodel_at(d, params, 0, (k)))
+#define G(k) mt_dmodel_at(d, grads, 1, (k))
 #define BUF(i) (d->buf + d->host->buffers.p[(i)].offset)
 
 static int cnn_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, const mt_dsums *sum) {
@@ -125,6 +125,7 @@ static int cnn_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
     ps.B = B;
     const int64_t na = (int64_t)B * (int64_t)pool_numel(&ps, 0);
     const int k = s->pconv[l];
+    MT_CALL(mt_dmodel_unit_use(d, l, 0));
     MT_CALL(mt_cuda_conv2d_forward(s->bn ? s->z[l] : s->a[l], in, P(k), P(k + 1), B, &s->conv[l],
                                    cx));
     if (s->bn)
@@ -137,11 +138,13 @@ static int cnn_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
     in = s->p[l];
   }
   const int k = s->pcls;
+  MT_CALL(mt_dmodel_unit_use(d, s->nb, 0));
   MT_CALL(mt_cuda_linear_forward(s->h, in, P(k), P(k + 1), B, s->flat, s->hidden, cx));
   MT_CALL(mt_cuda_relu_forward(s->h, s->h, (int64_t)B * s->hidden, st));
   if (s->dropped)
     MT_CALL(mt_cuda_model_dropout(s->h, s->mask, s->drop, b->key, b->ids, B, DROPOUT_LAYER,
                                   s->hidden, st));
+  MT_CALL(mt_dmodel_unit_use(d, s->nb + 1, 0));
   MT_CALL(mt_cuda_linear_forward(s->logits, s->h, P(k + 2), P(k + 3), B, s->hidden, s->classes,
                                  cx));
   return mt_cuda_softmax_xent_forward(s->probs, sum->losses, sum->loss_sum, sum->correct,
@@ -160,6 +163,7 @@ static int cnn_backward(mt_dmodel *d, const float *params, float *grads, float s
   MT_CALL(mt_cuda_softmax_xent_backward(s->dlogits, s->probs, s->y, scale, B, s->classes, st));
   const float *last = s->p[s->nb - 1];
   float *dlast = s->dp[s->nb - 1];
+  MT_CALL(mt_dmodel_unit_use(d, s->nb + 1, 1));
   MT_CALL(mt_cuda_linear_backward(s->dh, G(k + 2), G(k + 3), s->dlogits, s->h, P(k + 2), B,
                                   s->hidden, s->classes, cx));
   mt_dmodel_unit_done(d, s->nb + 1);
@@ -167,6 +171,7 @@ static int cnn_backward(mt_dmodel *d, const float *params, float *grads, float s
     MT_CALL(mt_cuda_model_dropout_backward(s->dh, s->mask, s->drop, (int64_t)B * s->hidden, st));
   MT_CALL(mt_cuda_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden, st));
   MT_CUDA_RT(cudaMemsetAsync(dlast, 0, (size_t)B * s->flat * sizeof(float), st));
+  MT_CALL(mt_dmodel_unit_use(d, s->nb, 1));
   MT_CALL(mt_cuda_linear_backward(dlast, G(k), G(k + 1), s->dh, last, P(k), B, s->flat, s->hidden,
                                   cx));
   mt_dmodel_unit_done(d, s->nb);
@@ -178,6 +183,7 @@ static int cnn_backward(mt_dmodel *d, const float *params, float *grads, float s
     MT_CALL(mt_cuda_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps, st));
     MT_CALL(mt_cuda_relu_backward(s->da[l], s->da[l], s->a[l], na, st));
     const float *dconv = s->da[l];
+    MT_CALL(mt_dmodel_unit_use(d, l, 1));
     if (s->bn) {
       const int kb = s->pbn[l];
       MT_CUDA_RT(cudaMemsetAsync(s->dz[l], 0, (size_t)na * sizeof(float), st));

@@ -97,8 +97,8 @@ static int gpt_setup(mt_dmodel *d, const mt_config *c) {
   return 0;
 }
 
-#define PW(k) (params + d->host->params.p[(k)].offset)
-#define GW(k) (grads + d->host->params.p[(k)].offset)
+#define PW(k) ((const float *)mt_dmodel_at(d, params, 0, (k)))
+#define GW(k) mt_dmodel_at(d, grads, 1, (k))
 
 static int gpt_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, const mt_dsums *sum) {
   dgpt *s = d->data;
@@ -122,6 +122,7 @@ static int gpt_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
   MT_CUDA_RT(cudaMemcpy2DAsync(s->inp, tb, b->tokens, w, tb, (size_t)B, cudaMemcpyDeviceToDevice, st));
   MT_CUDA_RT(cudaMemcpy2DAsync(s->tgt, tb, b->tokens + 1, w, tb, (size_t)B, cudaMemcpyDeviceToDevice,
                                st));
+  MT_CALL(mt_dmodel_unit_use(d, 0, 0));
   MT_CALL(mt_cuda_embedding_forward(s->enc, s->inp, PW(WTE), PW(WPE), B, T, C, V, cx));
   if (s->dropped)
     MT_CALL(mt_cuda_model_dropout(s->enc, s->mask_enc, s->drop, b->key, b->ids, B, 0, row, st));
@@ -129,6 +130,7 @@ static int gpt_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
   for (int l = 0; l < s->L; l++) {
     acts *a = &s->a[l];
     const int64_t NC = (int64_t)N * C;
+    MT_CALL(mt_dmodel_unit_use(d, l + 1, 0));
     MT_CALL(mt_cuda_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, res, PW(bidx(l, LN1W)),
                                       PW(bidx(l, LN1B)), N, C, LN_EPS, st));
     MT_CALL(mt_cuda_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C,
@@ -153,8 +155,10 @@ static int gpt_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
     MT_CALL(mt_cuda_residual_forward(a->res3, a->res2, a->fcproj, NC, st));
     res = a->res3;
   }
+  MT_CALL(mt_dmodel_unit_use(d, s->L + 1, 0));
   MT_CALL(mt_cuda_layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s->L, 0)),
                                     PW(lnf_idx(s->L, 1)), N, C, LN_EPS, st));
+  MT_CALL(mt_dmodel_unit_use(d, 0, 0));
   MT_CALL(mt_cuda_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V, cx)); /* tied head */
   /* the softmax replaces the logits, as on the CPU */
   return mt_cuda_xent_ignore_forward(s->logits, sum->losses, sum->loss_sum, sum->count,
@@ -181,10 +185,12 @@ static int gpt_backward(mt_dmodel *d, const float *params, float *grads, float s
   }
   MT_CALL(mt_cuda_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (float)T, N, V,
                                        st));
+  MT_CALL(mt_dmodel_unit_use(d, 0, 1));
   MT_CALL(mt_cuda_linear_backward(s->dlnf, GW(WTE), NULL, s->dlogits, s->lnf, PW(WTE), N, C, V,
                                   cx));
   const float *last = s->L ? s->a[s->L - 1].res3 : s->enc;
   float *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
+  MT_CALL(mt_dmodel_unit_use(d, s->L + 1, 1));
   MT_CALL(mt_cuda_layernorm_backward(dlast, GW(lnf_idx(s->L, 0)), GW(lnf_idx(s->L, 1)), s->dlnf,
                                      last, PW(lnf_idx(s->L, 0)), s->lnf_mean, s->lnf_rstd, N, C,
                                      cx));
@@ -194,6 +200,7 @@ static int gpt_backward(mt_dmodel *d, const float *params, float *grads, float s
     const float *res = l ? s->a[l - 1].res3 : s->enc;
     float *dres = l ? s->d[l - 1].res3 : s->denc;
     const int64_t n = (int64_t)N * C;
+    MT_CALL(mt_dmodel_unit_use(d, l + 1, 1));
     MT_CALL(mt_cuda_residual_backward(g->res2, g->fcproj, g->res3, n, st));
     if (s->dropped)
       MT_CALL(mt_cuda_model_dropout_backward(g->fcproj, s->mask_fc[l], s->drop, n, st));

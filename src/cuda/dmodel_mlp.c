@@ -45,8 +45,8 @@ static int mlp_setup(mt_dmodel *d, const mt_config *c) {
   return 0;
 }
 
-#define W(l) (params + d->host->params.p[2 * (l)].offset)
-#define BIAS(l) (params + d->host->params.p[2 * (l) + 1].offset)
+#define W(l) ((const float *)mt_dmodel_at(d, params, 0, 2 * (l)))
+#define BIAS(l) ((const float *)mt_dmodel_at(d, params, 0, 2 * (l) + 1))
 
 static int mlp_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, const mt_dsums *sum) {
   dmlp *s = d->data;
@@ -64,6 +64,7 @@ static int mlp_forward(mt_dmodel *d, const float *params, const mt_dbatch *b, co
   const float *in = b->x;
   for (int l = 0; l < s->nl; l++) {
     const int64_t n = (int64_t)B * s->dim[l + 1];
+    MT_CALL(mt_dmodel_unit_use(d, l, 0));
     MT_CALL(mt_cuda_linear_forward(s->act[l], in, W(l), BIAS(l), B, s->dim[l], s->dim[l + 1], cx));
     if (l < s->nl - 1) {
       MT_CALL(mt_cuda_relu_forward(s->act[l], s->act[l], n, cx->stream));
@@ -103,8 +104,8 @@ static int mlp_backward(mt_dmodel *d, const float *params, float *grads, float s
       MT_CALL(mt_cuda_relu_backward(dout, dout, s->act[l], n, cx->stream));
     }
     const float *in = l ? s->act[l - 1] : s->x;
-    float *dw = grads + d->host->params.p[2 * l].offset;
-    float *db = grads + d->host->params.p[2 * l + 1].offset;
+    MT_CALL(mt_dmodel_unit_use(d, l, 1));
+    float *dw = mt_dmodel_at(d, grads, 1, 2 * l), *db = mt_dmodel_at(d, grads, 1, 2 * l + 1);
     MT_CALL(mt_cuda_linear_backward(l ? s->dact[l - 1] : NULL, dw, db, dout, in, W(l), B,
                                     s->dim[l], s->dim[l + 1], cx));
     mt_dmodel_unit_done(d, l);

@@ -3,6 +3,7 @@
  * the backward, and the copies between device and host (trainer/gpu.h). */
 #include "trainer/gpu_impl.h"
 #include "backends/backends.h"
+#include "backends/fsdp.h"
 #include "comm/buckets.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/device.h"
@@ -61,10 +62,13 @@ int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
     if (e == cudaSuccess) return 0;
     if (e != cudaErrorNotReady) return mt_gpu_cuda_ok(e, what);
     if (g->nccl) MT_CALL(mt_nccl_async_check(g->nc.world, what));
+    if (g->gnc) MT_CALL(mt_nccl_async_check(g->gnc, what));
+    if (g->rnc) MT_CALL(mt_nccl_async_check(g->rnc, what));
     /* one GPU alone waits as long as its work takes */
     if (g->nccl && g->timeout > 0 && mt_now() - t0 > g->timeout) {
-      ncclCommAbort(g->nc.world);
-      g->nc.world = NULL;
+      ncclComm_t *cs[] = {&g->nc.world, &g->gnc, &g->rnc};
+      for (int i = 0; i < 3; i++)
+        if (*cs[i]) ncclCommAbort(*cs[i]), *cs[i] = NULL;
       g->nccl = 0;
       return MT_ERR(MT_ERR_STATE, "-device cuda: %s did not complete within -comm_timeout %g s "
                     "(a rank stopped or NCCL hangs; NCCL_DEBUG=INFO tells more)", what,
@@ -163,12 +167,19 @@ static int upload_batch(struct mt_gpu *g, slot *s, const mt_batch *b, mt_dbatch 
 
 /* ------------------------------------------------------- create, copy */
 
-static int create(mt_trainer *t, int device) {
+static int create(mt_trainer *t, int device, MPI_Comm group, MPI_Comm replicas) {
   const mt_config *c = t->cfg;
   struct mt_gpu *g;
-  MT_CALL(mt_calloc(&g, 1, sizeof(*g), "device state"));
+  int e = mt_calloc(&g, 1, sizeof(*g), "device state");
+  if (e) {
+    if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
+    if (replicas != MPI_COMM_NULL) MPI_Comm_free(&replicas);
+    return e;
+  }
   t->gpu = g;
   g->nc.cross_mpi = MPI_COMM_NULL; /* what mt_nccl_comms_destroy expects */
+  g->group_mpi = group; /* freed by mt_gpu_destroy from here on */
+  g->repl_mpi = replicas;
   g->timeout = c->comm_timeout;
   MT_CALL(mt_device_use(device));
   CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
@@ -185,15 +196,24 @@ static int create(mt_trainer *t, int device) {
   const mt_model *m = t->model;
   const size_t n = m->params.total;
   MT_CALL(mt_gpu_optim_setup(t)); /* the partition and the optimizer state */
-  MT_CALL(mt_gpu_alloc(&g->params, g->padded * sizeof(float), "parameters"));
-  MT_CALL(mt_gpu_alloc(&g->grads, g->padded * sizeof(float), "gradients"));
-  if (c->amp == 2) MT_CALL(mt_gpu_alloc(&g->work, g->padded * sizeof(float), "O2 working copy"));
+  if (g->zero3) { /* the shards only; the units come and go (gpu_fsdp.c) */
+    MT_CALL(mt_gpu_alloc(&g->pshard, g->per * sizeof(float), "the parameter shard"));
+    MT_CALL(mt_gpu_alloc(&g->gshard, g->per * sizeof(float), "the gradient shard"));
+  } else {
+    MT_CALL(mt_gpu_alloc(&g->params, g->padded * sizeof(float), "parameters"));
+    MT_CALL(mt_gpu_alloc(&g->grads, g->padded * sizeof(float), "gradients"));
+    if (c->amp == 2)
+      MT_CALL(mt_gpu_alloc(&g->work, g->padded * sizeof(float), "O2 working copy"));
+    g->pshard = g->params + g->lo;
+    g->gshard = g->grads + g->lo;
+  }
   const int k = c->accum_steps;
   MT_CALL(mt_gpu_alloc(&g->sums, (size_t)k * sizeof(double), "step losses"));
   MT_CALL(mt_gpu_alloc(&g->norm, sizeof(double), "the gradient norm"));
   CU(cudaMallocHost((void **)&g->sums_host, (size_t)k * sizeof(double)));
   for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m, t->max_batch));
   MT_CALL(mt_dmodel_create(&g->dm, m, t->max_batch, c, &g->cx));
+  if (g->zero3) MT_CALL(mt_gpu_units_create(t)); /* the device model's hooks */
   if (m->buffers.total) {
     MT_CALL(mt_gpu_alloc(&g->buf, m->buffers.total * sizeof(float), "model buffers"));
     g->dm.buf = g->buf;
@@ -208,7 +228,7 @@ static int create(mt_trainer *t, int device) {
   CU(cudaMallocHost((void **)&g->ehits_host, sizeof(int64_t)));
   CU(cudaMallocHost((void **)&g->elosses_host, B * lps * sizeof(float)));
   CU(cudaMallocHost((void **)&g->eout_host, B * (size_t)(K > 0 ? K : 1) * sizeof(float)));
-  if (!g->sharded) /* ddp's buckets */
+  if (!g->sharded && !g->zero3) /* ddp's buckets */
     MT_CALL(mt_buckets_plan(&g->bk, n, sizeof(float), c->ddp_bucket_mb, c->ddp_first_bucket_mb,
                             &m->params));
   MT_CALL(mt_calloc(&g->ready, (size_t)g->bk.nb + 1, sizeof(cudaEvent_t), "bucket events"));
@@ -226,11 +246,22 @@ static int create(mt_trainer *t, int device) {
 }
 
 int mt_gpu_create(mt_trainer *t, int device) {
-  MT_CALL(mt_agree(t->comm->world, create(t, device)));
+  MPI_Comm group, replicas; /* fsdp full_shard / hybrid_shard: collective, first */
+  MT_CALL(mt_agree(t->comm->world, mt_gpu_units_groups(t, &group, &replicas)));
+  MT_CALL(mt_agree(t->comm->world, create(t, device, group, replicas)));
   if (t->comm->size > 1) {
     /* collective and agreed in itself, under -comm_timeout */
     MT_CALL(mt_nccl_comms_create(&t->gpu->nc, t->comm, device, 0, t->cfg->comm_timeout));
     t->gpu->nccl = 1;
+  }
+  struct mt_gpu *gz = t->gpu;
+  if (gz->zero3) { /* the sharding group's and the replicas' communicators */
+    int e = 0, P = 1;
+    if (gz->G > 1) e = mt_nccl_comm_init(&gz->gnc, gz->group_mpi, device, t->cfg->comm_timeout);
+    MT_CALL(mt_agree(t->comm->world, e));
+    if (gz->repl_mpi != MPI_COMM_NULL) MPI_Comm_size(gz->repl_mpi, &P);
+    e = P > 1 ? mt_nccl_comm_init(&gz->rnc, gz->repl_mpi, device, t->cfg->comm_timeout) : 0;
+    MT_CALL(mt_agree(t->comm->world, e));
   }
   char desc[256] = "";
   if (mt_cuda_device_describe(device, desc, sizeof(desc))) mt_error_clear();
@@ -242,7 +273,11 @@ int mt_gpu_create(mt_trainer *t, int device) {
   if (g->sharded)
     mt_print0("; fsdp shard_grad_op: %zu of %zu parameters per rank%s", g->hi - g->lo,
               t->model->params.total, g->offload ? ", stepped on the host" : "");
-  if (g->nccl && !g->sharded)
+  if (g->zero3)
+    mt_print0("; fsdp %s: %zu of %zu parameters per rank (groups of %d), gathered unit by unit",
+              mt_fsdp_strategy_name(t->cfg->fsdp_strategy), g->hi - g->lo,
+              t->model->params.total, g->G);
+  if (g->nccl && !g->sharded && !g->zero3)
     mt_print0("; NCCL, %d gradient bucket%s", g->bk.nb, g->bk.nb > 1 ? "s" : "");
   size_t free_b = 0, total_b = 0; /* what the run holds now, before the first step */
   if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
@@ -258,9 +293,14 @@ void mt_gpu_destroy(mt_trainer *t) {
   /* NCCL first: finalized under a time limit, else aborted, so a collective
    * a failed peer never joins cannot hold the waits below */
   if (g->nccl) mt_nccl_comms_destroy(&g->nc);
+  mt_nccl_comm_destroy(&g->gnc, 0);
+  mt_nccl_comm_destroy(&g->rnc, 0);
   if (g->stream) (void)cudaStreamSynchronize(g->stream);
   if (g->comm_stream) (void)cudaStreamSynchronize(g->comm_stream);
+  mt_gpu_units_destroy(g);
   mt_dmodel_destroy(&g->dm);
+  if (g->group_mpi != MPI_COMM_NULL) MPI_Comm_free(&g->group_mpi);
+  if (g->repl_mpi != MPI_COMM_NULL) MPI_Comm_free(&g->repl_mpi);
   for (int i = 0; i < 2; i++) {
     cudaFreeHost(g->slots[i].host);
     cudaFree(g->slots[i].dev);
@@ -278,6 +318,10 @@ void mt_gpu_destroy(mt_trainer *t) {
   cudaFree(g->params);
   cudaFree(g->grads);
   cudaFree(g->work);
+  if (g->zero3) {
+    cudaFree(g->pshard);
+    cudaFree(g->gshard);
+  }
   mt_gpu_optim_free(g);
   cudaFree(g->sums);
   cudaFree(g->norm);
@@ -308,9 +352,14 @@ int mt_gpu_download(mt_trainer *t, int optim) {
   struct mt_gpu *g = t->gpu;
   const size_t bytes = t->model->params.total * sizeof(float);
   const enum cudaMemcpyKind d2h = cudaMemcpyDeviceToHost;
-  MT_CALL(copy(g, t->params, g->params, bytes, d2h));
+  if (g->zero3) /* this rank's part; the others' from them below */
+    MT_CALL(copy(g, (float *)t->params + g->lo, g->pshard, (g->hi - g->lo) * sizeof(float), d2h));
+  else
+    MT_CALL(copy(g, t->params, g->params, bytes, d2h));
   if (g->buf) MT_CALL(copy(g, t->model->buf, g->buf, t->model->buffers.total * sizeof(float), d2h));
   MT_CALL(mt_gpu_sync(g, "the parameters' copy to the host"));
+  if (g->zero3)
+    MT_CALL(mt_gpu_host_allgather(t->params, t->model->params.total, g->per, g->G, g->group_mpi));
   return optim ? mt_gpu_optim_download(t) : 0; /* collective when sharded */
 }
 
@@ -318,7 +367,11 @@ int mt_gpu_upload(mt_trainer *t, int optim) {
   struct mt_gpu *g = t->gpu;
   const size_t bytes = t->model->params.total * sizeof(float);
   const enum cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
-  MT_CALL(copy(g, g->params, t->params, bytes, h2d));
+  if (g->zero3)
+    MT_CALL(copy(g, g->pshard, (const float *)t->params + g->lo, (g->hi - g->lo) * sizeof(float),
+                 h2d));
+  else
+    MT_CALL(copy(g, g->params, t->params, bytes, h2d));
   if (g->buf) MT_CALL(copy(g, g->buf, t->model->buf, t->model->buffers.total * sizeof(float), h2d));
   MT_CALL(mt_gpu_sync(g, "the parameters' copy to the device"));
   return optim ? mt_gpu_optim_upload(t) : 0;
@@ -332,17 +385,20 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   mt_dmodel *dm = &g->dm;
   const size_t n = t->model->params.total;
   const int K = c->accum_steps;
-  CU(cudaMemsetAsync(g->grads, 0, g->padded * sizeof(float), g->stream));
+  if (g->zero3)
+    CU(cudaMemsetAsync(g->gshard, 0, g->per * sizeof(float), g->stream));
+  else
+    CU(cudaMemsetAsync(g->grads, 0, g->padded * sizeof(float), g->stream));
   mt_amp_device_step_begin(t); /* the loss scale of this step (fp16) */
   const float scale = mt_amp_loss_scale(t) / (float)c->batch_size; /* the CPU's, in float */
-  const int overlap = g->nccl && !g->sharded && c->ddp_overlap;
+  const int overlap = g->nccl && !g->sharded && !g->zero3 && c->ddp_overlap;
   /* O2: forward and backward on the master rounded (norms kept);
    * evaluation runs on the master */
-  const float *wp = g->params;
-  if (g->work) {
+  const float *wp = g->params; /* zero3: not read (the units are gathered) */
+  if (g->work) { /* (no fsdp backend has O2) */
     CU(cudaMemcpyAsync(g->work, g->params, n * sizeof(float), cudaMemcpyDeviceToDevice,
                        g->stream));
-    MT_CALL(mt_gpu_o2_round(t, g->work, 0, n));
+    MT_CALL(mt_gpu_o2_round(t, g->work, 0, 0, n));
     wp = g->work;
   }
   /* the host queues the work and waits at the end: both count as compute
@@ -366,14 +422,17 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
       dm->unit_done = unit_done;
       dm->unit_ctx = t;
     }
+    if (g->zero3) g->overlap_err = 0; /* the hooks' errors (gpu_fsdp.c) */
     int err = dm->ops->backward(dm, wp, g->grads, scale, b.n);
-    dm->unit_done = NULL;
+    if (!g->zero3) dm->unit_done = NULL;
     MT_CALL(err);
     MT_CALL(g->overlap_err);
     mt_ev_end(MT_EV_FORWARD);
   }
   mt_ev_begin(MT_EV_FORWARD);
-  if (g->sharded) {
+  if (g->zero3) {
+    MT_CALL(mt_gpu_units_finish(t));
+  } else if (g->sharded) {
     MT_CALL(mt_gpu_shard_reduce(t));
   } else if (g->nccl) {
     MT_CALL(finish_reduce(g));
@@ -412,6 +471,8 @@ int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses, mt_batch_stats 
   MT_CHECK(out || !st->logits, MT_ERR_ARG, "model %s offers no per-sample logits (token data)",
            name);
   if (B == 0) return 0;
+  MT_CHECK(!g->zero3 || mt_gpu_units_pinned(g), MT_ERR_STATE,
+           "fsdp on the device: an evaluation without the whole model (mt_trainer_params_whole)");
   mt_dbatch db;
   MT_CALL(upload_batch(g, &g->slots[0], b, &db));
   CU(cudaMemsetAsync(g->ehits, 0, sizeof(int64_t), g->stream));

@@ -50,6 +50,11 @@ int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses, mt_batch_stats 
 int mt_gpu_download(mt_trainer *t, int optim);
 /* Host -> device: the parameters, and with optim the optimizer state. */
 int mt_gpu_upload(mt_trainer *t, int optim);
+/* fsdp full_shard / hybrid_shard: every unit gathered on the device for
+ * evaluations (pin) and given back after (unpin); no-ops otherwise.
+ * Collective. */
+int mt_gpu_pin(mt_trainer *t);
+int mt_gpu_unpin(mt_trainer *t);
 #else
 /* a CPU-only build never makes t->gpu (mt_gpu_setup refuses -device cuda) */
 static inline void mt_gpu_destroy(mt_trainer *t) { (void)t; }
@@ -68,6 +73,14 @@ static inline int mt_gpu_download(mt_trainer *t, int optim) {
 }
 static inline int mt_gpu_upload(mt_trainer *t, int optim) {
   (void)t, (void)optim;
+  return 0;
+}
+static inline int mt_gpu_pin(mt_trainer *t) {
+  (void)t;
+  return 0;
+}
+static inline int mt_gpu_unpin(mt_trainer *t) {
+  (void)t;
   return 0;
 }
 #endif

@@ -53,6 +53,17 @@ struct mt_gpu {
   double *norm_host;    /* the shard's norm, read on the host (pinned)    */
   int *flag, *flag_host; /* loss scaling: an inf/NaN in the gradient      */
   float *work;          /* O2: the working copy (master rounded), padded */
+  /* this rank's part [lo, hi) of the parameters and the gradient: params +
+   * lo and grads + lo, or under zero3 buffers of their own (per elements) */
+  float *pshard, *gshard;
+  /* zero3: fsdp full_shard and hybrid_shard (gpu_fsdp.c): no whole copy of
+   * the model on the device; the partition is over the sharding group of G
+   * ranks (grank: this rank's place), units gathered from the shards as the
+   * model uses them and their gradients reduced into the shards */
+  int zero3, G, grank;
+  MPI_Comm group_mpi, repl_mpi; /* the group; hybrid_shard: the replicas  */
+  ncclComm_t gnc, rnc;          /* NCCL over each (NULL: one rank)        */
+  struct mt_gpu_units *units;
 };
 
 
@@ -81,9 +92,27 @@ int mt_gpu_optim_setup(mt_trainer *t);
 void mt_gpu_optim_free(struct mt_gpu *g);
 int mt_gpu_shard_reduce(mt_trainer *t);
 int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay);
-/* O2: x's low-precision tensors rounded to -amp_dtype, within [lo, hi). */
-int mt_gpu_o2_round(mt_trainer *t, float *x, size_t lo, size_t hi);
+/* O2: x's low-precision tensors rounded to -amp_dtype, within [lo, hi);
+ * x holds the layout from element xlo on. */
+int mt_gpu_o2_round(mt_trainer *t, float *x, size_t xlo, size_t lo, size_t hi);
 int mt_gpu_optim_download(mt_trainer *t);
 int mt_gpu_optim_upload(mt_trainer *t);
+/* Every rank's part [r * per, ...) of the n-element host buffer buf, from
+ * each of the P ranks of comm to all (in place). Collective. */
+int mt_gpu_host_allgather(float *buf, size_t n, size_t per, int P, MPI_Comm comm);
+
+/* gpu_fsdp.c (zero3): the sharding group and the replicas (hybrid_shard)
+ * as MPI communicators (collective, before anything that can fail on one
+ * rank; MPI_COMM_NULL without zero3); the partition (before the buffers
+ * are allocated; sets G, grank, lo, hi, per, padded); the units (after the
+ * buffers and the device model, whose hooks it sets) and their release;
+ * the end of a step's gradient reduction (the compute stream waits for
+ * it); whether every unit is gathered (mt_gpu_pin). */
+int mt_gpu_units_groups(mt_trainer *t, MPI_Comm *group, MPI_Comm *replicas);
+int mt_gpu_units_partition(mt_trainer *t);
+int mt_gpu_units_create(mt_trainer *t);
+void mt_gpu_units_destroy(struct mt_gpu *g);
+int mt_gpu_units_finish(mt_trainer *t);
+int mt_gpu_units_pinned(const struct mt_gpu *g);
 
 #endif

@@ -21,8 +21,13 @@ int mt_gpu_optim_setup(mt_trainer *t) {
   const size_t n = t->model->params.total;
   const int P = t->comm->size, r = t->comm->rank;
   g->sharded = c->fsdp && c->fsdp_strategy == MT_FSDP_SHARD_GRAD_OP;
+  g->zero3 = c->fsdp && (c->fsdp_strategy == MT_FSDP_FULL_SHARD ||
+                         c->fsdp_strategy == MT_FSDP_HYBRID_SHARD);
   g->offload = g->sharded && c->fsdp_cpu_offload;
-  if (g->sharded) {
+  g->G = 1;
+  if (g->zero3) {
+    MT_CALL(mt_gpu_units_partition(t));
+  } else if (g->sharded) {
     g->per = ((n + (size_t)P - 1) / (size_t)P + 15) & ~(size_t)15;
     g->padded = g->per * (size_t)P;
     g->lo = (size_t)r * g->per < n ? (size_t)r * g->per : n;
@@ -90,15 +95,35 @@ int mt_gpu_shard_reduce(mt_trainer *t) {
   return 0;
 }
 
+int mt_gpu_host_allgather(float *buf, size_t n, size_t per, int P, MPI_Comm comm) {
+  if (P <= 1) return 0;
+  int *cnt = NULL, *dsp = NULL;
+  int err = mt_calloc(&cnt, (size_t)P, sizeof(int), "shard counts");
+  if (!err) err = mt_calloc(&dsp, (size_t)P, sizeof(int), "shard offsets");
+  for (int r = 0; !err && r < P; r++) {
+    size_t lo = (size_t)r * per < n ? (size_t)r * per : n;
+    size_t hi = lo + per < n ? lo + per : n;
+    dsp[r] = (int)lo, cnt[r] = (int)(hi - lo);
+  }
+  if (!err && MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt, dsp, MPI_FLOAT, comm) !=
+                  MPI_SUCCESS)
+    err = MT_ERR(MT_ERR_LIB, "MPI_Allgatherv of the shards failed");
+  mt_free(&cnt);
+  mt_free(&dsp);
+  return err;
+}
+
 /* Clipping by the global norm of a sharded gradient: the shards' squared
- * norms summed over the ranks (read on the host: one wait). */
+ * norms summed over the ranks that share the partition (read on the host:
+ * one wait). */
 static int clip_norm_sharded(mt_trainer *t, float *gs, size_t ns) {
   struct mt_gpu *g = t->gpu;
   MT_CALL(mt_cuda_l2_norm(gs, ns, g->norm, &g->cx));
   CU(cudaMemcpyAsync(g->norm_host, g->norm, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
   MT_CALL(mt_gpu_sync(g, "the gradient norm"));
   double n2 = *g->norm_host * *g->norm_host;
-  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &n2, 1, MPI_DOUBLE, MPI_SUM, t->comm->world));
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &n2, 1, MPI_DOUBLE, MPI_SUM,
+                       g->zero3 ? g->group_mpi : t->comm->world));
   return mt_cuda_clip_grad_norm_given(gs, ns, sqrt(n2), t->cfg->clip_grad_norm, g->stream);
 }
 
@@ -106,7 +131,7 @@ static int clip_norm_sharded(mt_trainer *t, float *gs, size_t ns) {
 static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   struct mt_gpu *g = t->gpu;
   const size_t lo = g->lo, ns = g->hi - g->lo;
-  CU(cudaMemcpyAsync(g->gshard_host, g->grads + lo, ns * sizeof(float), cudaMemcpyDeviceToHost,
+  CU(cudaMemcpyAsync(g->gshard_host, g->gshard, ns * sizeof(float), cudaMemcpyDeviceToHost,
                      g->stream));
   MT_CALL(mt_gpu_sync(g, "the gradient shard"));
   float *p = (float *)t->params + lo;
@@ -122,17 +147,17 @@ static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
     MT_CALL(mt_sgd_step(&g->slice, p, g->gshard_host, t->mom ? (float *)t->mom + lo : NULL,
                         first_step, &t->sgd, all_decay, lr));
   }
-  CU(cudaMemcpyAsync(g->params + lo, p, ns * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+  CU(cudaMemcpyAsync(g->pshard, p, ns * sizeof(float), cudaMemcpyHostToDevice, g->stream));
   return 0;
 }
 
-int mt_gpu_o2_round(mt_trainer *t, float *x, size_t lo, size_t hi) {
+int mt_gpu_o2_round(mt_trainer *t, float *x, size_t xlo, size_t lo, size_t hi) {
   struct mt_gpu *g = t->gpu;
   const size_t(*r)[2] = NULL;
   const int nr = mt_amp_o2_ranges(t, &r);
   for (int i = 0; i < nr; i++) { /* the tensor's part inside [lo, hi) */
     size_t a = r[i][0] > lo ? r[i][0] : lo, b = r[i][0] + r[i][1] < hi ? r[i][0] + r[i][1] : hi;
-    if (b > a) MT_CALL(mt_cuda_round_to(t->cfg->amp_dtype, x + a, b - a, g->stream));
+    if (b > a) MT_CALL(mt_cuda_round_to(t->cfg->amp_dtype, x + (a - xlo), b - a, g->stream));
   }
   return 0;
 }
@@ -141,10 +166,10 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   const mt_config *c = t->cfg;
   struct mt_gpu *g = t->gpu;
   const size_t ns = g->hi - g->lo;
-  float *gs = g->grads + g->lo, *ps = g->params + g->lo;
+  float *gs = g->gshard, *ps = g->pshard;
   /* O2: the reduced gradients of the low-precision tensors rounded (once,
    * after the sum, as on the CPU) */
-  if (g->work) MT_CALL(mt_gpu_o2_round(t, g->grads, g->lo, g->hi));
+  if (g->work) MT_CALL(mt_gpu_o2_round(t, gs, g->lo, g->lo, g->hi));
   if (mt_amp_scaling(t)) { /* the trainer's mt_amp_after_reduce, on this rank's part */
     MT_CALL(mt_cuda_has_nonfinite(gs, ns, g->flag, g->stream));
     CU(cudaMemcpyAsync(g->flag_host, g->flag, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
@@ -158,7 +183,7 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   if (c->clip_grad_value > 0)
     MT_CALL(mt_cuda_clip_grad_value(gs, ns, c->clip_grad_value, g->stream));
   if (c->clip_grad_norm > 0) {
-    if (g->sharded && g->nccl)
+    if ((g->sharded && g->nccl) || g->G > 1)
       MT_CALL(clip_norm_sharded(t, gs, ns));
     else
       MT_CALL(mt_cuda_clip_grad_norm(gs, ns, c->clip_grad_norm, g->norm, &g->cx));
@@ -199,22 +224,19 @@ int mt_gpu_optim_download(mt_trainer *t) {
   float *host[3], *dev[3];
   const int k = pairs(t, host, dev);
   if (g->offload) { /* every rank's shard of the host state, to every rank */
-    int *cnt = NULL, *dsp = NULL;
-    int err = mt_calloc(&cnt, (size_t)P, sizeof(int), "shard counts");
-    if (!err) err = mt_calloc(&dsp, (size_t)P, sizeof(int), "shard offsets");
-    for (int r = 0; !err && r < P; r++) {
-      size_t lo = (size_t)r * g->per < n ? (size_t)r * g->per : n;
-      size_t hi = lo + g->per < n ? lo + g->per : n;
-      dsp[r] = (int)lo, cnt[r] = (int)(hi - lo);
-    }
-    for (int i = 0; !err && i < k && P > 1; i++)
-      err = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, host[i], cnt, dsp, MPI_FLOAT,
-                           t->comm->world) == MPI_SUCCESS
-                ? 0
-                : MT_ERR(MT_ERR_LIB, "MPI_Allgatherv of the optimizer state failed");
-    mt_free(&cnt);
-    mt_free(&dsp);
-    return err;
+    for (int i = 0; i < k; i++)
+      MT_CALL(mt_gpu_host_allgather(host[i], n, g->per, P, t->comm->world));
+    return 0;
+  }
+  if (g->zero3) { /* this rank's part down, then every part to every rank */
+    for (int i = 0; i < k; i++)
+      CU(cudaMemcpyAsync(host[i] + g->lo, dev[i], (g->hi - g->lo) * sizeof(float),
+                         cudaMemcpyDeviceToHost, g->stream));
+    MT_CALL(mt_gpu_sync(g, "the optimizer state's copy to the host"));
+    for (int i = 0; i < k; i++)
+      MT_CALL(mt_gpu_host_allgather(host[i], n, g->per, g->G, g->group_mpi));
+    if (t->adamw) t->adam_state.step = g->adam.step;
+    return 0;
   }
   for (int i = 0; i < k; i++) {
     const float *src = dev[i];

@@ -138,20 +138,27 @@ static int create_model(mt_trainer *t) {
 
 /* fsdp: the initialised (and agreed) model becomes this rank's shards; the
  * model then reads and writes the shards' views. */
+int mt_trainer_fsdp_node_size(const mt_trainer *t, int *node) {
+  const mt_config *c = t->cfg;
+  const mt_comm *comm = t->comm;
+  *node = c->fsdp_node_size;
+  if (c->fsdp_strategy != MT_FSDP_HYBRID_SHARD || *node > 0) return 0;
+  int mm[2] = {-comm->local_size, comm->local_size};
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm->world));
+  MT_CHECK(-mm[0] == mm[1], MT_ERR_OPTION,
+           "option -fsdp_sharding_strategy hybrid_shard: the nodes run %d to %d ranks; give "
+           "-fsdp_node_size", -mm[0], mm[1]);
+  *node = mm[1];
+  mt_print0("fsdp hybrid_shard: sharding groups of %d ranks (the node's), replicated across "
+            "%d groups\n", *node, comm->size / *node);
+  return 0;
+}
+
 static int shard_model(mt_trainer *t) {
   const mt_config *c = t->cfg;
   const mt_comm *comm = t->comm;
-  int node = c->fsdp_node_size;
-  if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD && node == 0) {
-    int mm[2] = {-comm->local_size, comm->local_size};
-    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm->world));
-    MT_CHECK(-mm[0] == mm[1], MT_ERR_OPTION,
-             "option -fsdp_sharding_strategy hybrid_shard: the nodes run %d to %d ranks; give "
-             "-fsdp_node_size", -mm[0], mm[1]);
-    node = mm[1];
-    mt_print0("fsdp hybrid_shard: sharding groups of %d ranks (the node's), replicated across "
-              "%d groups\n", node, comm->size / node);
-  }
+  int node;
+  MT_CALL(mt_trainer_fsdp_node_size(t, &node));
   int err = mt_fsdp_create(&t->fsdp, comm->world, &t->model->params, t->params, c->fsdp_strategy,
                            c->fsdp_whole_model, node, c->fsdp_prefetch);
   MT_CALL(mt_agree(comm->world, err));
@@ -175,11 +182,15 @@ void mt_trainer_owned(const mt_trainer *t, mt_owned *o) {
 }
 
 int mt_trainer_params_whole(mt_trainer *t) {
-  if (t->gpu) return mt_agree(t->comm->world, mt_gpu_download(t, 0));
+  if (t->gpu) { /* on the host, and (fsdp full_shard) gathered on the device */
+    MT_CALL(mt_agree(t->comm->world, mt_gpu_download(t, 0)));
+    return mt_agree(t->comm->world, mt_gpu_pin(t));
+  }
   return t->fsdp ? mt_fsdp_pin(t->fsdp) : 0;
 }
 
 int mt_trainer_params_release(mt_trainer *t) {
+  if (t->gpu) return mt_agree(t->comm->world, mt_gpu_unpin(t));
   if (!t->fsdp) return 0;
   MT_CALL(mt_agree(t->comm->world, mt_fsdp_unpin(t->fsdp)));
   return 0;

@@ -105,6 +105,9 @@ void mt_trainer_owned(const mt_trainer *t, mt_owned *o);
  * release (no-ops without shards). Collective. */
 int mt_trainer_params_whole(mt_trainer *t);
 int mt_trainer_params_release(mt_trainer *t);
+/* fsdp: the ranks of a sharding group (hybrid_shard: -fsdp_node_size, or
+ * the node's ranks when every node runs as many; else 0: all). Collective. */
+int mt_trainer_fsdp_node_size(const mt_trainer *t, int *node);
 
 /* Opens the data (collectively validated), creates model, backend and
  * optimizer state, and initialises the parameters from the seed. */

@@ -1,0 +1,352 @@
+/* fsdp full_shard and hybrid_shard on the device (only built with CUDA):
+ * ZeRO-3, as PyTorch FSDP runs it. The device holds no whole copy of the
+ * model: each rank keeps its part [lo, hi) of the parameters, the gradient
+ * and the optimizer state (the CPU fsdp's partition: equal ranges rounded
+ * to 16 floats, over the sharding group). The device model announces each
+ * unit before it reads the unit's parameters (mt_dmodel.unit_use); the unit
+ * is then gathered from the group's shards into a buffer of its own, the
+ * next unit of the pass is gathered ahead on the communication stream, and
+ * the unit used before is given back. The backward adds a unit's gradient
+ * into a buffer of its own; when the unit is done (unit_done) it is
+ * reduced on the communication stream, this rank's piece added into the
+ * gradient shard, and the buffer given back. hybrid_shard sums the shards
+ * over the replicas (the groups) after the last micro-batch.
+ *
+ * NCCL has no all-gather or reduce-scatter of unequal pieces, and a unit's
+ * pieces are unequal (the partition is the model's, not the unit's): a
+ * unit is gathered with one ncclBroadcast per rank holding a piece, and
+ * reduced with one ncclReduce per rank, each in a group (NCCL's advice for
+ * the "v" collectives). On one rank they are copies and sums on the
+ * device.
+ *
+ * The buffers come from CUDA's stream-ordered allocator (cudaMallocAsync
+ * on the stream that writes a buffer first, cudaFreeAsync on the one that
+ * uses it last): a buffer given back is reused only after the work queued
+ * before its release, as PyTorch's caching allocator with record_stream.
+ * The device's default pool keeps what it was given (release threshold
+ * raised), so a step allocates nothing from the driver once warm. Nothing
+ * here waits for the GPU. */
+#include "trainer/gpu_impl.h"
+#include "backends/fsdp.h"
+
+#include <stdint.h>
+#include <string.h>
+
+struct mt_gpu_units {
+  mt_dunits view; /* what the device model reads                          */
+  int nmodel, nunits;
+  int *unit_of;   /* model unit -> unit (-fsdp_unit model: all 0)         */
+  int *members, *ndone, *seen, *used;
+  size_t *ulo, *uhi;
+  size_t *cnt, *dsp; /* [u * G + r]: group rank r's piece of unit u: its
+                        length and where it starts, from ulo[u]           */
+  float **pslot, **gslot;
+  cudaEvent_t *gathered; /* per unit: its last gather                     */
+  int last, pass, pinned, prefetch;
+};
+
+#define NCCL_GROUP(g, call_, what, n)                                                              \
+  MT_CALL(mt_nccl_settle((g)->gnc, (call_), (what), (n), (g)->timeout))
+
+/* -------------------------------------------------------------- set-up */
+
+int mt_gpu_units_groups(mt_trainer *t, MPI_Comm *group, MPI_Comm *replicas) {
+  const mt_config *c = t->cfg;
+  const mt_comm *comm = t->comm;
+  *group = *replicas = MPI_COMM_NULL;
+  if (!c->fsdp || (c->fsdp_strategy != MT_FSDP_FULL_SHARD &&
+                   c->fsdp_strategy != MT_FSDP_HYBRID_SHARD))
+    return 0;
+  int node = 0;
+  MT_CALL(mt_trainer_fsdp_node_size(t, &node));
+  const int gs = c->fsdp_strategy == MT_FSDP_HYBRID_SHARD ? node : comm->size;
+  MT_CHECK(gs >= 1 && comm->size % gs == 0, MT_ERR_OPTION,
+           "option -fsdp_node_size: %d ranks are not whole nodes of %d ranks", comm->size, gs);
+  MT_MPI(MPI_Comm_split(comm->world, comm->rank / gs, comm->rank, group));
+  if (c->fsdp_strategy == MT_FSDP_HYBRID_SHARD)
+    MT_MPI(MPI_Comm_split(comm->world, comm->rank % gs, comm->rank, replicas));
+  return 0;
+}
+
+int mt_gpu_units_partition(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  const size_t n = t->model->params.total;
+  MT_CHECK(g->group_mpi != MPI_COMM_NULL, MT_ERR_STATE, "fsdp on the device: no sharding group");
+  MPI_Comm_rank(g->group_mpi, &g->grank);
+  MPI_Comm_size(g->group_mpi, &g->G);
+  g->per = ((n + (size_t)g->G - 1) / (size_t)g->G + 15) & ~(size_t)15;
+  g->padded = g->per * (size_t)g->G;
+  g->lo = (size_t)g->grank * g->per < n ? (size_t)g->grank * g->per : n;
+  g->hi = g->lo + g->per < n ? g->lo + g->per : n;
+  MT_CHECK(g->hi > g->lo, MT_ERR_OPTION,
+           "-backend fsdp on the GPU: the model's %zu parameters leave rank %d of a sharding "
+           "group of %d no shard; use fewer ranks", n, g->grank, g->G);
+  return 0;
+}
+
+static int plan(struct mt_gpu *g, const mt_param_table *tb, int whole_model) {
+  struct mt_gpu_units *U = g->units;
+  int nm = 0;
+  for (int i = 0; i < tb->n; i++) {
+    MT_CHECK(tb->p[i].unit >= 0, MT_ERR_STATE, "fsdp: tensor %s has no unit", tb->p[i].name);
+    if (tb->p[i].unit + 1 > nm) nm = tb->p[i].unit + 1;
+  }
+  U->nmodel = nm;
+  U->nunits = whole_model ? 1 : nm;
+  const int nu = U->nunits, G = g->G;
+  MT_CALL(mt_calloc(&U->unit_of, (size_t)nm, sizeof(int), "fsdp units"));
+  int *arrays[] = {NULL, NULL, NULL, NULL};
+  for (int k = 0; k < 4; k++) MT_CALL(mt_calloc(&arrays[k], (size_t)nu, sizeof(int), "fsdp units"));
+  U->members = arrays[0], U->ndone = arrays[1], U->seen = arrays[2], U->used = arrays[3];
+  MT_CALL(mt_calloc(&U->ulo, (size_t)nu, sizeof(size_t), "fsdp units"));
+  MT_CALL(mt_calloc(&U->uhi, (size_t)nu, sizeof(size_t), "fsdp units"));
+  MT_CALL(mt_calloc(&U->cnt, (size_t)nu * G, sizeof(size_t), "fsdp units"));
+  MT_CALL(mt_calloc(&U->dsp, (size_t)nu * G, sizeof(size_t), "fsdp units"));
+  MT_CALL(mt_calloc(&U->pslot, (size_t)nu, sizeof(float *), "fsdp units"));
+  MT_CALL(mt_calloc(&U->gslot, (size_t)nu, sizeof(float *), "fsdp units"));
+  MT_CALL(mt_calloc(&U->gathered, (size_t)nu, sizeof(cudaEvent_t), "fsdp units"));
+  for (int u = 0; u < nm; u++) U->unit_of[u] = whole_model ? 0 : u;
+  for (int u = 0; u < nu; u++) U->ulo[u] = SIZE_MAX;
+  int *seen = NULL;
+  MT_CALL(mt_calloc(&seen, (size_t)nm, sizeof(int), "fsdp units"));
+  for (int i = 0; i < tb->n; i++) {
+    const mt_param *q = &tb->p[i];
+    const int u = U->unit_of[q->unit];
+    if (!seen[q->unit]) U->members[u]++;
+    seen[q->unit] = 1;
+    if (q->offset < U->ulo[u]) U->ulo[u] = q->offset;
+    if (q->offset + q->numel > U->uhi[u]) U->uhi[u] = q->offset + q->numel;
+  }
+  mt_free(&seen);
+  const size_t n = tb->total;
+  for (int u = 0; u < nu; u++) {
+    MT_CHECK(U->members[u] > 0, MT_ERR_STATE, "fsdp: unit %d of the model holds no tensor", u);
+    for (int v = 0; v < nu; v++)
+      MT_CHECK(v == u || U->uhi[v] <= U->ulo[u] || U->ulo[v] >= U->uhi[u], MT_ERR_STATE,
+               "fsdp: the model's units %d and %d overlap in the flat layout", u, v);
+    for (int r = 0; r < G; r++) {
+      size_t plo = (size_t)r * g->per < n ? (size_t)r * g->per : n;
+      size_t phi = plo + g->per < n ? plo + g->per : n;
+      size_t a = U->ulo[u] > plo ? U->ulo[u] : plo, b = U->uhi[u] < phi ? U->uhi[u] : phi;
+      U->cnt[u * G + r] = b > a ? b - a : 0;
+      U->dsp[u * G + r] = b > a ? a - U->ulo[u] : 0;
+    }
+    CU(cudaEventCreateWithFlags(&U->gathered[u], cudaEventDisableTiming));
+  }
+  U->view = (mt_dunits){U->unit_of, U->ulo, {U->pslot, U->gslot}};
+  return 0;
+}
+
+static int unit_use(void *ctx, int munit, int pass);
+static void unit_done(void *ctx, int munit);
+
+int mt_gpu_units_create(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  struct mt_gpu *g = t->gpu;
+  MT_CALL(mt_calloc(&g->units, 1, sizeof(*g->units), "fsdp units"));
+  struct mt_gpu_units *U = g->units;
+  U->last = U->pass = -1;
+  U->prefetch = c->fsdp_prefetch;
+  MT_CALL(plan(g, &t->model->params, c->fsdp_whole_model));
+  /* the stream-ordered allocator keeps what it is given back */
+  int dev = 0;
+  cudaMemPool_t pool;
+  CU(cudaGetDevice(&dev));
+  CU(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t keep = UINT64_MAX;
+  CU(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  mt_dmodel *dm = &g->dm;
+  dm->units = &U->view;
+  dm->unit_use = unit_use;
+  dm->unit_done = unit_done;
+  dm->unit_ctx = t;
+  return 0;
+}
+
+void mt_gpu_units_destroy(struct mt_gpu *g) {
+  struct mt_gpu_units *U = g->units;
+  if (!U) return;
+  for (int u = 0; u < U->nunits; u++) {
+    if (U->pslot && U->pslot[u]) cudaFree(U->pslot[u]);
+    if (U->gslot && U->gslot[u]) cudaFree(U->gslot[u]);
+    if (U->gathered && U->gathered[u]) cudaEventDestroy(U->gathered[u]);
+  }
+  void *bufs[] = {&U->unit_of, &U->members, &U->ndone, &U->seen, &U->used, &U->ulo, &U->uhi,
+                  &U->cnt, &U->dsp, &U->pslot, &U->gslot, &U->gathered};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
+  mt_free(&g->units);
+}
+
+int mt_gpu_units_pinned(const struct mt_gpu *g) { return g->units && g->units->pinned; }
+
+/* ---------------------------------------------------------- parameters */
+
+static size_t unit_len(const struct mt_gpu_units *U, int u) { return U->uhi[u] - U->ulo[u]; }
+
+/* Queues unit u's gather on the communication stream, after the work the
+ * compute stream has queued (the optimizer's step of the shards). */
+static int gather_start(mt_trainer *t, int u) {
+  struct mt_gpu *g = t->gpu;
+  struct mt_gpu_units *U = g->units;
+  const int G = g->G;
+  const size_t len = unit_len(U, u);
+  MT_CALL(mt_gpu_comm_begin(g));
+  CU(cudaMallocAsync((void **)&U->pslot[u], len * sizeof(float), g->comm_stream));
+  float *slot = U->pslot[u];
+  if (!g->gnc) { /* one rank: the whole unit is in the shard */
+    CU(cudaMemcpyAsync(slot, g->pshard + (U->ulo[u] - g->lo), len * sizeof(float),
+                       cudaMemcpyDeviceToDevice, g->comm_stream));
+  } else {
+    NCCL_GROUP(g, ncclGroupStart(), "ncclGroupStart", 0);
+    for (int r = 0; r < G; r++) {
+      const size_t k = U->cnt[u * G + r], o = U->dsp[u * G + r];
+      if (!k) continue;
+      const float *send = r == g->grank ? g->pshard + (U->ulo[u] + o - g->lo) : slot + o;
+      NCCL_GROUP(g, ncclBroadcast(send, slot + o, k, ncclFloat, r, g->gnc, g->comm_stream),
+                 "ncclBroadcast of a unit's parameters", k);
+    }
+    NCCL_GROUP(g, ncclGroupEnd(), "the gather of a unit's parameters", len);
+  }
+  CU(cudaEventRecord(U->gathered[u], g->comm_stream));
+  t->backend->comm_bytes += (double)len * sizeof(float);
+  return 0;
+}
+
+/* Gives unit u's parameters back once the work queued on the compute
+ * stream (its last reader) is done. */
+static int release(struct mt_gpu *g, int u) {
+  struct mt_gpu_units *U = g->units;
+  if (!U->pslot[u]) return 0;
+  CU(cudaFreeAsync(U->pslot[u], g->stream));
+  U->pslot[u] = NULL;
+  return 0;
+}
+
+static int use(mt_trainer *t, int munit, int pass) {
+  struct mt_gpu *g = t->gpu;
+  struct mt_gpu_units *U = g->units;
+  MT_CHECK(munit >= 0 && munit < U->nmodel, MT_ERR_ARG, "fsdp: unit %d of %d", munit, U->nmodel);
+  if (U->pinned) return 0;
+  const int u = U->unit_of[munit];
+  if (pass == 0) U->used[u] = 1;
+  if (pass != U->pass) memset(U->seen, 0, (size_t)U->nunits * sizeof(int));
+  U->pass = pass;
+  if (U->last >= 0 && U->last != u) MT_CALL(release(g, U->last));
+  U->last = u;
+  if (pass == 1 && !U->gslot[u]) { /* its gradient, zeroed, for the backward to add into */
+    const size_t bytes = unit_len(U, u) * sizeof(float);
+    CU(cudaMallocAsync((void **)&U->gslot[u], bytes, g->stream));
+    CU(cudaMemsetAsync(U->gslot[u], 0, bytes, g->stream));
+  }
+  if (!U->pslot[u]) MT_CALL(gather_start(t, u));
+  CU(cudaStreamWaitEvent(g->stream, U->gathered[u], 0));
+  /* the next unit of the pass, ahead, unless the pass used it already
+   * (gpt's forward ends with its first unit, the tied head) */
+  U->seen[u] = 1;
+  const int next = pass == 0 ? u + 1 : u - 1;
+  if (U->prefetch && next >= 0 && next < U->nunits && !U->seen[next] && !U->pslot[next])
+    MT_CALL(gather_start(t, next));
+  return 0;
+}
+
+static int unit_use(void *ctx, int munit, int pass) { return use(ctx, munit, pass); }
+
+/* ----------------------------------------------------------- gradients */
+
+/* Unit u's gradient, summed over the group, added into this rank's
+ * gradient shard; its buffer given back. On the communication stream,
+ * after the backward queued so far. */
+static int reduce(mt_trainer *t, int u) {
+  struct mt_gpu *g = t->gpu;
+  struct mt_gpu_units *U = g->units;
+  const int G = g->G;
+  float *slot = U->gslot[u];
+  MT_CHECK(slot, MT_ERR_STATE, "fsdp: unit %d reported done without a gradient", u);
+  MT_CALL(mt_gpu_comm_begin(g));
+  if (g->gnc) { /* in place: each piece summed on the rank that holds it */
+    NCCL_GROUP(g, ncclGroupStart(), "ncclGroupStart", 0);
+    for (int r = 0; r < G; r++) {
+      const size_t k = U->cnt[u * G + r], o = U->dsp[u * G + r];
+      if (!k) continue;
+      NCCL_GROUP(g, ncclReduce(slot + o, slot + o, k, ncclFloat, ncclSum, r, g->gnc,
+                               g->comm_stream),
+                 "ncclReduce of a unit's gradient", k);
+    }
+    NCCL_GROUP(g, ncclGroupEnd(), "the reduction of a unit's gradient", unit_len(U, u));
+  }
+  const size_t k = U->cnt[u * G + g->grank], o = U->dsp[u * G + g->grank];
+  if (k) {
+    float *dst = g->gshard + (U->ulo[u] + o - g->lo);
+    MT_CALL(mt_cuda_residual_forward(dst, dst, slot + o, (int64_t)k, g->comm_stream));
+  }
+  CU(cudaFreeAsync(slot, g->comm_stream));
+  U->gslot[u] = NULL;
+  t->backend->comm_bytes += (double)unit_len(U, u) * sizeof(float);
+  return 0;
+}
+
+static int done(mt_trainer *t, int munit) {
+  struct mt_gpu_units *U = t->gpu->units;
+  MT_CHECK(munit >= 0 && munit < U->nmodel, MT_ERR_ARG, "fsdp: unit %d of %d", munit, U->nmodel);
+  const int u = U->unit_of[munit];
+  MT_CHECK(U->used[u], MT_ERR_STATE,
+           "fsdp: the device model's forward did not announce unit %d (unit_use), so its "
+           "parameters were never gathered", munit);
+  if (++U->ndone[u] < U->members[u]) return 0;
+  U->ndone[u] = 0;
+  return reduce(t, u);
+}
+
+static void unit_done(void *ctx, int munit) {
+  mt_trainer *t = ctx;
+  if (!t->gpu->overlap_err) t->gpu->overlap_err = done(t, munit);
+}
+
+int mt_gpu_units_finish(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  struct mt_gpu_units *U = g->units;
+  for (int u = 0; u < U->nunits; u++) {
+    MT_CHECK(U->ndone[u] == 0 && !U->gslot[u], MT_ERR_STATE,
+             "fsdp: the backward reported %d of the %d model units of unit %d as done",
+             U->ndone[u], U->members[u], u);
+    MT_CALL(release(g, u));
+    U->used[u] = 0;
+  }
+  U->last = U->pass = -1;
+  MT_CALL(mt_gpu_comm_begin(g));
+  if (g->rnc) { /* hybrid_shard: the shards summed over the replicas */
+    const size_t ns = g->hi - g->lo;
+    MT_CALL(mt_nccl_settle(g->rnc,
+                           ncclAllReduce(g->gshard, g->gshard, ns, ncclFloat, ncclSum, g->rnc,
+                                         g->comm_stream),
+                           "ncclAllReduce of the gradient shard over the replicas", ns,
+                           g->timeout));
+    t->backend->comm_bytes += (double)ns * sizeof(float);
+  }
+  return mt_gpu_comm_end(g); /* the optimizer waits for the reductions */
+}
+
+/* ------------------------------------------------------------- pinning */
+
+int mt_gpu_pin(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  struct mt_gpu_units *U = g->units;
+  if (!U || U->pinned) return 0;
+  const double bytes = t->backend->comm_bytes; /* not training's communication */
+  for (int u = 0; u < U->nunits; u++)
+    if (!U->pslot[u]) MT_CALL(gather_start(t, u));
+  MT_CALL(mt_gpu_comm_end(g));
+  t->backend->comm_bytes = bytes;
+  U->pinned = 1;
+  return 0;
+}
+
+int mt_gpu_unpin(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  struct mt_gpu_units *U = g->units;
+  if (!U || !U->pinned) return 0;
+  U->pinned = 0;
+  for (int u = 0; u < U->nunits; u++) MT_CALL(release(g, u));
+  U->last = U->pass = -1;
+  return 0;
+}
