@@ -182,6 +182,10 @@ if [ "${ngpu:-0}" -ge 2 ]; then
   train ddp-adam2 2 cuda "${mlp[@]}" -epochs 2 -backend ddp "${adam[@]}"
   train sgo2 2 cuda "${mlp[@]}" -epochs 2 "${sgo[@]}" "${adam[@]}"
   same "fsdp shard_grad_op on 2 GPUs gives ddp's parameters" ddp-adam2 sgo2 1e-4
+  # its reduction bucket by bucket behind the backward (grouped ncclReduce)
+  # against one reduce-scatter after it: two ranks sum in either order alike
+  train sgo2-seq 2 cuda "${mlp[@]}" -epochs 2 "${sgo[@]}" -fsdp_prefetch 0 "${adam[@]}"
+  same "shard_grad_op reduced after the backward gives the same" sgo2 sgo2-seq 0
   train sgo2-off 2 cuda "${mlp[@]}" -epochs 2 "${sgo[@]}" -fsdp_cpu_offload "${adam[@]}"
   same "and with -fsdp_cpu_offload" ddp-adam2 sgo2-off 1e-4
   # its checkpoint holds the whole optimizer state: it restarts under ddp on the CPU

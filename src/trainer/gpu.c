@@ -79,12 +79,34 @@ int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
   }
 }
 
+/* fsdp shard_grad_op: [a, b) of the gradient summed in place onto the
+ * ranks that own its pieces (rank r: [r * per, (r + 1) * per), where the
+ * reduce-scatter of the whole buffer puts its sum): one ncclReduce per
+ * piece, in a group (NCCL has no reduce-scatter of unequal pieces). */
+static int reduce_owned(struct mt_gpu *g, size_t a, size_t b) {
+  const int P = (int)(g->padded / g->per);
+  MT_CALL(mt_nccl_settle(g->nc.world, ncclGroupStart(), "ncclGroupStart", 0, g->timeout));
+  for (int r = 0; r < P; r++) {
+    size_t lo = (size_t)r * g->per > a ? (size_t)r * g->per : a;
+    size_t hi = (size_t)(r + 1) * g->per < b ? (size_t)(r + 1) * g->per : b;
+    if (hi <= lo) continue;
+    MT_CALL(mt_nccl_settle(g->nc.world,
+                           ncclReduce(g->grads + lo, g->grads + lo, hi - lo, ncclFloat, ncclSum, r,
+                                      g->nc.world, g->comm_stream),
+                           "ncclReduce of a gradient bucket's piece", hi - lo, g->timeout));
+  }
+  return mt_nccl_settle(g->nc.world, ncclGroupEnd(), "the reduction of a gradient bucket", b - a,
+                        g->timeout);
+}
+
 /* Starts the next bucket: the communication stream waits for what the
- * compute stream has queued so far, then all-reduces the bucket. */
+ * compute stream has queued so far, then all-reduces the bucket (ddp) or
+ * reduces each piece onto its owner (fsdp shard_grad_op). */
 static int start_next(struct mt_gpu *g) {
   const int k = g->nstarted++;
   CU(cudaEventRecord(g->ready[k], g->stream));
   CU(cudaStreamWaitEvent(g->comm_stream, g->ready[k], 0));
+  if (g->sharded) return reduce_owned(g, g->bk.lo[k], g->bk.hi[k]);
   return mt_nccl_allreduce_sum(g->nc.world, g->grads + g->bk.lo[k], g->bk.hi[k] - g->bk.lo[k],
                                g->comm_stream, g->timeout);
 }
@@ -228,7 +250,7 @@ static int create(mt_trainer *t, int device, MPI_Comm group, MPI_Comm replicas) 
   CU(cudaMallocHost((void **)&g->ehits_host, sizeof(int64_t)));
   CU(cudaMallocHost((void **)&g->elosses_host, B * lps * sizeof(float)));
   CU(cudaMallocHost((void **)&g->eout_host, B * (size_t)(K > 0 ? K : 1) * sizeof(float)));
-  if (!g->sharded && !g->zero3) /* ddp's buckets */
+  if (!g->zero3) /* ddp's buckets, and shard_grad_op's reduced behind the backward */
     MT_CALL(mt_buckets_plan(&g->bk, n, sizeof(float), c->ddp_bucket_mb, c->ddp_first_bucket_mb,
                             &m->params));
   MT_CALL(mt_calloc(&g->ready, (size_t)g->bk.nb + 1, sizeof(cudaEvent_t), "bucket events"));
@@ -273,6 +295,8 @@ int mt_gpu_create(mt_trainer *t, int device) {
   if (g->sharded)
     mt_print0("; fsdp shard_grad_op: %zu of %zu parameters per rank%s", g->hi - g->lo,
               t->model->params.total, g->offload ? ", stepped on the host" : "");
+  if (g->sharded && g->nccl && t->cfg->fsdp_prefetch)
+    mt_print0(", reduced in %d bucket%s behind the backward", g->bk.nb, g->bk.nb > 1 ? "s" : "");
   if (g->zero3)
     mt_print0("; fsdp %s: %zu of %zu parameters per rank (groups of %d), gathered unit by unit",
               mt_fsdp_strategy_name(t->cfg->fsdp_strategy), g->hi - g->lo,
@@ -391,7 +415,8 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
     CU(cudaMemsetAsync(g->grads, 0, g->padded * sizeof(float), g->stream));
   mt_amp_device_step_begin(t); /* the loss scale of this step (fp16) */
   const float scale = mt_amp_loss_scale(t) / (float)c->batch_size; /* the CPU's, in float */
-  const int overlap = g->nccl && !g->sharded && !g->zero3 && c->ddp_overlap;
+  /* ddp: -ddp_overlap; shard_grad_op: -fsdp_prefetch (reduce behind) */
+  const int overlap = g->nccl && !g->zero3 && (g->sharded ? c->fsdp_prefetch : c->ddp_overlap);
   /* O2: forward and backward on the master rounded (norms kept);
    * evaluation runs on the master */
   const float *wp = g->params; /* zero3: not read (the units are gathered) */
@@ -432,7 +457,7 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   mt_ev_begin(MT_EV_FORWARD);
   if (g->zero3) {
     MT_CALL(mt_gpu_units_finish(t));
-  } else if (g->sharded) {
+  } else if (g->sharded && !overlap) {
     MT_CALL(mt_gpu_shard_reduce(t));
   } else if (g->nccl) {
     MT_CALL(finish_reduce(g));
