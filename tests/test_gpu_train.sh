@@ -152,6 +152,16 @@ if [ -f "$text" ]; then
   train gpt-hs 1 cuda "${gpt[@]}" -backend fsdp -fsdp_sharding_strategy hybrid_shard \
     -fsdp_node_size 1 -fsdp_unit model
   same "gpt: fsdp hybrid_shard, one unit for the model, gives sp's" gpt-gpu gpt-hs 1e-4
+  # with 6 layers the device never holds the whole model: the units'
+  # buffers (gathered parameters, unit gradients) peak below the whole
+  # model's parameters and gradient
+  train gpt-fs6 1 cuda "${gpt[@]}" -gpt_layers 6 -backend fsdp
+  mem=$(last_output | sed -n 's/.*fsdp units gathered and their gradients (peak in training) \([0-9.]*\) MiB, the whole model.s parameters and gradient \([0-9.]*\) MiB.*/\1 \2/p')
+  if [ -n "$mem" ] && awk -v m="$mem" 'BEGIN {split(m, x, " "); exit !(x[1] > 0 && x[1] < 0.75 * x[2])}'; then
+    pass "gpt fsdp full_shard: the units' device memory peaks below the whole model's ($mem MiB)"
+  else
+    fail "gpt fsdp full_shard: the units' device memory" "peak and whole: '${mem:-none}' (see $LAST_LOG)"
+  fi
 fi
 
 # fsdp shard_grad_op with -fsdp_cpu_offload on one GPU: the CPU's AdamW on

@@ -55,6 +55,10 @@ int mt_gpu_upload(mt_trainer *t, int optim);
  * Collective. */
 int mt_gpu_pin(mt_trainer *t);
 int mt_gpu_unpin(mt_trainer *t);
+/* The device memory in use at the end, and under fsdp full_shard /
+ * hybrid_shard the peak of the units' buffers in training (largest over
+ * the ranks; collective). */
+int mt_gpu_memory_report(mt_trainer *t);
 #else
 /* a CPU-only build never makes t->gpu (mt_gpu_setup refuses -device cuda) */
 static inline void mt_gpu_destroy(mt_trainer *t) { (void)t; }
@@ -80,6 +84,10 @@ static inline int mt_gpu_pin(mt_trainer *t) {
   return 0;
 }
 static inline int mt_gpu_unpin(mt_trainer *t) {
+  (void)t;
+  return 0;
+}
+static inline int mt_gpu_memory_report(mt_trainer *t) {
   (void)t;
   return 0;
 }

@@ -42,7 +42,16 @@ struct mt_gpu_units {
                         length and where it starts, from ulo[u]           */
   float **pslot, **gslot;
   cudaEvent_t *gathered; /* per unit: its last gather                     */
+  /* the last two reductions' ends (their buffers given back): a new unit
+   * gradient's buffer waits for the older, so that the compute stream may
+   * reuse its memory and no more than two are in flight however far the
+   * host runs ahead of the GPU (PyTorch FSDP's rate limiter) */
+  cudaEvent_t reduced[2];
+  int nreduced;
   int last, pass, pinned, prefetch;
+  cudaMemPool_t pool; /* the device's default: the buffers above          */
+  double peak[2];     /* their bytes at most in use, and reserved by the
+                         pool, in training                                 */
 };
 
 #define NCCL_GROUP(g, call_, what, n)                                                              \
@@ -133,7 +142,16 @@ static int plan(struct mt_gpu *g, const mt_param_table *tb, int whole_model) {
     }
     CU(cudaEventCreateWithFlags(&U->gathered[u], cudaEventDisableTiming));
   }
+  for (int i = 0; i < 2; i++) CU(cudaEventCreateWithFlags(&U->reduced[i], cudaEventDisableTiming));
   U->view = (mt_dunits){U->unit_of, U->ulo, {U->pslot, U->gslot}};
+  return 0;
+}
+
+/* The pool's high-water marks from now on (they can only be reset). */
+static int reset_peak(struct mt_gpu_units *U) {
+  uint64_t zero = 0;
+  CU(cudaMemPoolSetAttribute(U->pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  CU(cudaMemPoolSetAttribute(U->pool, cudaMemPoolAttrReservedMemHigh, &zero));
   return 0;
 }
 
@@ -150,11 +168,11 @@ int mt_gpu_units_create(mt_trainer *t) {
   MT_CALL(plan(g, &t->model->params, c->fsdp_whole_model));
   /* the stream-ordered allocator keeps what it is given back */
   int dev = 0;
-  cudaMemPool_t pool;
   CU(cudaGetDevice(&dev));
-  CU(cudaDeviceGetDefaultMemPool(&pool, dev));
+  CU(cudaDeviceGetDefaultMemPool(&U->pool, dev));
   uint64_t keep = UINT64_MAX;
-  CU(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  CU(cudaMemPoolSetAttribute(U->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  MT_CALL(reset_peak(U));
   mt_dmodel *dm = &g->dm;
   dm->units = &U->view;
   dm->unit_use = unit_use;
@@ -171,6 +189,8 @@ void mt_gpu_units_destroy(struct mt_gpu *g) {
     if (U->gslot && U->gslot[u]) cudaFree(U->gslot[u]);
     if (U->gathered && U->gathered[u]) cudaEventDestroy(U->gathered[u]);
   }
+  for (int i = 0; i < 2; i++)
+    if (U->reduced[i]) cudaEventDestroy(U->reduced[i]);
   void *bufs[] = {&U->unit_of, &U->members, &U->ndone, &U->seen, &U->used, &U->ulo, &U->uhi,
                   &U->cnt, &U->dsp, &U->pslot, &U->gslot, &U->gathered};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
@@ -235,6 +255,7 @@ static int use(mt_trainer *t, int munit, int pass) {
   U->last = u;
   if (pass == 1 && !U->gslot[u]) { /* its gradient, zeroed, for the backward to add into */
     const size_t bytes = unit_len(U, u) * sizeof(float);
+    if (U->nreduced >= 2) CU(cudaStreamWaitEvent(g->stream, U->reduced[U->nreduced % 2], 0));
     CU(cudaMallocAsync((void **)&U->gslot[u], bytes, g->stream));
     CU(cudaMemsetAsync(U->gslot[u], 0, bytes, g->stream));
   }
@@ -280,6 +301,7 @@ static int reduce(mt_trainer *t, int u) {
     MT_CALL(mt_cuda_residual_forward(dst, dst, slot + o, (int64_t)k, g->comm_stream));
   }
   CU(cudaFreeAsync(slot, g->comm_stream));
+  CU(cudaEventRecord(U->reduced[U->nreduced++ % 2], g->comm_stream));
   U->gslot[u] = NULL;
   t->backend->comm_bytes += (double)unit_len(U, u) * sizeof(float);
   return 0;
@@ -302,6 +324,17 @@ static void unit_done(void *ctx, int munit) {
   if (!t->gpu->overlap_err) t->gpu->overlap_err = done(t, munit);
 }
 
+/* The pool's high-water marks of bytes in use and reserved into U->peak. */
+static int sample_peak(struct mt_gpu_units *U) {
+  const enum cudaMemPoolAttr a[2] = {cudaMemPoolAttrUsedMemHigh, cudaMemPoolAttrReservedMemHigh};
+  for (int i = 0; i < 2; i++) {
+    uint64_t high = 0;
+    CU(cudaMemPoolGetAttribute(U->pool, a[i], &high));
+    if ((double)high > U->peak[i]) U->peak[i] = (double)high;
+  }
+  return 0;
+}
+
 int mt_gpu_units_finish(mt_trainer *t) {
   struct mt_gpu *g = t->gpu;
   struct mt_gpu_units *U = g->units;
@@ -313,6 +346,7 @@ int mt_gpu_units_finish(mt_trainer *t) {
     U->used[u] = 0;
   }
   U->last = U->pass = -1;
+  MT_CALL(sample_peak(U));
   MT_CALL(mt_gpu_comm_begin(g));
   if (g->rnc) { /* hybrid_shard: the shards summed over the replicas */
     const size_t ns = g->hi - g->lo;
@@ -333,6 +367,7 @@ int mt_gpu_pin(mt_trainer *t) {
   struct mt_gpu_units *U = g->units;
   if (!U || U->pinned) return 0;
   const double bytes = t->backend->comm_bytes; /* not training's communication */
+  MT_CALL(sample_peak(U)); /* training's, before the whole model is gathered */
   for (int u = 0; u < U->nunits; u++)
     if (!U->pslot[u]) MT_CALL(gather_start(t, u));
   MT_CALL(mt_gpu_comm_end(g));
@@ -348,5 +383,27 @@ int mt_gpu_unpin(mt_trainer *t) {
   U->pinned = 0;
   for (int u = 0; u < U->nunits; u++) MT_CALL(release(g, u));
   U->last = U->pass = -1;
+  /* the high-water marks from here on are training's again */
+  MT_CALL(mt_gpu_sync(g, "the release of the gathered model"));
+  return reset_peak(U);
+}
+
+int mt_gpu_memory_report(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
+  struct mt_gpu_units *U = g->units;
+  double v[4] = {0, 0, 0, 2.0 * (double)t->model->params.total * sizeof(float)};
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) v[0] = (double)(total_b - free_b);
+  const int e = U && !U->pinned ? sample_peak(U) : 0;
+  if (U) v[1] = U->peak[0], v[2] = U->peak[1];
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, t->comm->world));
+  MT_CALL(mt_agree(t->comm->world, e));
+  const double mib = 1048576.0;
+  mt_print0("device memory per rank (largest over ranks): %.3f MiB in use at the end", v[0] / mib);
+  if (U)
+    mt_print0("; fsdp units gathered and their gradients (peak in training) %.3f MiB, the whole "
+              "model's parameters and gradient %.3f MiB; the pool reserved at most %.3f MiB "
+              "(in chunks)", v[1] / mib, v[3] / mib, v[2] / mib);
+  mt_print0("\n");
   return 0;
 }

@@ -608,6 +608,7 @@ int mt_trainer_run(mt_trainer *t) {
   MT_CALL(mt_trainer_params_release(t));
   MT_CALL(mt_eval_report(t));
   MT_CALL(mt_memory_report(t));
+  if (t->gpu) MT_CALL(mt_gpu_memory_report(t));
   mt_amp_report(t);
   double total = mt_now() - start;
   double rate = t->timed_seconds > 0 ? (double)t->timed_samples / t->timed_seconds : 0;
