@@ -1,4 +1,7 @@
 /* DP-SGD building blocks (src/optim/dpsgd.h):
+ *  - the batched clipping of a model with per-sample norms from its layers
+ *    (the mlp: classes, dropout, float targets, in pieces) gives the
+ *    per-sample path's sum, norms and count;
  *  - the sum of per-sample gradients clipped at a huge norm equals the
  *    gradient of the whole batch (mlp, cnn without batch norm, gpt, and
  *    mlp/gpt with dropout: masks are drawn per sample id), each per-sample
@@ -97,6 +100,105 @@ static void check_model(const char *what, const char *name, const mt_data_spec *
   mt_model_destroy(&m);
 }
 
+/* mt_dp_clip_batched (the mlp's norms from its layers, one batched
+ * backward) against mt_dp_clip_accumulate (one backward per sample): the
+ * same clipped sum, norms and count, at a C that clips some samples and
+ * not others, also when the model holds fewer samples than the batch
+ * (pieces of 3) and for float targets. */
+static void check_batched(const char *what, const mt_data_spec *sp) {
+  mt_model *m = NULL, *m3 = NULL;
+  if (mt_model_create("mlp", sp, B, &m) || mt_model_create("mlp", sp, 3, &m3)) {
+    CHECK(0, "%s: create: %s", what, mt_error_message());
+    mt_error_clear();
+    mt_model_destroy(&m);
+    return;
+  }
+  size_t n = m->params.total;
+  float *p = calloc(n, sizeof(float)), *exact = calloc(n, sizeof(float));
+  float *fast = calloc(n, sizeof(float)), *scr = calloc(n, sizeof(float));
+  float *x = calloc((size_t)(B * sp->sample_numel), sizeof(float));
+  float *tg = calloc((size_t)B * (sp->ntargets > 0 ? sp->ntargets : 1), sizeof(float));
+  int32_t y[B];
+  int64_t ids[B];
+  double norms[B], each[B];
+  m->ops->init(m, p, 1);
+  mt_batch b;
+  mt_data_spec cls = *sp;
+  if (sp->ntargets > 0) cls.nclasses = 2; /* fill_batch draws labels, unused */
+  fill_batch(&b, &cls, x, y, NULL, ids);
+  if (sp->ntargets > 0) {
+    for (int64_t i = 0; i < (int64_t)B * sp->ntargets; i++) tg[i] = mt_randu(8, (uint64_t)i);
+    b.targets = tg;
+    b.targets_len = sp->ntargets;
+    b.labels = NULL;
+  }
+  /* each sample's norm alone, and a C between the smallest and the largest */
+  double lo = INFINITY, hi = 0;
+  int err = 0;
+  for (int r = 0; r < B && !err; r++) {
+    mt_batch one = mt_batch_rows(&b, r, r + 1);
+    mt_batch_stats s1 = {0};
+    memset(scr, 0, n * sizeof(float));
+    err = m->ops->forward(m, p, &one, NULL, &s1);
+    if (!err) err = m->ops->backward(m, p, scr, 1.0f, 1);
+    each[r] = norm2(scr, n);
+    lo = each[r] < lo ? each[r] : lo;
+    hi = each[r] > hi ? each[r] : hi;
+  }
+  const double C = 0.5 * (lo + hi);
+  mt_batch_stats se = {0}, sf = {0}, s3 = {0};
+  int64_t ce = 0, cf = 0, c3 = 0;
+  if (!err) err = mt_dp_clip_accumulate(m, p, &b, C, scr, exact, &se, &ce);
+  if (!err) err = mt_dp_clip_batched(m, p, &b, C, norms, fast, &sf, &cf);
+  CHECK(!err, "%s: ran (%s)", what, err ? mt_error_message() : "");
+  mt_error_clear();
+  double dn = 0;
+  for (int r = 0; r < B; r++) dn = fmax(dn, fabs(norms[r] - each[r]) / each[r]);
+  CHECK(dn <= 1e-5, "%s: per-sample norms from the layers == the gradients' (rel. %.2g)", what,
+        dn);
+  CHECK(ce > 0 && ce < B && cf == ce, "%s: %lld of %d clipped either way (%lld)", what,
+        (long long)ce, B, (long long)cf);
+  CHECK_CLOSE_F(fast, exact, n, 1e-5, "%s: batched clipped sum == per-sample one", what);
+  CHECK(fabs(sf.loss_sum - se.loss_sum) <= 1e-5 * fabs(se.loss_sum) && sf.correct == se.correct,
+        "%s: the same losses (%g vs %g)", what, sf.loss_sum, se.loss_sum);
+  /* the model of 3 samples takes the batch in pieces */
+  memset(fast, 0, n * sizeof(float));
+  err = mt_dp_clip_batched(m3, p, &b, C, norms, fast, &s3, &c3);
+  CHECK(!err && c3 == ce, "%s: in pieces of 3 (%s)", what, err ? mt_error_message() : "ok");
+  mt_error_clear();
+  CHECK_CLOSE_F(fast, exact, n, 1e-5, "%s: in pieces of 3, the same sum", what);
+  free(p), free(exact), free(fast), free(scr), free(x), free(tg);
+  mt_model_destroy(&m);
+  mt_model_destroy(&m3);
+}
+
+static void test_batched(void) {
+  int hid[2] = {16, 8};
+  mt_data_spec flat = {.ndim = 1, .shape = {20}, .sample_numel = 20, .nclasses = 4};
+  mt_mlp_set(hid, 2, 0);
+  check_batched("mlp batched", &flat);
+  mt_mlp_set(hid, 2, 0.3);
+  check_batched("mlp dropout 0.3 batched", &flat);
+  mt_data_spec reg = {.ndim = 1, .shape = {20}, .sample_numel = 20, .ntargets = 3};
+  mt_mlp_set(hid, 1, 0);
+  check_batched("mlp regression batched", &reg);
+  /* models without the op are refused by name */
+  int ch[2] = {3, 4};
+  mt_data_spec img = {.ndim = 3, .shape = {1, 8, 8}, .sample_numel = 64, .nclasses = 3};
+  mt_cnn_set(ch, 2, 3, 10, 0, 0);
+  mt_model *m = NULL;
+  float g[1];
+  double nm[1];
+  mt_batch_stats st = {0};
+  mt_batch none = {0};
+  int err = mt_model_create("cnn", &img, 1, &m);
+  if (!err) err = mt_dp_clip_batched(m, g, &none, 1.0, nm, g, &st, NULL);
+  CHECK(err == MT_ERR_ARG && strstr(mt_error_message(), "model cnn"),
+        "a model without backward_clipped is refused, naming it (%s)", mt_error_message());
+  mt_error_clear();
+  mt_model_destroy(&m);
+}
+
 static void test_models(void) {
   int hid[2] = {16, 8}, ch[2] = {3, 4};
   mt_data_spec flat = {.ndim = 1, .shape = {20}, .sample_numel = 20, .nclasses = 4};
@@ -168,6 +270,7 @@ static void test_poisson(void) {
 
 int main(void) {
   test_models();
+  test_batched();
   test_noise();
   test_poisson();
   return tu_finish("test_dp");

@@ -5,7 +5,9 @@
 #   (the sum of clipped per-sample gradients is the batch gradient);
 # - with Poisson sampling and noise, ddp-dp at 2 and 4 ranks, and sp-dp
 #   with 2 threads and small physical batches, equal sp-dp (the noise is
-#   added once per global batch, on rank 0);
+#   added once per global batch, on rank 0); the mlp's batched clipping
+#   (per-sample norms from its layers) equals one backward per sample
+#   (-dp_grad_sample exact), with dropout, ranks and threads too;
 # - the noise a step adds has standard deviation sigma * C / B;
 # - a restart mid-training gives the uninterrupted run's epsilon (and
 #   model); -dp_target_epsilon solves the noise, or stops training when the
@@ -68,7 +70,18 @@ dp=(-dp_noise_multiplier 1.1 -dp_max_grad_norm 0.5 -checkpoint_keep 0)
 ok "sp-dp Poisson with noise" 1 "${mlp[@]}" -backend sp-dp "${dp[@]}" -checkpoint_every_steps 7 \
   -output_dir "$WORK/p1"
 expect_output "epsilon reported each epoch" "epoch 1/2 privacy: epsilon"
+expect_output "the mlp clips in batched passes" "clipped in batched passes (ghost clipping)"
 e1=$(eps "$LAST_LOG")
+ok "sp-dp Poisson with noise, one backward per sample (-dp_grad_sample exact)" 1 "${mlp[@]}" \
+  -backend sp-dp "${dp[@]}" -dp_grad_sample exact -output_dir "$WORK/p1x"
+expect_output "the exact path says so" "one forward+backward per sample"
+same "batched clipping (norms from the layers) == one backward per sample (noise included)" \
+  p1 p1x 1e-4
+ok "mlp dropout ddp-dp 2 ranks x 2 threads, exact" 2 "${mlp[@]}" -mlp_dropout 0.3 -backend ddp-dp \
+  "${dp[@]}" -threads 2 -dp_grad_sample exact -output_dir "$WORK/pdx"
+ok "mlp dropout ddp-dp 2 ranks x 2 threads, batched" 2 "${mlp[@]}" -mlp_dropout 0.3 -backend ddp-dp \
+  "${dp[@]}" -threads 2 -output_dir "$WORK/pdb"
+same "with dropout, 2 ranks and 2 threads: batched == exact" pdx pdb 1e-4
 ok "ddp-dp 2 ranks" 2 "${mlp[@]}" -backend ddp-dp "${dp[@]}" -output_dir "$WORK/p2"
 ok "ddp-dp 4 ranks" 4 "${mlp[@]}" -backend ddp-dp "${dp[@]}" -output_dir "$WORK/p4"
 ok "sp-dp 2 threads, physical batches of 5" 1 "${mlp[@]}" -backend sp-dp "${dp[@]}" -threads 2 \
@@ -147,6 +160,7 @@ bad "global clipping under DP" "option -clip_grad_norm" 1 -backend sp-dp -dp_noi
 bad "accumulation under DP" "option -micro_batch_size" 1 -backend sp-dp -dp_noise_multiplier 1 -micro_batch_size 8
 bad "unknown sampling" "option -dp_sampling: 'uniform'" 1 -backend sp-dp -dp_noise_multiplier 1 -dp_sampling uniform
 bad "unknown accountant" "option -dp_accountant: 'prv'" 1 -backend sp-dp -dp_noise_multiplier 1 -dp_accountant prv
+bad "unknown per-sample mode" "option -dp_grad_sample: 'ghost'" 1 -backend sp-dp -dp_noise_multiplier 1 -dp_grad_sample ghost
 bad "clipping norm 0" "option -dp_max_grad_norm" 1 -backend sp-dp -dp_noise_multiplier 1 -dp_max_grad_norm 0
 bad "negative noise" "option -dp_noise_multiplier" 1 -backend sp-dp -dp_noise_multiplier -1
 bad "delta 1" "option -dp_delta" 1 -backend sp-dp -dp_noise_multiplier 1 -dp_delta 1

@@ -245,6 +245,16 @@ typedef struct {
   int (*forward64)(mt_model *m, const double *params, const mt_batch *b, double *losses,
                    mt_batch_stats *st);
   int (*backward64)(mt_model *m, const double *params, double *grads, double scale, int B);
+  /* Optional, DP-SGD's fast path (Opacus's ghost clipping): after a
+   * forward of B samples, ADDS to grads the sum over the samples of
+   * c_i g_i, where g_i is the gradient of sample i's loss alone and c_i =
+   * min(1, max_norm / (||g_i|| + 1e-6)), the norm over all parameters;
+   * norms[i] receives ||g_i|| (B doubles). A model offers it when it can
+   * find ||g_i|| without making g_i (a linear layer's is ||dout_i||
+   * ||in_i||); without it DP-SGD runs one forward and backward per
+   * sample. */
+  int (*backward_clipped)(mt_model *m, const float *params, float *grads, double max_norm, int B,
+                          double *norms);
 } mt_model_ops;
 
 struct mt_model {

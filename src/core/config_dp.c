@@ -16,7 +16,8 @@ static int given(const char *name) {
 
 static const char *const dp_names[] = {"-dp_noise_multiplier", "-dp_max_grad_norm", "-dp_delta",
                                        "-dp_target_epsilon", "-dp_sampling",
-                                       "-dp_max_physical_batch", "-dp_accountant", NULL};
+                                       "-dp_max_physical_batch", "-dp_accountant",
+                                       "-dp_grad_sample", NULL};
 
 int mt_config_dp(mt_config *c) {
   long v;
@@ -51,6 +52,14 @@ int mt_config_dp(mt_config *c) {
                            c->dp_accountant, sizeof(c->dp_accountant)));
   MT_CHECK(!strcmp(c->dp_accountant, "rdp"), MT_ERR_OPTION,
            "option -dp_accountant: '%s' is not one of: rdp", c->dp_accountant);
+  MT_CALL(mt_option_string("-dp_grad_sample",
+                           "DP-SGD: per-sample clipping in batched passes where the model finds "
+                           "its per-sample norms from its layers (auto: the mlp; Opacus's ghost "
+                           "clipping) or one forward+backward per sample (exact)",
+                           "auto", c->dp_grad_sample, sizeof(c->dp_grad_sample)));
+  MT_CHECK(!strcmp(c->dp_grad_sample, "auto") || !strcmp(c->dp_grad_sample, "exact"),
+           MT_ERR_OPTION, "option -dp_grad_sample: '%s' is not one of: auto, exact",
+           c->dp_grad_sample);
   if (!c->dp) {
     for (int i = 0; dp_names[i]; i++)
       MT_CHECK(!given(dp_names[i]), MT_ERR_OPTION,
@@ -85,6 +94,6 @@ void mt_config_dp_print(const mt_config *c, FILE *f) {
   if (c->dp_target_epsilon > 0) fprintf(f, ", target_epsilon %g", c->dp_target_epsilon);
   if (c->dp_delta > 0) fprintf(f, ", delta %g", c->dp_delta);
   else fprintf(f, ", delta 1/N rounded down");
-  fprintf(f, ", max_physical_batch %d, accountant %s\n", c->dp_max_physical_batch,
-          c->dp_accountant);
+  fprintf(f, ", max_physical_batch %d, accountant %s, grad_sample %s\n",
+          c->dp_max_physical_batch, c->dp_accountant, c->dp_grad_sample);
 }

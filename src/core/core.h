@@ -105,6 +105,7 @@ typedef struct {
   int dp_max_physical_batch;  /* 0: the rank's share of -batch_size          */
   char dp_sampling[16];       /* poisson | shuffle                          */
   char dp_accountant[8];      /* rdp                                         */
+  char dp_grad_sample[8];     /* auto (batched where the model can) | exact  */
   /* sharding (backend fsdp; read and checked by config_fsdp.c) */
   int fsdp;                   /* the backend is fsdp                          */
   int fsdp_strategy;          /* mt_fsdp_strategy (backends/fsdp.h)           */

@@ -11,6 +11,7 @@
 #include "models/models.h"
 #include "nn/nn.h"
 #include "core/core.h"
+#include "optim/dpsgd.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,4 +66,5 @@ const mt_model_ops mt_mlp_ops = {
     .destroy = mlp_destroy_dt,
     .forward64 = mlp_forward_f64,
     .backward64 = mlp_backward_f64,
+    .backward_clipped = mlp_backward_clipped,
 };

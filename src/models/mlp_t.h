@@ -138,6 +138,71 @@ static int MT_T(mlp_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   return 0;
 }
 
+#if !MT_F64
+/* DP-SGD's fast path (mt_model_ops.backward_clipped; Opacus's ghost
+ * clipping): the per-sample gradient of a linear layer is the outer
+ * product of its output gradient and its input, so its squared norm is
+ * ||dout_i||^2 (||in_i||^2 + 1) with the bias; the backward being linear
+ * in the loss's gradient, sample i's clipped gradient is the backward of
+ * its output gradients scaled by c_i. One pass for the activations'
+ * gradients and the norms, then the weight gradients of the scaled
+ * output gradients: a batched backward instead of B backwards of one. */
+static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *grads,
+                                      double max_norm, int B, double *norms) {
+  MT_T(mlp) *s = m->data;
+  MT_CHECK(m->dtype == MT_DT, MT_ERR_STATE, "mlp: backward of another precision than set up");
+  MT_CHECK(B == s->B, MT_ERR_STATE, "mlp backward of %d samples after a forward of %d", B, s->B);
+  MT_CHECK(max_norm > 0, MT_ERR_ARG, "mlp: clipping norm %g must be > 0", max_norm);
+  for (int l = 0; l < s->nl; l++) memset(s->dact[l], 0, (size_t)B * s->dim[l + 1] * sizeof(REAL));
+  const int K = s->dim[s->nl];
+  if (s->regression)
+    mt_mse_backward(s->dact[s->nl - 1], s->act[s->nl - 1], s->target, (REAL)1 / (REAL)K, B, K);
+  else
+    mt_softmax_xent_backward(s->dact[s->nl - 1], s->probs, s->y, (REAL)1, B, K);
+  for (int i = 0; i < B; i++) norms[i] = 0;
+  for (int l = s->nl - 1; l >= 0; l--) {
+    REAL *dout = s->dact[l];
+    const int IC = s->dim[l], OC = s->dim[l + 1];
+    const int64_t n = (int64_t)B * OC;
+    if (l < s->nl - 1) {
+      if (s->dropped) MT_T(mt_model_dropout_backward)(dout, s->mask[l], s->p, n);
+      mt_relu_backward(dout, dout, s->act[l], n);
+    }
+    const REAL *in = l ? s->act[l - 1] : s->x;
+    for (int i = 0; i < B; i++) {
+      const REAL *d = dout + (size_t)i * OC, *a = in + (size_t)i * IC;
+      double dd = 0, aa = 0;
+#pragma omp simd reduction(+ : dd)
+      for (int j = 0; j < OC; j++) dd += (double)d[j] * (double)d[j];
+#pragma omp simd reduction(+ : aa)
+      for (int j = 0; j < IC; j++) aa += (double)a[j] * (double)a[j];
+      norms[i] += dd * (aa + 1.0);
+    }
+    if (l)
+      MT_CALL(mt_gemm('N', 'N', B, IC, OC, (REAL)1, dout, OC, MT_T(W)(m, params, l), IC, (REAL)1,
+                      s->dact[l - 1], IC));
+  }
+  for (int i = 0; i < B; i++) {
+    norms[i] = sqrt(norms[i]);
+    const double f = max_norm / (norms[i] + MT_DP_NORM_EPS);
+    if (f >= 1.0) continue;
+    const REAL c = (REAL)f;
+    for (int l = 0; l < s->nl; l++) {
+      REAL *d = s->dact[l] + (size_t)i * s->dim[l + 1];
+#pragma omp simd
+      for (int j = 0; j < s->dim[l + 1]; j++) d[j] *= c;
+    }
+  }
+  for (int l = s->nl - 1; l >= 0; l--) {
+    const REAL *in = l ? s->act[l - 1] : s->x;
+    REAL *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
+    MT_CALL(mt_linear_backward(NULL, dw, db, s->dact[l], in, MT_T(W)(m, params, l), B, s->dim[l],
+                               s->dim[l + 1]));
+  }
+  return 0;
+}
+#endif
+
 static double MT_T(mlp_flops)(const mt_model *m) {
   const MT_T(mlp) *s = m->data;
   double f = 0;

@@ -41,6 +41,33 @@ int mt_dp_clip_accumulate(mt_model *m, const float *params, const mt_batch *b, d
   return 0;
 }
 
+int mt_dp_clip_batched(mt_model *m, const float *params, const mt_batch *b, double max_norm,
+                       double *norms, float *sum, mt_batch_stats *st, int64_t *nclipped) {
+  MT_CHECK(m->ops->backward_clipped, MT_ERR_ARG,
+           "model %s has no batched per-sample clipping (backward_clipped)", m->ops->name);
+  MT_CHECK(max_norm > 0, MT_ERR_ARG, "mt_dp_clip_batched: max_norm %g must be > 0", max_norm);
+  const int P = m->max_batch > 0 ? m->max_batch : 1;
+  for (int r0 = 0; r0 < b->n; r0 += P) { /* in pieces the model holds */
+    const int r1 = b->n - r0 < P ? b->n : r0 + P;
+    mt_batch piece = mt_batch_rows(b, r0, r1);
+    mt_batch_stats part = {0};
+    part.pred = st->pred ? st->pred + r0 : NULL;
+    part.logits = st->logits ? st->logits + (int64_t)r0 * st->logits_len : NULL;
+    part.logits_len = st->logits_len;
+    MT_CALL(m->ops->forward(m, params, &piece, NULL, &part));
+    MT_CALL(m->ops->backward_clipped(m, params, sum, max_norm, piece.n, norms));
+    st->loss_sum += part.loss_sum;
+    st->correct += part.correct;
+    for (int i = 0; i < piece.n; i++) {
+      MT_CHECK(isfinite(norms[i]), MT_ERR_NUMERIC,
+               "the gradient of sample %lld is not finite: lower -lr",
+               (long long)(b->ids ? b->ids[r0 + i] : r0 + i));
+      if (nclipped && norms[i] > max_norm) (*nclipped)++;
+    }
+  }
+  return 0;
+}
+
 static inline double unit53(uint64_t key, uint64_t c) {
   return (double)(mt_rand64(key, c) >> 11) * (1.0 / 9007199254740992.0);
 }

@@ -7,8 +7,10 @@
  * own forward and backward as a batch of one, into a scratch buffer that is
  * zeroed first, so any model that supports batches works unchanged. That
  * costs one small (GEMV-shaped) pass per sample instead of one batched
- * pass: it is slow (bench figures in validation/README.md), not an
- * approximation. Everything is a pure function of its inputs. */
+ * pass: it is slow (bench/README.md), not an approximation. A model that
+ * finds its per-sample norms from its layers (mt_model_ops.backward_clipped:
+ * the mlp) clips in batched passes instead (mt_dp_clip_batched). Everything
+ * is a pure function of its inputs. */
 #ifndef MT_DPSGD_H
 #define MT_DPSGD_H
 
@@ -36,6 +38,16 @@
  * m->params.total floats. No allocation. */
 int mt_dp_clip_accumulate(mt_model *m, const float *params, const mt_batch *b, double max_norm,
                           float *scratch, float *sum, mt_batch_stats *st, int64_t *nclipped);
+
+/* The same sum for a model with mt_model_ops.backward_clipped (Opacus's
+ * ghost clipping: the per-sample norms from the layers' inputs and output
+ * gradients, then one batched backward of the scaled output gradients):
+ * batched forwards and backwards of up to m->max_batch samples instead of
+ * one per sample. norms holds m->max_batch doubles (each piece's ||g_i||).
+ * Equal to mt_dp_clip_accumulate up to float rounding; MT_ERR_ARG for a
+ * model without the op. */
+int mt_dp_clip_batched(mt_model *m, const float *params, const mt_batch *b, double max_norm,
+                       double *norms, float *sum, mt_batch_stats *st, int64_t *nclipped);
 
 /* g[i] += std * z_i with z_i ~ N(0, 1) from the counter-based stream key:
  * pairs (2j, 2j+1) take the two Box-Muller values of the uniforms drawn at

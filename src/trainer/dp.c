@@ -24,6 +24,8 @@ struct mt_dp {
   int *nchunks; /* chunks of each step of the epoch */
   int64_t next; /* the step of the epoch the next train_step runs */
   float *scratch[MT_MAX_THREADS];
+  int batched;                    /* mt_dp_clip_batched (the model's norms)  */
+  double *norms[MT_MAX_THREADS];  /* its per-sample norms                    */
   mt_accountant acc;
   double orders[MT_ACC_NORDERS], rdp_step[MT_ACC_NORDERS], rdp_total[MT_ACC_NORDERS];
   int64_t clipped, samples; /* this rank's, since the last epoch report */
@@ -75,15 +77,23 @@ int mt_dp_setup(mt_trainer *t) {
   MT_CALL(mt_acc_rdp_sgm(d->q, d->sigma, 1, d->orders, MT_ACC_NORDERS, d->rdp_step));
   MT_CALL(mt_loader_create(&d->loader, &t->train, d->phys, c->prefetch));
   MT_CALL(mt_calloc(&d->nchunks, (size_t)t->steps_per_epoch, sizeof(int), "DP-SGD plan"));
-  for (int i = 0; i < t->nthr; i++)
-    MT_CALL(mt_calloc(&d->scratch[i], t->model->params.total, sizeof(float),
-                      "per-sample gradient"));
+  d->batched = t->model->ops->backward_clipped && strcmp(c->dp_grad_sample, "exact");
+  for (int i = 0; i < t->nthr; i++) {
+    const mt_model *m = t->nthr > 1 ? t->tmodel[i] : t->model;
+    if (d->batched)
+      MT_CALL(mt_calloc(&d->norms[i], (size_t)m->max_batch, sizeof(double), "per-sample norms"));
+    else
+      MT_CALL(mt_calloc(&d->scratch[i], m->params.total, sizeof(float), "per-sample gradient"));
+  }
   mt_print0("DP-SGD: %s sampling, rate q %.6g (expected batch %d of %lld), noise multiplier "
-            "%.6g%s, max grad norm %g, delta %g%s; per-sample gradients exact, one "
-            "forward+backward per sample, chunks of %d per rank\n",
+            "%.6g%s, max grad norm %g, delta %g%s; %s, chunks of %d per rank\n",
             d->poisson ? "Poisson" : "shuffled", d->q, c->batch_size, (long long)N, d->sigma,
             c->dp_noise_multiplier >= 0 ? "" : " (solved for the target)", d->C, d->delta,
-            c->dp_delta > 0 ? "" : " (1/N rounded down)", d->phys);
+            c->dp_delta > 0 ? "" : " (1/N rounded down)",
+            d->batched ? "per-sample norms from the layers, clipped in batched passes (ghost "
+                         "clipping)"
+                       : "per-sample gradients exact, one forward+backward per sample",
+            d->phys);
   if (d->target > 0)
     mt_print0("DP-SGD: privacy budget epsilon %g at delta %g over %d epochs of %lld steps\n",
               d->target, d->delta, c->epochs, (long long)t->steps_per_epoch);
@@ -98,7 +108,7 @@ void mt_dp_destroy(mt_trainer *t) {
   mt_free(&d->plan);
   mt_free(&d->counts);
   mt_free(&d->nchunks);
-  for (int i = 0; i < MT_MAX_THREADS; i++) mt_free(&d->scratch[i]);
+  for (int i = 0; i < MT_MAX_THREADS; i++) mt_free(&d->scratch[i]), mt_free(&d->norms[i]);
   mt_acc_free(&d->acc);
   mt_free(&t->dp);
 }
@@ -135,6 +145,13 @@ int mt_dp_plan_epoch(mt_trainer *t, int epoch, int64_t first) {
   return 0;
 }
 
+/* Thread i's clipped per-sample gradients of b's rows into sum. */
+static int clip_rows(struct mt_dp *d, mt_model *m, const float *params, const mt_batch *b, int i,
+                     float *sum, mt_batch_stats *st, int64_t *clipped) {
+  if (d->batched) return mt_dp_clip_batched(m, params, b, d->C, d->norms[i], sum, st, clipped);
+  return mt_dp_clip_accumulate(m, params, b, d->C, d->scratch[i], sum, st, clipped);
+}
+
 /* Clipped per-sample gradients of b's rows, split over the rank's threads
  * (thread i: model tmodel[i], sum into tgrads[i]). */
 static int clip_chunk(mt_trainer *t, const mt_batch *b, mt_batch_stats *st) {
@@ -142,8 +159,7 @@ static int clip_chunk(mt_trainer *t, const mt_batch *b, mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
   d->samples += rows;
   if (T == 1)
-    return mt_dp_clip_accumulate(t->model, t->params, b, d->C, d->scratch[0], t->grads, st,
-                                 &d->clipped);
+    return clip_rows(d, t->model, t->params, b, 0, t->grads, st, &d->clipped);
   mt_batch_stats part[MT_MAX_THREADS];
   int64_t clipped[MT_MAX_THREADS];
   int err[MT_MAX_THREADS];
@@ -158,8 +174,8 @@ static int clip_chunk(mt_trainer *t, const mt_batch *b, mt_batch_stats *st) {
     err[i] = 0;
     if (r1 > r0) {
       mt_batch sub = mt_batch_rows(b, r0, r1);
-      err[i] = mt_dp_clip_accumulate(t->tmodel[i], t->params, &sub, d->C, d->scratch[i],
-                                     t->tgrads[i], &part[i], &clipped[i]);
+      err[i] = clip_rows(d, t->tmodel[i], t->params, &sub, i, t->tgrads[i], &part[i],
+                         &clipped[i]);
       if (err[i]) {
 #pragma omp critical(mt_dp_err)
         if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
