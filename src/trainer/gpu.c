@@ -86,16 +86,17 @@ int mt_gpu_wait(struct mt_gpu *g, cudaEvent_t ev, const char *what) {
 static int reduce_owned(struct mt_gpu *g, size_t a, size_t b) {
   const int P = (int)(g->padded / g->per);
   MT_CALL(mt_nccl_settle(g->nc.world, ncclGroupStart(), "ncclGroupStart", 0, g->timeout));
-  for (int r = 0; r < P; r++) {
+  ncclResult_t r0 = ncclSuccess; /* the group is ended whatever happens */
+  for (int r = 0; r < P && (r0 == ncclSuccess || r0 == ncclInProgress); r++) {
     size_t lo = (size_t)r * g->per > a ? (size_t)r * g->per : a;
     size_t hi = (size_t)(r + 1) * g->per < b ? (size_t)(r + 1) * g->per : b;
-    if (hi <= lo) continue;
-    MT_CALL(mt_nccl_settle(g->nc.world,
-                           ncclReduce(g->grads + lo, g->grads + lo, hi - lo, ncclFloat, ncclSum, r,
-                                      g->nc.world, g->comm_stream),
-                           "ncclReduce of a gradient bucket's piece", hi - lo, g->timeout));
+    if (hi > lo)
+      r0 = ncclReduce(g->grads + lo, g->grads + lo, hi - lo, ncclFloat, ncclSum, r, g->nc.world,
+                      g->comm_stream);
   }
-  return mt_nccl_settle(g->nc.world, ncclGroupEnd(), "the reduction of a gradient bucket", b - a,
+  const ncclResult_t r1 = ncclGroupEnd();
+  return mt_nccl_settle(g->nc.world, r0 == ncclSuccess || r0 == ncclInProgress ? r1 : r0,
+                        "the reduction of a gradient bucket (grouped ncclReduce)", b - a,
                         g->timeout);
 }
 
@@ -409,6 +410,9 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   mt_dmodel *dm = &g->dm;
   const size_t n = t->model->params.total;
   const int K = c->accum_steps;
+  MT_CHECK(!mt_gpu_units_pinned(g), MT_ERR_STATE,
+           "fsdp on the device: a training step while the whole model is gathered "
+           "(mt_trainer_params_release)");
   if (g->zero3)
     CU(cudaMemsetAsync(g->gshard, 0, g->per * sizeof(float), g->stream));
   else

@@ -19,13 +19,16 @@
  * the "v" collectives). On one rank they are copies and sums on the
  * device.
  *
- * The buffers come from CUDA's stream-ordered allocator (cudaMallocAsync
- * on the stream that writes a buffer first, cudaFreeAsync on the one that
- * uses it last): a buffer given back is reused only after the work queued
- * before its release, as PyTorch's caching allocator with record_stream.
- * The device's default pool keeps what it was given (release threshold
- * raised), so a step allocates nothing from the driver once warm. Nothing
- * here waits for the GPU. */
+ * The buffers come from CUDA's stream-ordered allocator (a memory pool of
+ * their own; allocated on the stream that writes a buffer first, freed on
+ * the one that uses it last): a buffer given back is reused only after the
+ * work queued before its release, as PyTorch's caching allocator with
+ * record_stream. The pool keeps what it was given (release threshold
+ * raised), so a step allocates nothing from the driver once warm; it is
+ * trimmed after an evaluation, which gathers the whole model. The next unit
+ * gathered ahead is the one the same pass used next the time before (the
+ * first time, the next by number), as PyTorch FSDP's prefetch follows the
+ * recorded order. Nothing here waits for the GPU, except the trim. */
 #include "trainer/gpu_impl.h"
 #include "backends/fsdp.h"
 
@@ -49,7 +52,11 @@ struct mt_gpu_units {
   cudaEvent_t reduced[2];
   int nreduced;
   int last, pass, pinned, prefetch;
-  cudaMemPool_t pool; /* the device's default: the buffers above          */
+  /* prefetch order: the units each pass (0 forward, 1 backward) used last
+   * time, in order (ord, nord), and this pass's so far (rec, nrec); the
+   * first time, the next unit by number */
+  int *ord[2], nord[2], *rec, nrec;
+  cudaMemPool_t pool; /* the buffers above come from it                   */
   double peak[2];     /* their bytes at most in use, and reserved by the
                          pool, in training                                 */
 };
@@ -166,10 +173,18 @@ int mt_gpu_units_create(mt_trainer *t) {
   U->last = U->pass = -1;
   U->prefetch = c->fsdp_prefetch;
   MT_CALL(plan(g, &t->model->params, c->fsdp_whole_model));
-  /* the stream-ordered allocator keeps what it is given back */
+  const int cap = 2 * U->nunits + 2; /* a pass uses a unit at most twice (gpt's tied head) */
+  for (int i = 0; i < 2; i++) MT_CALL(mt_calloc(&U->ord[i], (size_t)cap, sizeof(int), "fsdp order"));
+  MT_CALL(mt_calloc(&U->rec, (size_t)cap, sizeof(int), "fsdp order"));
+  /* a stream-ordered pool of the units' own, which keeps what it is given */
   int dev = 0;
   CU(cudaGetDevice(&dev));
-  CU(cudaDeviceGetDefaultMemPool(&U->pool, dev));
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof(props));
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  CU(cudaMemPoolCreate(&U->pool, &props));
   uint64_t keep = UINT64_MAX;
   CU(cudaMemPoolSetAttribute(U->pool, cudaMemPoolAttrReleaseThreshold, &keep));
   MT_CALL(reset_peak(U));
@@ -191,8 +206,10 @@ void mt_gpu_units_destroy(struct mt_gpu *g) {
   }
   for (int i = 0; i < 2; i++)
     if (U->reduced[i]) cudaEventDestroy(U->reduced[i]);
+  if (U->pool) cudaMemPoolDestroy(U->pool); /* after the frees above */
   void *bufs[] = {&U->unit_of, &U->members, &U->ndone, &U->seen, &U->used, &U->ulo, &U->uhi,
-                  &U->cnt, &U->dsp, &U->pslot, &U->gslot, &U->gathered};
+                  &U->cnt, &U->dsp, &U->pslot, &U->gslot, &U->gathered, &U->ord[0], &U->ord[1],
+                  &U->rec};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) mt_free(bufs[i]);
   mt_free(&g->units);
 }
@@ -211,21 +228,26 @@ static int gather_start(mt_trainer *t, int u) {
   const int G = g->G;
   const size_t len = unit_len(U, u);
   MT_CALL(mt_gpu_comm_begin(g));
-  CU(cudaMallocAsync((void **)&U->pslot[u], len * sizeof(float), g->comm_stream));
+  CU(cudaMallocFromPoolAsync((void **)&U->pslot[u], len * sizeof(float), U->pool,
+                             g->comm_stream));
   float *slot = U->pslot[u];
-  if (!g->gnc) { /* one rank: the whole unit is in the shard */
+  if (G == 1) { /* the whole unit is in the shard */
     CU(cudaMemcpyAsync(slot, g->pshard + (U->ulo[u] - g->lo), len * sizeof(float),
                        cudaMemcpyDeviceToDevice, g->comm_stream));
   } else {
+    MT_CHECK(g->gnc, MT_ERR_STATE, "fsdp on the device: the sharding group's NCCL communicator "
+             "is gone (an earlier NCCL failure)");
     NCCL_GROUP(g, ncclGroupStart(), "ncclGroupStart", 0);
-    for (int r = 0; r < G; r++) {
+    ncclResult_t r0 = ncclSuccess; /* the group is ended whatever happens */
+    for (int r = 0; r < G && (r0 == ncclSuccess || r0 == ncclInProgress); r++) {
       const size_t k = U->cnt[u * G + r], o = U->dsp[u * G + r];
       if (!k) continue;
       const float *send = r == g->grank ? g->pshard + (U->ulo[u] + o - g->lo) : slot + o;
-      NCCL_GROUP(g, ncclBroadcast(send, slot + o, k, ncclFloat, r, g->gnc, g->comm_stream),
-                 "ncclBroadcast of a unit's parameters", k);
+      r0 = ncclBroadcast(send, slot + o, k, ncclFloat, r, g->gnc, g->comm_stream);
     }
-    NCCL_GROUP(g, ncclGroupEnd(), "the gather of a unit's parameters", len);
+    const ncclResult_t r1 = ncclGroupEnd();
+    NCCL_GROUP(g, r0 == ncclSuccess || r0 == ncclInProgress ? r1 : r0,
+               "the gather of a unit's parameters (grouped ncclBroadcast)", len);
   }
   CU(cudaEventRecord(U->gathered[u], g->comm_stream));
   t->backend->comm_bytes += (double)len * sizeof(float);
@@ -237,9 +259,21 @@ static int gather_start(mt_trainer *t, int u) {
 static int release(struct mt_gpu *g, int u) {
   struct mt_gpu_units *U = g->units;
   if (!U->pslot[u]) return 0;
+  /* a unit gathered ahead and never used: after its gather */
+  CU(cudaStreamWaitEvent(g->stream, U->gathered[u], 0));
   CU(cudaFreeAsync(U->pslot[u], g->stream));
   U->pslot[u] = NULL;
   return 0;
+}
+
+/* The pass that ended used the units in the order recorded: the next
+ * time the same pass prefetches by it. */
+static void record_end(struct mt_gpu_units *U) {
+  if (U->pass >= 0 && U->nrec > 0) {
+    memcpy(U->ord[U->pass], U->rec, (size_t)U->nrec * sizeof(int));
+    U->nord[U->pass] = U->nrec;
+  }
+  U->nrec = 0;
 }
 
 static int use(mt_trainer *t, int munit, int pass) {
@@ -249,24 +283,34 @@ static int use(mt_trainer *t, int munit, int pass) {
   if (U->pinned) return 0;
   const int u = U->unit_of[munit];
   if (pass == 0) U->used[u] = 1;
-  if (pass != U->pass) memset(U->seen, 0, (size_t)U->nunits * sizeof(int));
+  if (pass != U->pass) {
+    record_end(U);
+    memset(U->seen, 0, (size_t)U->nunits * sizeof(int));
+  }
   U->pass = pass;
+  if (U->nrec < 2 * U->nunits + 2 && (U->nrec == 0 || U->rec[U->nrec - 1] != u))
+    U->rec[U->nrec++] = u;
   if (U->last >= 0 && U->last != u) MT_CALL(release(g, U->last));
   U->last = u;
   if (pass == 1 && !U->gslot[u]) { /* its gradient, zeroed, for the backward to add into */
     const size_t bytes = unit_len(U, u) * sizeof(float);
     if (U->nreduced >= 2) CU(cudaStreamWaitEvent(g->stream, U->reduced[U->nreduced % 2], 0));
-    CU(cudaMallocAsync((void **)&U->gslot[u], bytes, g->stream));
+    CU(cudaMallocFromPoolAsync((void **)&U->gslot[u], bytes, U->pool, g->stream));
     CU(cudaMemsetAsync(U->gslot[u], 0, bytes, g->stream));
   }
   if (!U->pslot[u]) MT_CALL(gather_start(t, u));
   CU(cudaStreamWaitEvent(g->stream, U->gathered[u], 0));
-  /* the next unit of the pass, ahead, unless the pass used it already
-   * (gpt's forward ends with its first unit, the tied head) */
+  /* the next unit of the pass, ahead: the one the pass used next last
+   * time, or the first time the next by number unless the pass used it
+   * already (gpt's forward ends with its first unit, the tied head) */
   U->seen[u] = 1;
-  const int next = pass == 0 ? u + 1 : u - 1;
-  if (U->prefetch && next >= 0 && next < U->nunits && !U->seen[next] && !U->pslot[next])
-    MT_CALL(gather_start(t, next));
+  int next = -1;
+  const int k = U->nrec - 1, by_number = pass == 0 ? u + 1 : u - 1; /* k: u's place */
+  if (U->nord[pass] > 0)
+    next = k + 1 < U->nord[pass] && U->ord[pass][k] == u ? U->ord[pass][k + 1] : -1;
+  else if (by_number >= 0 && by_number < U->nunits && !U->seen[by_number])
+    next = by_number;
+  if (U->prefetch && next >= 0 && next != u && !U->pslot[next]) MT_CALL(gather_start(t, next));
   return 0;
 }
 
@@ -284,16 +328,19 @@ static int reduce(mt_trainer *t, int u) {
   float *slot = U->gslot[u];
   MT_CHECK(slot, MT_ERR_STATE, "fsdp: unit %d reported done without a gradient", u);
   MT_CALL(mt_gpu_comm_begin(g));
-  if (g->gnc) { /* in place: each piece summed on the rank that holds it */
+  if (G > 1) { /* in place: each piece summed on the rank that holds it */
+    MT_CHECK(g->gnc, MT_ERR_STATE, "fsdp on the device: the sharding group's NCCL communicator "
+             "is gone (an earlier NCCL failure)");
     NCCL_GROUP(g, ncclGroupStart(), "ncclGroupStart", 0);
-    for (int r = 0; r < G; r++) {
+    ncclResult_t r0 = ncclSuccess; /* the group is ended whatever happens */
+    for (int r = 0; r < G && (r0 == ncclSuccess || r0 == ncclInProgress); r++) {
       const size_t k = U->cnt[u * G + r], o = U->dsp[u * G + r];
       if (!k) continue;
-      NCCL_GROUP(g, ncclReduce(slot + o, slot + o, k, ncclFloat, ncclSum, r, g->gnc,
-                               g->comm_stream),
-                 "ncclReduce of a unit's gradient", k);
+      r0 = ncclReduce(slot + o, slot + o, k, ncclFloat, ncclSum, r, g->gnc, g->comm_stream);
     }
-    NCCL_GROUP(g, ncclGroupEnd(), "the reduction of a unit's gradient", unit_len(U, u));
+    const ncclResult_t r1 = ncclGroupEnd();
+    NCCL_GROUP(g, r0 == ncclSuccess || r0 == ncclInProgress ? r1 : r0,
+               "the reduction of a unit's gradient (grouped ncclReduce)", unit_len(U, u));
   }
   const size_t k = U->cnt[u * G + g->grank], o = U->dsp[u * G + g->grank];
   if (k) {
@@ -345,6 +392,7 @@ int mt_gpu_units_finish(mt_trainer *t) {
     MT_CALL(release(g, u));
     U->used[u] = 0;
   }
+  record_end(U);
   U->last = U->pass = -1;
   MT_CALL(sample_peak(U));
   MT_CALL(mt_gpu_comm_begin(g));
@@ -383,8 +431,11 @@ int mt_gpu_unpin(mt_trainer *t) {
   U->pinned = 0;
   for (int u = 0; u < U->nunits; u++) MT_CALL(release(g, u));
   U->last = U->pass = -1;
-  /* the high-water marks from here on are training's again */
+  /* the whole model's buffers go back to the device (NCCL and cuBLAS
+   * allocate outside the pool); the high-water marks from here on are
+   * training's again */
   MT_CALL(mt_gpu_sync(g, "the release of the gathered model"));
+  CU(cudaMemPoolTrimTo(U->pool, 0));
   return reset_peak(U);
 }
 
