@@ -61,9 +61,6 @@ struct mt_gpu_units {
                          pool, in training                                 */
 };
 
-#define NCCL_GROUP(g, call_, what, n)                                                              \
-  MT_CALL(mt_nccl_settle((g)->gnc, (call_), (what), (n), (g)->timeout))
-
 /* -------------------------------------------------------------- set-up */
 
 int mt_gpu_units_groups(mt_trainer *t, MPI_Comm *group, MPI_Comm *replicas) {
@@ -220,6 +217,30 @@ int mt_gpu_units_pinned(const struct mt_gpu *g) { return g->units && g->units->p
 
 static size_t unit_len(const struct mt_gpu_units *U, int u) { return U->uhi[u] - U->ulo[u]; }
 
+/* One NCCL call per group rank that holds a piece of unit u (slot: the
+ * unit's buffer), in one group, ended whatever happens: each piece
+ * broadcast from its holder (gather), or summed in place onto it. */
+static int grouped(struct mt_gpu *g, int u, float *slot, int gather) {
+  struct mt_gpu_units *U = g->units;
+  const int G = g->G;
+  MT_CHECK(g->gnc, MT_ERR_STATE, "fsdp on the device: the sharding group's NCCL communicator "
+           "is gone (an earlier NCCL failure)");
+  MT_CALL(mt_nccl_settle(g->gnc, ncclGroupStart(), "ncclGroupStart", 0, g->timeout));
+  ncclResult_t r0 = ncclSuccess;
+  for (int r = 0; r < G && (r0 == ncclSuccess || r0 == ncclInProgress); r++) {
+    const size_t k = U->cnt[u * G + r], o = U->dsp[u * G + r];
+    if (!k) continue;
+    const float *send = r == g->grank && gather ? g->pshard + (U->ulo[u] + o - g->lo) : slot + o;
+    r0 = gather ? ncclBroadcast(send, slot + o, k, ncclFloat, r, g->gnc, g->comm_stream)
+                : ncclReduce(send, slot + o, k, ncclFloat, ncclSum, r, g->gnc, g->comm_stream);
+  }
+  const ncclResult_t r1 = ncclGroupEnd();
+  return mt_nccl_settle(g->gnc, r0 == ncclSuccess || r0 == ncclInProgress ? r1 : r0,
+                        gather ? "the gather of a unit's parameters (grouped ncclBroadcast)"
+                               : "the reduction of a unit's gradient (grouped ncclReduce)",
+                        unit_len(U, u), g->timeout);
+}
+
 /* Queues unit u's gather on the communication stream, after the work the
  * compute stream has queued (the optimizer's step of the shards). */
 static int gather_start(mt_trainer *t, int u) {
@@ -235,19 +256,7 @@ static int gather_start(mt_trainer *t, int u) {
     CU(cudaMemcpyAsync(slot, g->pshard + (U->ulo[u] - g->lo), len * sizeof(float),
                        cudaMemcpyDeviceToDevice, g->comm_stream));
   } else {
-    MT_CHECK(g->gnc, MT_ERR_STATE, "fsdp on the device: the sharding group's NCCL communicator "
-             "is gone (an earlier NCCL failure)");
-    NCCL_GROUP(g, ncclGroupStart(), "ncclGroupStart", 0);
-    ncclResult_t r0 = ncclSuccess; /* the group is ended whatever happens */
-    for (int r = 0; r < G && (r0 == ncclSuccess || r0 == ncclInProgress); r++) {
-      const size_t k = U->cnt[u * G + r], o = U->dsp[u * G + r];
-      if (!k) continue;
-      const float *send = r == g->grank ? g->pshard + (U->ulo[u] + o - g->lo) : slot + o;
-      r0 = ncclBroadcast(send, slot + o, k, ncclFloat, r, g->gnc, g->comm_stream);
-    }
-    const ncclResult_t r1 = ncclGroupEnd();
-    NCCL_GROUP(g, r0 == ncclSuccess || r0 == ncclInProgress ? r1 : r0,
-               "the gather of a unit's parameters (grouped ncclBroadcast)", len);
+    MT_CALL(grouped(g, u, slot, 1));
   }
   CU(cudaEventRecord(U->gathered[u], g->comm_stream));
   t->backend->comm_bytes += (double)len * sizeof(float);
@@ -328,20 +337,7 @@ static int reduce(mt_trainer *t, int u) {
   float *slot = U->gslot[u];
   MT_CHECK(slot, MT_ERR_STATE, "fsdp: unit %d reported done without a gradient", u);
   MT_CALL(mt_gpu_comm_begin(g));
-  if (G > 1) { /* in place: each piece summed on the rank that holds it */
-    MT_CHECK(g->gnc, MT_ERR_STATE, "fsdp on the device: the sharding group's NCCL communicator "
-             "is gone (an earlier NCCL failure)");
-    NCCL_GROUP(g, ncclGroupStart(), "ncclGroupStart", 0);
-    ncclResult_t r0 = ncclSuccess; /* the group is ended whatever happens */
-    for (int r = 0; r < G && (r0 == ncclSuccess || r0 == ncclInProgress); r++) {
-      const size_t k = U->cnt[u * G + r], o = U->dsp[u * G + r];
-      if (!k) continue;
-      r0 = ncclReduce(slot + o, slot + o, k, ncclFloat, ncclSum, r, g->gnc, g->comm_stream);
-    }
-    const ncclResult_t r1 = ncclGroupEnd();
-    NCCL_GROUP(g, r0 == ncclSuccess || r0 == ncclInProgress ? r1 : r0,
-               "the reduction of a unit's gradient (grouped ncclReduce)", unit_len(U, u));
-  }
+  if (G > 1) MT_CALL(grouped(g, u, slot, 0)); /* each piece summed on its holder */
   const size_t k = U->cnt[u * G + g->grank], o = U->dsp[u * G + g->grank];
   if (k) {
     float *dst = g->gshard + (U->ulo[u] + o - g->lo);
