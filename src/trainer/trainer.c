@@ -136,8 +136,6 @@ static int create_model(mt_trainer *t) {
   return err;
 }
 
-/* fsdp: the initialised (and agreed) model becomes this rank's shards; the
- * model then reads and writes the shards' views. */
 int mt_trainer_fsdp_node_size(const mt_trainer *t, int *node) {
   const mt_config *c = t->cfg;
   const mt_comm *comm = t->comm;
@@ -154,6 +152,8 @@ int mt_trainer_fsdp_node_size(const mt_trainer *t, int *node) {
   return 0;
 }
 
+/* fsdp: the initialised (and agreed) model becomes this rank's shards; the
+ * model then reads and writes the shards' views. */
 static int shard_model(mt_trainer *t) {
   const mt_config *c = t->cfg;
   const mt_comm *comm = t->comm;
