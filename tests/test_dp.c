@@ -1,7 +1,7 @@
 /* DP-SGD building blocks (src/optim/dpsgd.h):
- *  - the batched clipping of a model with per-sample norms from its layers
- *    (the mlp: classes, dropout, float targets, in pieces) gives the
- *    per-sample path's sum, norms and count;
+ *  - the batched clipping of a model that finds its per-sample norms (the
+ *    mlp: classes, dropout, float targets; the cnn, with dropout; in
+ *    pieces) gives the per-sample path's sum, norms and count;
  *  - the sum of per-sample gradients clipped at a huge norm equals the
  *    gradient of the whole batch (mlp, cnn without batch norm, gpt, and
  *    mlp/gpt with dropout: masks are drawn per sample id), each per-sample
@@ -105,9 +105,9 @@ static void check_model(const char *what, const char *name, const mt_data_spec *
  * same clipped sum, norms and count, at a C that clips some samples and
  * not others, also when the model holds fewer samples than the batch
  * (pieces of 3) and for float targets. */
-static void check_batched(const char *what, const mt_data_spec *sp) {
+static void check_batched(const char *what, const char *name, const mt_data_spec *sp) {
   mt_model *m = NULL, *m3 = NULL;
-  if (mt_model_create("mlp", sp, B, &m) || mt_model_create("mlp", sp, 3, &m3)) {
+  if (mt_model_create(name, sp, B, &m) || mt_model_create(name, sp, 3, &m3)) {
     CHECK(0, "%s: create: %s", what, mt_error_message());
     mt_error_clear();
     mt_model_destroy(&m);
@@ -176,24 +176,29 @@ static void test_batched(void) {
   int hid[2] = {16, 8};
   mt_data_spec flat = {.ndim = 1, .shape = {20}, .sample_numel = 20, .nclasses = 4};
   mt_mlp_set(hid, 2, 0);
-  check_batched("mlp batched", &flat);
+  check_batched("mlp batched", "mlp", &flat);
   mt_mlp_set(hid, 2, 0.3);
-  check_batched("mlp dropout 0.3 batched", &flat);
+  check_batched("mlp dropout 0.3 batched", "mlp", &flat);
   mt_data_spec reg = {.ndim = 1, .shape = {20}, .sample_numel = 20, .ntargets = 3};
   mt_mlp_set(hid, 1, 0);
-  check_batched("mlp regression batched", &reg);
-  /* models without the op are refused by name */
+  check_batched("mlp regression batched", "mlp", &reg);
   int ch[2] = {3, 4};
-  mt_data_spec img = {.ndim = 3, .shape = {1, 8, 8}, .sample_numel = 64, .nclasses = 3};
+  mt_data_spec img = {.ndim = 3, .shape = {2, 8, 8}, .sample_numel = 128, .nclasses = 3};
   mt_cnn_set(ch, 2, 3, 10, 0, 0);
+  check_batched("cnn batched", "cnn", &img);
+  mt_cnn_set(ch, 2, 3, 10, 0, 0.25);
+  check_batched("cnn dropout 0.25 batched", "cnn", &img);
+  /* models without the op are refused by name */
+  mt_data_spec tok = {.ndim = 1, .shape = {6}, .sample_numel = 6, .nclasses = 11, .tokens = 1};
+  mt_gpt_set(1, 2, 8, 6, 1, 0);
   mt_model *m = NULL;
   float g[1];
   double nm[1];
   mt_batch_stats st = {0};
   mt_batch none = {0};
-  int err = mt_model_create("cnn", &img, 1, &m);
+  int err = mt_model_create("gpt", &tok, 1, &m);
   if (!err) err = mt_dp_clip_batched(m, g, &none, 1.0, nm, g, &st, NULL);
-  CHECK(err == MT_ERR_ARG && strstr(mt_error_message(), "model cnn"),
+  CHECK(err == MT_ERR_ARG && strstr(mt_error_message(), "model gpt"),
         "a model without backward_clipped is refused, naming it (%s)", mt_error_message());
   mt_error_clear();
   mt_model_destroy(&m);

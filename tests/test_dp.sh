@@ -52,6 +52,12 @@ if [ -f "$data/fashion-mnist-test.h5" ]; then
   ok "cnn sp" 1 "${cnn[@]}" -backend sp -output_dir "$WORK/cnn-sp"
   ok "cnn sp-dp, C huge, no noise" 1 "${cnn[@]}" -backend sp-dp "${exact[@]}" -output_dir "$WORK/cnn-dp0"
   same "cnn: sum of clipped per-sample gradients (C huge) == batch gradient" cnn-sp cnn-dp0 1e-5
+  cdp=(-backend sp-dp -dp_noise_multiplier 1.1 -dp_max_grad_norm 0.5 -cnn_dropout 0.25)
+  ok "cnn sp-dp with noise, batched clipping" 1 "${cnn[@]}" "${cdp[@]}" -output_dir "$WORK/cnn-b"
+  expect_output "the cnn clips in batched passes" "clipped in batched passes (ghost clipping)"
+  ok "cnn sp-dp with noise, one backward per sample" 1 "${cnn[@]}" "${cdp[@]}" -dp_grad_sample exact \
+    -output_dir "$WORK/cnn-x"
+  same "cnn: batched clipping == one backward per sample (noise, dropout)" cnn-b cnn-x 1e-4
 else
   echo "# cnn check skipped: no $data/fashion-mnist-test.h5 (set MT_FMNIST_DIR)"
 fi

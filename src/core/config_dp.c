@@ -54,7 +54,7 @@ int mt_config_dp(mt_config *c) {
            "option -dp_accountant: '%s' is not one of: rdp", c->dp_accountant);
   MT_CALL(mt_option_string("-dp_grad_sample",
                            "DP-SGD: per-sample clipping in batched passes where the model finds "
-                           "its per-sample norms from its layers (auto: the mlp; Opacus's ghost "
+                           "its per-sample norms (auto: the mlp and the cnn; Opacus's ghost "
                            "clipping) or one forward+backward per sample (exact)",
                            "auto", c->dp_grad_sample, sizeof(c->dp_grad_sample)));
   MT_CHECK(!strcmp(c->dp_grad_sample, "auto") || !strcmp(c->dp_grad_sample, "exact"),

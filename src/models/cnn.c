@@ -17,6 +17,7 @@
  * float and in double (-precision fp64) is one template, cnn_t.h. */
 #define MT_NN_GENERIC
 #include "core/core.h"
+#include "optim/dpsgd.h"
 #include "models/models.h"
 #include "nn/nn.h"
 
@@ -93,4 +94,5 @@ const mt_model_ops mt_cnn_ops = {
     .destroy = cnn_destroy_dt,
     .forward64 = cnn_forward_f64,
     .backward64 = cnn_backward_f64,
+    .backward_clipped = cnn_backward_clipped,
 };

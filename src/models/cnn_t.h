@@ -13,6 +13,7 @@ typedef struct {
   int32_t *arg[MAX_BLOCKS];
   REAL *h, *dh, *logits, *dlogits, *probs;
   REAL *xin;                             /* double: the inputs widened       */
+  REAL *cgrad; /* DP-SGD's batched clipping: a sample's convolution gradients */
   uint8_t *mask;
   REAL drop;
   const REAL *x;
@@ -102,6 +103,9 @@ static int MT_T(cnn_setup)(mt_model *m, const mt_data_spec *spec, int max_batch)
   MT_CALL(mt_calloc(&s->probs, B * s->classes, sizeof(REAL), "probabilities"));
   if (MT_F64)
     MT_CALL(mt_calloc(&s->xin, B * (size_t)s->C0 * s->H0 * s->W0, sizeof(REAL), "inputs in double"));
+  else /* the convolutions' parameters lead the layout */
+    MT_CALL(mt_calloc(&s->cgrad, m->params.p[s->pcls].offset, sizeof(REAL),
+                      "per-sample convolution gradients"));
   return 0;
 }
 
@@ -233,6 +237,100 @@ static int MT_T(cnn_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   return 0;
 }
 
+#if !MT_F64
+/* ||x_i||^2 (||in_i||^2 + 1) for each of the B rows: a linear layer's
+ * per-sample gradient norm squared (weight and bias) from its output
+ * gradient rows x (width n) and input rows in (width k), added to norms. */
+static void MT_T(ghost_norms)(double *norms, const REAL *x, int n, const REAL *in, int k, int B) {
+  for (int i = 0; i < B; i++) {
+    const REAL *d = x + (size_t)i * n, *a = in + (size_t)i * k;
+    double dd = 0, aa = 0;
+#pragma omp simd reduction(+ : dd)
+    for (int j = 0; j < n; j++) dd += (double)d[j] * (double)d[j];
+#pragma omp simd reduction(+ : aa)
+    for (int j = 0; j < k; j++) aa += (double)a[j] * (double)a[j];
+    norms[i] += dd * (aa + 1.0);
+  }
+}
+
+/* DP-SGD's batched clipping (mt_model_ops.backward_clipped), without batch
+ * norm (refused under DP): the activations' gradients in one batched
+ * backward; the two linear layers' per-sample norms from their inputs and
+ * output gradients (as the mlp's); a convolution's per-sample gradient has
+ * no such shortcut (its weights see every position), so the convolutions'
+ * weight gradients are made one sample at a time into a scratch of their
+ * parameters, whose norm completes the sample's, then added scaled by its
+ * clip factor; the linear layers' weight gradients last, in one batched
+ * pass over the output gradients scaled row by row. */
+static int MT_T(cnn_backward_clipped)(mt_model *m, const REAL *params, REAL *grads,
+                                      double max_norm, int B, double *norms) {
+  MT_T(cnn) *s = m->data;
+  MT_CHECK(m->dtype == MT_DT, MT_ERR_STATE, "cnn: backward of another precision than set up");
+  MT_CHECK(B == s->B, MT_ERR_STATE, "cnn backward of %d samples after a forward of %d", B, s->B);
+  MT_CHECK(!s->bn, MT_ERR_STATE, "cnn: per-sample clipping with batch norm");
+  MT_CHECK(max_norm > 0, MT_ERR_ARG, "cnn: clipping norm %g must be > 0", max_norm);
+  if (B == 0) return 0;
+  const int k = s->pcls;
+  const REAL *last = s->p[s->nb - 1];
+  REAL *dlast = s->dp[s->nb - 1];
+  memset(s->dlogits, 0, (size_t)B * s->classes * sizeof(REAL));
+  memset(s->dh, 0, (size_t)B * s->hidden * sizeof(REAL));
+  mt_softmax_xent_backward(s->dlogits, s->probs, s->y, (REAL)1, B, s->classes);
+  for (int i = 0; i < B; i++) norms[i] = 0;
+  MT_T(ghost_norms)(norms, s->dlogits, s->classes, s->h, s->hidden, B);
+  MT_CALL(mt_gemm('N', 'N', B, s->hidden, s->classes, (REAL)1, s->dlogits, s->classes,
+                  MT_T(P)(m, params, k + 2), s->hidden, (REAL)1, s->dh, s->hidden));
+  if (s->dropped) MT_T(mt_model_dropout_backward)(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
+  mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
+  MT_T(ghost_norms)(norms, s->dh, s->hidden, last, s->flat, B);
+  memset(dlast, 0, (size_t)B * s->flat * sizeof(REAL));
+  MT_CALL(mt_gemm('N', 'N', B, s->flat, s->hidden, (REAL)1, s->dh, s->hidden,
+                  MT_T(P)(m, params, k), s->flat, (REAL)1, dlast, s->flat));
+  for (int l = s->nb - 1; l >= 0; l--) { /* the convolutions' output gradients */
+    mt_pool2d_shape ps = s->pool[l];
+    ps.B = B;
+    int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
+    memset(s->da[l], 0, (size_t)na * sizeof(REAL));
+    mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
+    mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
+    if (l == 0) break;
+    REAL *dinp = s->dp[l - 1];
+    memset(dinp, 0, (size_t)B * numel(&s->pool[l - 1], 1) * sizeof(REAL));
+    MT_CALL(mt_conv2d_backward(dinp, NULL, NULL, s->da[l], s->p[l - 1], MT_T(P)(m, params, s->pconv[l]),
+                               B, &s->conv[l]));
+  }
+  const size_t nc = m->params.p[k].offset; /* the convolutions' parameters */
+  for (int i = 0; i < B; i++) {
+    memset(s->cgrad, 0, nc * sizeof(REAL));
+    for (int l = 0; l < s->nb; l++) {
+      const int kc = s->pconv[l];
+      const int64_t out1 = (int64_t)numel(&s->pool[l], 0);
+      const int64_t in1 = l ? (int64_t)numel(&s->pool[l - 1], 1) : (int64_t)s->C0 * s->H0 * s->W0;
+      const REAL *in = (l ? s->p[l - 1] : s->x) + i * in1;
+      MT_CALL(mt_conv2d_backward(NULL, MT_T(G)(m, s->cgrad, kc), MT_T(G)(m, s->cgrad, kc + 1),
+                                 s->da[l] + i * out1, in, MT_T(P)(m, params, kc), 1, &s->conv[l]));
+    }
+    double ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (size_t j = 0; j < nc; j++) ss += (double)s->cgrad[j] * (double)s->cgrad[j];
+    norms[i] = sqrt(norms[i] + ss);
+    const double f = max_norm / (norms[i] + MT_DP_NORM_EPS);
+    const REAL c = f < 1.0 ? (REAL)f : (REAL)1;
+#pragma omp simd
+    for (size_t j = 0; j < nc; j++) grads[j] += c * s->cgrad[j];
+    if (f >= 1.0) continue;
+    REAL *dl = s->dlogits + (size_t)i * s->classes, *dhi = s->dh + (size_t)i * s->hidden;
+    for (int j = 0; j < s->classes; j++) dl[j] *= c;
+    for (int j = 0; j < s->hidden; j++) dhi[j] *= c;
+  }
+  MT_CALL(mt_linear_backward(NULL, MT_T(G)(m, grads, k + 2), MT_T(G)(m, grads, k + 3), s->dlogits,
+                             s->h, MT_T(P)(m, params, k + 2), B, s->hidden, s->classes));
+  MT_CALL(mt_linear_backward(NULL, MT_T(G)(m, grads, k), MT_T(G)(m, grads, k + 1), s->dh, last,
+                             MT_T(P)(m, params, k), B, s->flat, s->hidden));
+  return 0;
+}
+#endif
+
 static double MT_T(cnn_flops)(const mt_model *m) {
   const MT_T(cnn) *s = m->data;
   double f = 0;
@@ -267,6 +365,7 @@ static void MT_T(cnn_destroy)(mt_model *m) {
   mt_free(&s->dlogits);
   mt_free(&s->probs);
   mt_free(&s->xin);
+  mt_free(&s->cgrad);
   mt_free(&m->data);
 }
 

@@ -8,9 +8,9 @@
  * zeroed first, so any model that supports batches works unchanged. That
  * costs one small (GEMV-shaped) pass per sample instead of one batched
  * pass: it is slow (bench/README.md), not an approximation. A model that
- * finds its per-sample norms from its layers (mt_model_ops.backward_clipped:
- * the mlp) clips in batched passes instead (mt_dp_clip_batched). Everything
- * is a pure function of its inputs. */
+ * finds its per-sample norms itself (mt_model_ops.backward_clipped: the mlp
+ * and the cnn) clips in batched passes instead (mt_dp_clip_batched).
+ * Everything is a pure function of its inputs. */
 #ifndef MT_DPSGD_H
 #define MT_DPSGD_H
 

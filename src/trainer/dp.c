@@ -90,8 +90,8 @@ int mt_dp_setup(mt_trainer *t) {
             d->poisson ? "Poisson" : "shuffled", d->q, c->batch_size, (long long)N, d->sigma,
             c->dp_noise_multiplier >= 0 ? "" : " (solved for the target)", d->C, d->delta,
             c->dp_delta > 0 ? "" : " (1/N rounded down)",
-            d->batched ? "per-sample norms from the layers, clipped in batched passes (ghost "
-                         "clipping)"
+            d->batched ? "per-sample norms found by the model, clipped in batched passes "
+                         "(ghost clipping)"
                        : "per-sample gradients exact, one forward+backward per sample",
             d->phys);
   if (d->target > 0)
