@@ -183,6 +183,18 @@ static int MT_T(cnn_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   return 0;
 }
 
+/* Block l's activation gradient da[l] (after its ReLU, before the pool)
+ * from the pooled one dp[l]; its length. */
+static int64_t MT_T(block_backward)(MT_T(cnn) *s, int l, int B) {
+  mt_pool2d_shape ps = s->pool[l];
+  ps.B = B;
+  const int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
+  memset(s->da[l], 0, (size_t)na * sizeof(REAL));
+  mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
+  mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
+  return na;
+}
+
 static int MT_T(cnn_backward)(mt_model *m, const REAL *params, REAL *grads, REAL scale, int B) {
   MT_T(cnn) *s = m->data;
   MT_CHECK(m->dtype == MT_DT, MT_ERR_STATE, "cnn: backward of another precision than set up");
@@ -209,10 +221,7 @@ static int MT_T(cnn_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   for (int l = s->nb - 1; l >= 0; l--) {
     mt_pool2d_shape ps = s->pool[l];
     ps.B = B;
-    int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
-    memset(s->da[l], 0, (size_t)na * sizeof(REAL));
-    mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
-    mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
+    const int64_t na = MT_T(block_backward)(s, l, B);
     const REAL *dconv = s->da[l];
     MT_CALL(mt_model_unit_use(m, l, 1));
     if (s->bn) {
@@ -238,21 +247,6 @@ static int MT_T(cnn_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
 }
 
 #if !MT_F64
-/* ||x_i||^2 (||in_i||^2 + 1) for each of the B rows: a linear layer's
- * per-sample gradient norm squared (weight and bias) from its output
- * gradient rows x (width n) and input rows in (width k), added to norms. */
-static void MT_T(ghost_norms)(double *norms, const REAL *x, int n, const REAL *in, int k, int B) {
-  for (int i = 0; i < B; i++) {
-    const REAL *d = x + (size_t)i * n, *a = in + (size_t)i * k;
-    double dd = 0, aa = 0;
-#pragma omp simd reduction(+ : dd)
-    for (int j = 0; j < n; j++) dd += (double)d[j] * (double)d[j];
-#pragma omp simd reduction(+ : aa)
-    for (int j = 0; j < k; j++) aa += (double)a[j] * (double)a[j];
-    norms[i] += dd * (aa + 1.0);
-  }
-}
-
 /* DP-SGD's batched clipping (mt_model_ops.backward_clipped), without batch
  * norm (refused under DP): the activations' gradients in one batched
  * backward; the two linear layers' per-sample norms from their inputs and
@@ -277,22 +271,17 @@ static int MT_T(cnn_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
   memset(s->dh, 0, (size_t)B * s->hidden * sizeof(REAL));
   mt_softmax_xent_backward(s->dlogits, s->probs, s->y, (REAL)1, B, s->classes);
   for (int i = 0; i < B; i++) norms[i] = 0;
-  MT_T(ghost_norms)(norms, s->dlogits, s->classes, s->h, s->hidden, B);
+  mt_dp_linear_norms2(norms, s->dlogits, s->classes, s->h, s->hidden, B);
   MT_CALL(mt_gemm('N', 'N', B, s->hidden, s->classes, (REAL)1, s->dlogits, s->classes,
                   MT_T(P)(m, params, k + 2), s->hidden, (REAL)1, s->dh, s->hidden));
   if (s->dropped) MT_T(mt_model_dropout_backward)(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
   mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
-  MT_T(ghost_norms)(norms, s->dh, s->hidden, last, s->flat, B);
+  mt_dp_linear_norms2(norms, s->dh, s->hidden, last, s->flat, B);
   memset(dlast, 0, (size_t)B * s->flat * sizeof(REAL));
   MT_CALL(mt_gemm('N', 'N', B, s->flat, s->hidden, (REAL)1, s->dh, s->hidden,
                   MT_T(P)(m, params, k), s->flat, (REAL)1, dlast, s->flat));
   for (int l = s->nb - 1; l >= 0; l--) { /* the convolutions' output gradients */
-    mt_pool2d_shape ps = s->pool[l];
-    ps.B = B;
-    int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
-    memset(s->da[l], 0, (size_t)na * sizeof(REAL));
-    mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
-    mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
+    MT_T(block_backward)(s, l, B);
     if (l == 0) break;
     REAL *dinp = s->dp[l - 1];
     memset(dinp, 0, (size_t)B * numel(&s->pool[l - 1], 1) * sizeof(REAL));

@@ -168,16 +168,7 @@ static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
       if (s->dropped) MT_T(mt_model_dropout_backward)(dout, s->mask[l], s->p, n);
       mt_relu_backward(dout, dout, s->act[l], n);
     }
-    const REAL *in = l ? s->act[l - 1] : s->x;
-    for (int i = 0; i < B; i++) {
-      const REAL *d = dout + (size_t)i * OC, *a = in + (size_t)i * IC;
-      double dd = 0, aa = 0;
-#pragma omp simd reduction(+ : dd)
-      for (int j = 0; j < OC; j++) dd += (double)d[j] * (double)d[j];
-#pragma omp simd reduction(+ : aa)
-      for (int j = 0; j < IC; j++) aa += (double)a[j] * (double)a[j];
-      norms[i] += dd * (aa + 1.0);
-    }
+    mt_dp_linear_norms2(norms, dout, OC, l ? s->act[l - 1] : s->x, IC, B);
     if (l)
       MT_CALL(mt_gemm('N', 'N', B, IC, OC, (REAL)1, dout, OC, MT_T(W)(m, params, l), IC, (REAL)1,
                       s->dact[l - 1], IC));

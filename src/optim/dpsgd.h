@@ -49,6 +49,23 @@ int mt_dp_clip_accumulate(mt_model *m, const float *params, const mt_batch *b, d
 int mt_dp_clip_batched(mt_model *m, const float *params, const mt_batch *b, double max_norm,
                        double *norms, float *sum, mt_batch_stats *st, int64_t *nclipped);
 
+/* For the B rows of a linear layer's output gradients dout (width n) and
+ * inputs in (width k): norms[i] += ||dout_i||^2 (||in_i||^2 + 1), the
+ * squared norm of sample i's gradient of the layer's weight and bias (the
+ * outer product dout_i in_i^T, and dout_i), without making it. */
+static inline void mt_dp_linear_norms2(double *norms, const float *dout, int n, const float *in,
+                                       int k, int B) {
+  for (int i = 0; i < B; i++) {
+    const float *d = dout + (size_t)i * n, *a = in + (size_t)i * k;
+    double dd = 0, aa = 0;
+#pragma omp simd reduction(+ : dd)
+    for (int j = 0; j < n; j++) dd += (double)d[j] * (double)d[j];
+#pragma omp simd reduction(+ : aa)
+    for (int j = 0; j < k; j++) aa += (double)a[j] * (double)a[j];
+    norms[i] += dd * (aa + 1.0);
+  }
+}
+
 /* g[i] += std * z_i with z_i ~ N(0, 1) from the counter-based stream key:
  * pairs (2j, 2j+1) take the two Box-Muller values of the uniforms drawn at
  * counters 2j and 2j+1, so z_i depends on (key, i) only (not on n, the
