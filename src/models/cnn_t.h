@@ -285,8 +285,8 @@ static int MT_T(cnn_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
     if (l == 0) break;
     REAL *dinp = s->dp[l - 1];
     memset(dinp, 0, (size_t)B * numel(&s->pool[l - 1], 1) * sizeof(REAL));
-    MT_CALL(mt_conv2d_backward(dinp, NULL, NULL, s->da[l], s->p[l - 1], MT_T(P)(m, params, s->pconv[l]),
-                               B, &s->conv[l]));
+    MT_CALL(mt_conv2d_backward(dinp, NULL, NULL, s->da[l], s->p[l - 1],
+                               MT_T(P)(m, params, s->pconv[l]), B, &s->conv[l]));
   }
   const size_t nc = m->params.p[k].offset; /* the convolutions' parameters */
   for (int i = 0; i < B; i++) {
