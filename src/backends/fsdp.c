@@ -141,47 +141,60 @@ static void sample_memory(mt_fsdp *f) {
 
 /* ------------------------------------------------------------- set-up */
 
-static int plan_units(mt_fsdp *f, const mt_param_table *t, int whole_model) {
+int mt_fsdp_plan_units(const mt_param_table *t, int whole_model, int *nmodel, int *nunits,
+                       int **unit_of, int **members, size_t **ulo, size_t **uhi) {
   int nm = 0;
   for (int i = 0; i < t->n; i++) {
     MT_CHECK(t->p[i].unit >= 0, MT_ERR_STATE, "fsdp: tensor %s has no unit", t->p[i].name);
     if (t->p[i].unit + 1 > nm) nm = t->p[i].unit + 1;
   }
-  f->nmodel_units = nm;
-  f->nunits = whole_model ? 1 : nm;
-  const int nu = f->nunits, G = f->gsize;
-  MT_CALL(mt_calloc(&f->unit_of, (size_t)nm, sizeof(int), "fsdp units"));
-  MT_CALL(mt_calloc(&f->members, (size_t)nu, sizeof(int), "fsdp units"));
-  MT_CALL(mt_calloc(&f->ndone, (size_t)nu, sizeof(int), "fsdp units"));
-  MT_CALL(mt_calloc(&f->used, (size_t)nu, sizeof(int), "fsdp units"));
-  MT_CALL(mt_calloc(&f->seen, (size_t)nu, sizeof(int), "fsdp units"));
-  MT_CALL(mt_calloc(&f->ulo, (size_t)nu, sizeof(size_t), "fsdp units"));
-  MT_CALL(mt_calloc(&f->uhi, (size_t)nu, sizeof(size_t), "fsdp units"));
-  MT_CALL(mt_calloc(&f->pstate, (size_t)nu, sizeof(int), "fsdp units"));
-  MT_CALL(mt_calloc(&f->greq, (size_t)nu, sizeof(MPI_Request), "fsdp units"));
-  MT_CALL(mt_calloc(&f->counts, (size_t)nu * G, sizeof(int), "fsdp units"));
-  MT_CALL(mt_calloc(&f->displs, (size_t)nu * G, sizeof(int), "fsdp units"));
-  for (int u = 0; u < nm; u++) f->unit_of[u] = whole_model ? 0 : u;
-  for (int u = 0; u < nu; u++) f->ulo[u] = SIZE_MAX, f->greq[u] = MPI_REQUEST_NULL;
+  const int nu = whole_model ? 1 : nm;
+  *nmodel = nm;
+  *nunits = nu;
+  MT_CALL(mt_calloc(unit_of, (size_t)nm, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(members, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(ulo, (size_t)nu, sizeof(size_t), "fsdp units"));
+  MT_CALL(mt_calloc(uhi, (size_t)nu, sizeof(size_t), "fsdp units"));
+  int *uo = *unit_of, *mb = *members;
+  size_t *lo = *ulo, *hi = *uhi;
+  for (int u = 0; u < nm; u++) uo[u] = whole_model ? 0 : u;
+  for (int u = 0; u < nu; u++) lo[u] = SIZE_MAX;
   int *seen = NULL;
   MT_CALL(mt_calloc(&seen, (size_t)nm, sizeof(int), "fsdp units"));
   for (int i = 0; i < t->n; i++) {
     const mt_param *q = &t->p[i];
-    int u = f->unit_of[q->unit];
-    if (!seen[q->unit]) f->members[u]++;
+    const int u = uo[q->unit];
+    if (!seen[q->unit]) mb[u]++;
     seen[q->unit] = 1;
-    if (q->offset < f->ulo[u]) f->ulo[u] = q->offset;
-    if (q->offset + q->numel > f->uhi[u]) f->uhi[u] = q->offset + q->numel;
+    if (q->offset < lo[u]) lo[u] = q->offset;
+    if (q->offset + q->numel > hi[u]) hi[u] = q->offset + q->numel;
   }
   mt_free(&seen);
   for (int u = 0; u < nu; u++) {
-    MT_CHECK(f->members[u] > 0, MT_ERR_STATE, "fsdp: unit %d of the model holds no tensor", u);
+    MT_CHECK(mb[u] > 0, MT_ERR_STATE, "fsdp: unit %d of the model holds no tensor", u);
+    for (int v = 0; v < nu; v++)
+      MT_CHECK(v == u || hi[v] <= lo[u] || lo[v] >= hi[u], MT_ERR_STATE,
+               "fsdp: the model's units %d and %d overlap in the flat layout", u, v);
+  }
+  return 0;
+}
+
+static int plan_units(mt_fsdp *f, const mt_param_table *t, int whole_model) {
+  MT_CALL(mt_fsdp_plan_units(t, whole_model, &f->nmodel_units, &f->nunits, &f->unit_of,
+                             &f->members, &f->ulo, &f->uhi));
+  const int nu = f->nunits, G = f->gsize;
+  MT_CALL(mt_calloc(&f->ndone, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->used, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->seen, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->pstate, (size_t)nu, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->greq, (size_t)nu, sizeof(MPI_Request), "fsdp units"));
+  MT_CALL(mt_calloc(&f->counts, (size_t)nu * G, sizeof(int), "fsdp units"));
+  MT_CALL(mt_calloc(&f->displs, (size_t)nu * G, sizeof(int), "fsdp units"));
+  for (int u = 0; u < nu; u++) f->greq[u] = MPI_REQUEST_NULL;
+  for (int u = 0; u < nu; u++) {
     MT_CHECK(f->uhi[u] - f->ulo[u] <= (size_t)INT_MAX, MT_ERR_ARG,
              "fsdp: unit %d holds %zu elements, more than one MPI message (-fsdp_unit layer)", u,
              f->uhi[u] - f->ulo[u]);
-    for (int v = 0; v < nu; v++)
-      MT_CHECK(v == u || f->uhi[v] <= f->ulo[u] || f->ulo[v] >= f->uhi[u], MT_ERR_STATE,
-               "fsdp: the model's units %d and %d overlap in the flat layout", u, v);
     double bytes = (double)(f->uhi[u] - f->ulo[u]) * sizeof(float);
     if (bytes > f->mem.largest_unit) f->mem.largest_unit = bytes;
     for (int r = 0; r < G; r++) {

@@ -45,6 +45,15 @@ int mt_fsdp_strategy_parse(const char *s);
 
 typedef struct mt_fsdp mt_fsdp;
 
+/* The units of a layout (the CPU's fsdp and the GPU's, trainer/gpu_fsdp.c):
+ * *nmodel units of the model (mt_param.unit), grouped into *nunits (one
+ * with whole_model, -fsdp_unit model); allocates unit_of (model unit ->
+ * unit), members (model units per unit) and each unit's range [ulo, uhi)
+ * of the layout. Every tensor has a unit, every unit a tensor, and the
+ * units do not overlap, or MT_ERR_STATE. */
+int mt_fsdp_plan_units(const mt_param_table *t, int whole_model, int *nmodel, int *nunits,
+                       int **unit_of, int **members, size_t **ulo, size_t **uhi);
+
 /* Memory of a rank, in bytes: the shards and the peak of the views'
  * resident pages (mincore), sampled whenever a unit is gathered or its
  * gradient reduced. */

@@ -99,44 +99,19 @@ int mt_gpu_units_partition(mt_trainer *t) {
 
 static int plan(struct mt_gpu *g, const mt_param_table *tb, int whole_model) {
   struct mt_gpu_units *U = g->units;
-  int nm = 0;
-  for (int i = 0; i < tb->n; i++) {
-    MT_CHECK(tb->p[i].unit >= 0, MT_ERR_STATE, "fsdp: tensor %s has no unit", tb->p[i].name);
-    if (tb->p[i].unit + 1 > nm) nm = tb->p[i].unit + 1;
-  }
-  U->nmodel = nm;
-  U->nunits = whole_model ? 1 : nm;
+  MT_CALL(mt_fsdp_plan_units(tb, whole_model, &U->nmodel, &U->nunits, &U->unit_of, &U->members,
+                             &U->ulo, &U->uhi));
   const int nu = U->nunits, G = g->G;
-  MT_CALL(mt_calloc(&U->unit_of, (size_t)nm, sizeof(int), "fsdp units"));
-  int *arrays[] = {NULL, NULL, NULL, NULL};
-  for (int k = 0; k < 4; k++) MT_CALL(mt_calloc(&arrays[k], (size_t)nu, sizeof(int), "fsdp units"));
-  U->members = arrays[0], U->ndone = arrays[1], U->seen = arrays[2], U->used = arrays[3];
-  MT_CALL(mt_calloc(&U->ulo, (size_t)nu, sizeof(size_t), "fsdp units"));
-  MT_CALL(mt_calloc(&U->uhi, (size_t)nu, sizeof(size_t), "fsdp units"));
+  int *arrays[] = {NULL, NULL, NULL};
+  for (int k = 0; k < 3; k++) MT_CALL(mt_calloc(&arrays[k], (size_t)nu, sizeof(int), "fsdp units"));
+  U->ndone = arrays[0], U->seen = arrays[1], U->used = arrays[2];
   MT_CALL(mt_calloc(&U->cnt, (size_t)nu * G, sizeof(size_t), "fsdp units"));
   MT_CALL(mt_calloc(&U->dsp, (size_t)nu * G, sizeof(size_t), "fsdp units"));
   MT_CALL(mt_calloc(&U->pslot, (size_t)nu, sizeof(float *), "fsdp units"));
   MT_CALL(mt_calloc(&U->gslot, (size_t)nu, sizeof(float *), "fsdp units"));
   MT_CALL(mt_calloc(&U->gathered, (size_t)nu, sizeof(cudaEvent_t), "fsdp units"));
-  for (int u = 0; u < nm; u++) U->unit_of[u] = whole_model ? 0 : u;
-  for (int u = 0; u < nu; u++) U->ulo[u] = SIZE_MAX;
-  int *seen = NULL;
-  MT_CALL(mt_calloc(&seen, (size_t)nm, sizeof(int), "fsdp units"));
-  for (int i = 0; i < tb->n; i++) {
-    const mt_param *q = &tb->p[i];
-    const int u = U->unit_of[q->unit];
-    if (!seen[q->unit]) U->members[u]++;
-    seen[q->unit] = 1;
-    if (q->offset < U->ulo[u]) U->ulo[u] = q->offset;
-    if (q->offset + q->numel > U->uhi[u]) U->uhi[u] = q->offset + q->numel;
-  }
-  mt_free(&seen);
   const size_t n = tb->total;
   for (int u = 0; u < nu; u++) {
-    MT_CHECK(U->members[u] > 0, MT_ERR_STATE, "fsdp: unit %d of the model holds no tensor", u);
-    for (int v = 0; v < nu; v++)
-      MT_CHECK(v == u || U->uhi[v] <= U->ulo[u] || U->ulo[v] >= U->uhi[u], MT_ERR_STATE,
-               "fsdp: the model's units %d and %d overlap in the flat layout", u, v);
     for (int r = 0; r < G; r++) {
       size_t plo = (size_t)r * g->per < n ? (size_t)r * g->per : n;
       size_t phi = plo + g->per < n ? plo + g->per : n;
