@@ -5,28 +5,43 @@
 #include <math.h>
 #include <string.h>
 
+/* The forward of b's rows [r0, r1), its sums added to st's and its
+ * per-sample outputs (if asked for) at their rows. */
+static int forward_rows(mt_model *m, const float *params, const mt_batch *b, int r0, int r1,
+                        mt_batch_stats *st) {
+  mt_batch rows = mt_batch_rows(b, r0, r1);
+  mt_batch_stats part = {0};
+  part.pred = st->pred ? st->pred + r0 : NULL;
+  part.logits = st->logits ? st->logits + (int64_t)r0 * st->logits_len : NULL;
+  part.logits_len = st->logits_len;
+  MT_CALL(m->ops->forward(m, params, &rows, NULL, &part));
+  st->loss_sum += part.loss_sum;
+  st->correct += part.correct;
+  return 0;
+}
+
+/* Row r's gradient norm: finite, or an error naming the sample; counted
+ * in *nclipped (may be NULL) when above max_norm. */
+static int check_norm(double norm, double max_norm, const mt_batch *b, int r, int64_t *nclipped) {
+  MT_CHECK(isfinite(norm), MT_ERR_NUMERIC, "the gradient of sample %lld is not finite: lower -lr",
+           (long long)(b->ids ? b->ids[r] : r));
+  if (nclipped && norm > max_norm) (*nclipped)++;
+  return 0;
+}
+
 int mt_dp_clip_accumulate(mt_model *m, const float *params, const mt_batch *b, double max_norm,
                           float *scratch, float *sum, mt_batch_stats *st, int64_t *nclipped) {
   const size_t n = m->params.total;
   MT_CHECK(max_norm > 0, MT_ERR_ARG, "mt_dp_clip_accumulate: max_norm %g must be > 0", max_norm);
   for (int r = 0; r < b->n; r++) {
-    mt_batch one = mt_batch_rows(b, r, r + 1);
-    mt_batch_stats part = {0};
-    part.pred = st->pred ? st->pred + r : NULL;
-    part.logits = st->logits ? st->logits + (int64_t)r * st->logits_len : NULL;
-    part.logits_len = st->logits_len;
     memset(scratch, 0, n * sizeof(float));
-    MT_CALL(m->ops->forward(m, params, &one, NULL, &part));
+    MT_CALL(forward_rows(m, params, b, r, r + 1, st));
     MT_CALL(m->ops->backward(m, params, scratch, 1.0f, 1));
-    st->loss_sum += part.loss_sum;
-    st->correct += part.correct;
     double ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (size_t i = 0; i < n; i++) ss += (double)scratch[i] * (double)scratch[i];
-    double norm = sqrt(ss);
-    MT_CHECK(isfinite(norm), MT_ERR_NUMERIC,
-             "the gradient of sample %lld is not finite: lower -lr",
-             (long long)(b->ids ? b->ids[r] : r));
+    const double norm = sqrt(ss);
+    MT_CALL(check_norm(norm, max_norm, b, r, nclipped));
     double f = max_norm / (norm + MT_DP_NORM_EPS);
     if (f >= 1.0) {
 #pragma omp simd
@@ -36,7 +51,6 @@ int mt_dp_clip_accumulate(mt_model *m, const float *params, const mt_batch *b, d
 #pragma omp simd
       for (size_t i = 0; i < n; i++) sum[i] += ff * scratch[i];
     }
-    if (nclipped && norm > max_norm) (*nclipped)++;
   }
   return 0;
 }
@@ -49,21 +63,9 @@ int mt_dp_clip_batched(mt_model *m, const float *params, const mt_batch *b, doub
   const int P = m->max_batch > 0 ? m->max_batch : 1;
   for (int r0 = 0; r0 < b->n; r0 += P) { /* in pieces the model holds */
     const int r1 = b->n - r0 < P ? b->n : r0 + P;
-    mt_batch piece = mt_batch_rows(b, r0, r1);
-    mt_batch_stats part = {0};
-    part.pred = st->pred ? st->pred + r0 : NULL;
-    part.logits = st->logits ? st->logits + (int64_t)r0 * st->logits_len : NULL;
-    part.logits_len = st->logits_len;
-    MT_CALL(m->ops->forward(m, params, &piece, NULL, &part));
-    MT_CALL(m->ops->backward_clipped(m, params, sum, max_norm, piece.n, norms));
-    st->loss_sum += part.loss_sum;
-    st->correct += part.correct;
-    for (int i = 0; i < piece.n; i++) {
-      MT_CHECK(isfinite(norms[i]), MT_ERR_NUMERIC,
-               "the gradient of sample %lld is not finite: lower -lr",
-               (long long)(b->ids ? b->ids[r0 + i] : r0 + i));
-      if (nclipped && norms[i] > max_norm) (*nclipped)++;
-    }
+    MT_CALL(forward_rows(m, params, b, r0, r1, st));
+    MT_CALL(m->ops->backward_clipped(m, params, sum, max_norm, r1 - r0, norms));
+    for (int i = 0; i < r1 - r0; i++) MT_CALL(check_norm(norms[i], max_norm, b, r0 + i, nclipped));
   }
   return 0;
 }
