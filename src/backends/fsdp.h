@@ -45,7 +45,7 @@ int mt_fsdp_strategy_parse(const char *s);
 
 typedef struct mt_fsdp mt_fsdp;
 
-/* The units of a layout (the CPU's fsdp and the GPU's, trainer/gpu_fsdp.c):
+/* The units of a layout (the CPU's fsdp and the GPU's, gpu/gpu_fsdp.c):
  * *nmodel units of the model (mt_param.unit), grouped into *nunits (one
  * with whole_model, -fsdp_unit model); allocates unit_of (model unit ->
  * unit), members (model units per unit) and each unit's range [ulo, uhi)

@@ -1,5 +1,5 @@
 /* Gradient buckets of a flat buffer, as ddp all-reduces them (on the CPU,
- * src/backends/ddp.c, and on the GPU, src/trainer/gpu.c).
+ * src/backends/ddp.c, and on the GPU, src/gpu/gpu.c).
  *
  * Planned once, from the top of the buffer down (the last layers'
  * gradients are ready first): a first bucket of first_mb MiB (PyTorch's

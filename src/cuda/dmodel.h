@@ -14,6 +14,7 @@
 #ifndef MT_CUDA_DMODEL_H
 #define MT_CUDA_DMODEL_H
 
+#include "config/mt_config.h"
 #include "core/core.h"
 #include "cuda/kernels.h"
 
@@ -81,7 +82,7 @@ struct mt_dmodel {
   int (*unit_use)(void *ctx, int unit, int pass);
   void (*unit_done)(void *ctx, int unit);
   void *unit_ctx;
-  /* NULL, or (fsdp full_shard and hybrid_shard: trainer/gpu_fsdp.c) where
+  /* NULL, or (fsdp full_shard and hybrid_shard: gpu/gpu_fsdp.c) where
    * each unit's parameters and gradient are: then the params and grads
    * arguments of forward and backward are not read */
   const mt_dunits *units;

@@ -46,7 +46,7 @@ float mt_amp_loss_scale(const mt_trainer *t);
  * update; *skip: the optimizer must not step. MT_ERR_NUMERIC at the
  * minimum scale. */
 int mt_amp_after_reduce(mt_trainer *t, int *skip);
-/* The device path (trainer/gpu.c), which keeps its gradients on the GPU:
+/* The device path (gpu/gpu.c), which keeps its gradients on the GPU:
  * the step's loss scale without the host's cast cache or working copy
  * (mt_amp_loss_scale then gives it); whether loss scaling is on; and the
  * agreement after the reduction: *found (this rank's part of the gradient

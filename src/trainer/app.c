@@ -2,6 +2,7 @@
  * register models and backends and then run it: initialize, read options,
  * create, run, destroy, finalize. */
 #include "comm/comm.h"
+#include "config/mt_config.h"
 #include "core/core.h"
 #include "io/io.h"
 #include "trainer/trainer.h"

@@ -3,7 +3,7 @@
  * takes the same decisions without communication; only writing
  * model_best.h5 (rank 0) is agreed. */
 #include "trainer/trainer.h"
-#include "trainer/gpu.h"
+#include "gpu/gpu.h"
 
 #include <math.h>
 #include <string.h>

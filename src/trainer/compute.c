@@ -8,7 +8,7 @@
 #include "trainer/trainer.h"
 #include "backends/backends.h"
 #include "backends/fsdp.h"
-#include "trainer/gpu.h"
+#include "gpu/gpu.h"
 
 #include "nn/nn.h"
 

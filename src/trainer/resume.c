@@ -10,7 +10,7 @@
 #include "trainer/trainer.h"
 #include "trainer/amp.h"
 #include "trainer/dp.h"
-#include "trainer/gpu.h"
+#include "gpu/gpu.h"
 
 #include <pthread.h>
 #include <signal.h>

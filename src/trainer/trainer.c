@@ -4,7 +4,7 @@
 #include "models/models.h"
 #include "trainer/amp.h"
 #include "trainer/dp.h"
-#include "trainer/gpu.h"
+#include "gpu/gpu.h"
 #include "backends/fsdp.h"
 
 #include <math.h>

@@ -6,6 +6,7 @@
 
 #include "comm/comm.h"
 #include "comm/guard.h"
+#include "config/mt_config.h"
 #include "core/core.h"
 #include "data/data.h"
 #include "io/io.h"
@@ -80,7 +81,7 @@ typedef struct {
   struct mt_fsdp *fsdp; /* the shards under -backend fsdp (backends/fsdp.h):
                            params and grads are then its views, and the
                            optimizer owns only this rank's shard           */
-  struct mt_gpu *gpu; /* -device cuda (trainer/gpu.h): the device buffers,
+  struct mt_gpu *gpu; /* -device cuda (gpu/gpu.h): the device buffers,
                          NULL on the CPU                                   */
   int device;         /* the rank's CUDA device, -1 for the CPU            */
   int max_batch;      /* samples one forward takes: -micro_batch_size      */

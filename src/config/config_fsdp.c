@@ -2,6 +2,7 @@
  * configuration hash covers them) and checked against the backend. Every
  * message names the option. */
 #include "backends/fsdp.h"
+#include "config/mt_config.h"
 #include "core/core.h"
 #include "nn/precision.h"
 

@@ -1,7 +1,7 @@
 /* -device cuda in the trainer (only built with CUDA): device buffers, the
  * training step on the device, NCCL's gradient all-reduce overlapped with
- * the backward, and the copies between device and host (trainer/gpu.h). */
-#include "trainer/gpu_impl.h"
+ * the backward, and the copies between device and host (gpu/gpu.h). */
+#include "gpu/gpu_impl.h"
 #include "backends/backends.h"
 #include "backends/fsdp.h"
 #include "comm/buckets.h"

@@ -3,6 +3,7 @@
  * checked against the backend and the options DP-SGD changes the meaning
  * of. Every message names the option. */
 #include "backends/backends.h"
+#include "config/mt_config.h"
 #include "core/core.h"
 
 #include <petscsys.h>

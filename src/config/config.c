@@ -5,6 +5,7 @@
  * strings and parsed here, so a malformed or out-of-range value becomes one
  * line naming the option and the allowed range (PETSc's own messages are
  * multi-line tracebacks). Options nobody read are errors, not warnings. */
+#include "config/mt_config.h"
 #include "core/core.h"
 #include "mpitrain/mpitrain.h"
 

@@ -2,7 +2,7 @@
  * The run is on GPUs on every rank or on none, one GPU per rank (NCCL
  * refuses two ranks of a communicator on one device); with GPUs, gpu.c
  * makes the device state (CUDA builds). */
-#include "trainer/gpu.h"
+#include "gpu/gpu.h"
 #include "cuda/device.h"
 
 #include <string.h>

@@ -16,7 +16,7 @@
  * -fsdp_cpu_offload (gpu_optim.c).
  *
  * What a device run supports is decided by mt_config_device_why
- * (src/core/config_device.c); the rest is refused there, naming -device. */
+ * (src/config/config_device.c); the rest is refused there, naming -device. */
 #ifndef MT_TRAINER_GPU_H
 #define MT_TRAINER_GPU_H
 

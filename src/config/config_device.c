@@ -1,9 +1,10 @@
 /* -device cpu | cuda | auto: read with mt_option_string (so -help lists it
  * and the configuration hash covers it) and checked against what the device
- * path of the trainer (src/trainer/gpu.c) supports. Which device a rank
- * gets is decided at start-up (src/trainer/device.c), where the node's
+ * path of the trainer (src/gpu/gpu.c) supports. Which device a rank
+ * gets is decided at start-up (src/gpu/device.c), where the node's
  * devices are known. */
 #include "backends/fsdp.h"
+#include "config/mt_config.h"
 #include "core/core.h"
 #include "nn/precision.h"
 

@@ -5,7 +5,7 @@
 #ifndef MT_TRAINER_GPU_IMPL_H
 #define MT_TRAINER_GPU_IMPL_H
 
-#include "trainer/gpu.h"
+#include "gpu/gpu.h"
 #include "comm/buckets.h"
 #include "cuda/cuda_optim.h"
 #include "cuda/dmodel.h"

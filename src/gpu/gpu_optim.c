@@ -8,7 +8,7 @@
  * ranges rounded to 16 floats); the buffers on the device are padded to
  * per x P so NCCL's collectives see equal pieces. The host's state is kept
  * whole (t->adam_state, t->mom), so checkpoints are those of the CPU. */
-#include "trainer/gpu_impl.h"
+#include "gpu/gpu_impl.h"
 #include "backends/fsdp.h"
 #include "trainer/amp.h"
 

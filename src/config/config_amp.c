@@ -4,6 +4,7 @@
  * And -precision fp32 | fp64: the element type of the parameters,
  * gradients, optimizer state, activations and losses (src/trainer/dtype.c),
  * with what fp64 does not cover refused by name. */
+#include "config/mt_config.h"
 #include "core/core.h"
 #include "nn/precision.h"
 #include "optim/optim.h"

@@ -29,7 +29,7 @@
  * gathered ahead is the one the same pass used next the time before (the
  * first time, the next by number), as PyTorch FSDP's prefetch follows the
  * recorded order. Nothing here waits for the GPU, except the trim. */
-#include "trainer/gpu_impl.h"
+#include "gpu/gpu_impl.h"
 #include "backends/fsdp.h"
 
 #include <stdint.h>
