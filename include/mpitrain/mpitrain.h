@@ -325,12 +325,35 @@ void mt_model_destroy(mt_model **m);
 
 typedef struct mt_backend mt_backend;
 
+/* A backend's parallel strategy (the registered part of a -backend name)
+ * declares its traits: what it is and which policies of the training step
+ * compose with it. A -backend name is STRATEGY or STRATEGY-SUFFIX, parsed
+ * once (mt_backend_parse) into the strategy and the step's precision and
+ * privacy policies:
+ *   -amp       autocast-style mixed precision (O1): needs MT_TRAIT_AMP
+ *   -amp-apex  O2: low-precision working weights, fp32 master: MT_TRAIT_AMP_O2
+ *   -dp        DP-SGD: per-sample clipping, noise, accountant: MT_TRAIT_DP
+ * A combination the traits do not allow is refused naming -backend and the
+ * strategies that have the trait. A user's strategy registered with
+ * mt_backend_register composes the same way (e.g. -backend mine-amp once
+ * it declares MT_TRAIT_AMP); -precision fp64 needs its *64 operations. */
+#define MT_TRAIT_ONE_RANK 0x01    /* runs on one rank only (sp)              */
+#define MT_TRAIT_SHARDED 0x02     /* parameters, gradients and optimizer state
+                                     sharded over the ranks (fsdp; built-in) */
+#define MT_TRAIT_AMP 0x04         /* the -amp policy composes                 */
+#define MT_TRAIT_AMP_O2 0x08      /* the -amp-apex policy composes            */
+#define MT_TRAIT_DP 0x10          /* the -dp (DP-SGD) policy composes         */
+#define MT_TRAIT_LOWP_REDUCE 0x20 /* -amp gradients may be all-reduced in bf16
+                                     or fp16 (-ddp_reduce_dtype)             */
+#define MT_TRAIT_CUDA 0x40        /* has a -device cuda path (built-in only)  */
+
 /* A backend decides how gradients become one global gradient and how
  * parameters stay in agreement. The trainer calls, per global step:
  *   for each micro-step: model forward/backward into grads;
  *   reduce_grads(last micro-step only);  clip; optimizer; */
 typedef struct {
   const char *name;
+  unsigned traits; /* MT_TRAIT_* (0: a replicated fp32 strategy, no policies) */
   int (*setup)(mt_backend *b, float *params, float *grads, size_t n);
   /* Makes all ranks hold rank 0's parameters. */
   int (*sync_params)(mt_backend *b, float *params, size_t n);
@@ -350,8 +373,17 @@ typedef struct {
   int (*unit_ready64)(mt_backend *b, double *grads, int unit);
 } mt_backend_ops;
 
+/* A -backend name parsed into its parts (mt_backend_parse). */
+typedef struct {
+  const mt_backend_ops *ops; /* the parallel strategy                      */
+  int amp;                   /* precision policy: 0 fp32, 1 O1 (-amp), 2 O2 */
+  int dp;                    /* privacy policy: 1 DP-SGD (-dp)              */
+} mt_backend_spec;
+
 struct mt_backend {
   const mt_backend_ops *ops;
+  char name[64];       /* the -backend name it was made from               */
+  mt_backend_spec spec; /* its parts                                       */
   MPI_Comm comm;       /* the data-parallel communicator                   */
   int rank, size;
   double bucket_mb;    /* ddp: bucket size                                 */
@@ -366,14 +398,96 @@ struct mt_backend {
   double comm_bytes;   /* bytes all-reduced                                */
   void *data;
   mt_dtype dtype;      /* the buffers' element type (set before setup)      */
+  int reduce_dtype;    /* -amp: the gradient all-reduce's type, 0 fp32, 1
+                          bf16, 2 fp16 (-ddp_reduce_dtype; set before setup) */
 };
 
+/* Registers a parallel strategy under ops->name (replacing one of the same
+ * name); the ops must outlive use. */
 int mt_backend_register(const mt_backend_ops *ops);
+/* The strategy registered under name exactly, or NULL. */
 const mt_backend_ops *mt_backend_find(const char *name);
+/* Every -backend name the registered strategies and their traits allow,
+ * comma-separated. */
 void mt_backend_names(char *buf, size_t len);
-/* Creates the backend named by name ("sp", "ddp", ...) over comm. */
+/* Parses a -backend name into its strategy and policies (see MT_TRAIT_*):
+ * an exact strategy name first, else STRATEGY-SUFFIX; MT_ERR_OPTION naming
+ * -backend when unknown or when the strategy lacks the suffix's trait. */
+int mt_backend_parse(const char *name, mt_backend_spec *spec);
+/* Creates the backend named by name ("sp", "ddp-amp", ...) over comm. */
 int mt_backend_create(const char *name, MPI_Comm comm, double bucket_mb, mt_backend **b);
 void mt_backend_destroy(mt_backend **b);
+
+/* ----------------------------------------------------------- optimizers */
+
+typedef struct mt_optimizer mt_optimizer;
+
+/* The hyper-parameters mpitrain's options give every optimizer (-momentum,
+ * -dampening, -nesterov, -weight_decay, -adam_beta1, -adam_beta2,
+ * -adam_eps, -adam_amsgrad); an optimizer reads those it uses, and may
+ * read more of its own with mt_option_* in its options op. */
+typedef struct {
+  double momentum, dampening, weight_decay;
+  int nesterov;
+  double beta1, beta2, eps;
+  int amsgrad;
+} mt_optim_hparams;
+
+/* Which device kernels step an optimizer under -device cuda (built-ins
+ * only); a user's optimizer has none and is refused there. */
+typedef enum { MT_OPTIM_DEVICE_NONE = 0, MT_OPTIM_DEVICE_SGD, MT_OPTIM_DEVICE_ADAMW } mt_optim_device;
+
+/* An optimizer's operations on flat buffers of o->dtype with the layout of
+ * a parameter table (or of one contiguous range of it: an fsdp shard). */
+typedef struct {
+  const char *name; /* for -optimizer                                      */
+  /* Optional: reads the optimizer's own options with mt_option_*, once,
+   * on every rank, before setup (and under -help). */
+  int (*options)(void);
+  /* Checks o->hp (MT_ERR_OPTION naming the option) and allocates the state
+   * for o->n elements of o->dtype (zeroed: mt_calloc). */
+  int (*setup)(mt_optimizer *o);
+  /* One step over the tensors of tab, whose offsets index params and grads
+   * (a range's table: offsets from its start) and the state from element
+   * lo on. first_step: no step was taken before (a restart from a
+   * checkpoint that holds the state is not a first step). all_decay = 0
+   * exempts 1-d tensors (decay == 0 in tab) from weight decay. */
+  int (*step)(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
+              size_t lo, double lr, int first_step, int all_decay);
+  /* The k-th state buffer (k = 0, 1, ...): its name in checkpoints
+   * (PyTorch's state key, e.g. "exp_avg") and its o->n elements; returns 0
+   * past the last. */
+  int (*state)(mt_optimizer *o, int k, const char **name, void **data);
+  void (*destroy)(mt_optimizer *o);
+  mt_optim_device device; /* MT_OPTIM_DEVICE_NONE for a user's            */
+} mt_optimizer_ops;
+
+struct mt_optimizer {
+  const mt_optimizer_ops *ops;
+  mt_optim_hparams hp;
+  mt_dtype dtype; /* of params, grads and the state                      */
+  size_t n;       /* elements of each state buffer                       */
+  long step;      /* steps taken (AdamW's bias correction counts them);
+                     saved in checkpoints                                */
+  void *data;     /* implementation state                                */
+};
+
+/* Registers an optimizer under ops->name for -optimizer (replacing one of
+ * the same name); the ops must outlive use. */
+int mt_optimizer_register(const mt_optimizer_ops *ops);
+const mt_optimizer_ops *mt_optimizer_find(const char *name);
+void mt_optimizer_names(char *buf, size_t len);
+/* Create -> step ... -> destroy. create: the optimizer registered under
+ * name, for n elements of dtype (MT_ERR_OPTION naming -optimizer when
+ * unknown or when hp is out of range). destroy NULLs *o and accepts NULL. */
+int mt_optimizer_create(const char *name, const mt_optim_hparams *hp, mt_dtype dtype, size_t n,
+                        mt_optimizer **o);
+int mt_optimizer_step(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
+                      size_t lo, double lr, int first_step, int all_decay);
+/* The state buffers: names[i], data[i] for i < the count returned (at most
+ * max). */
+int mt_optimizer_state(mt_optimizer *o, const char **names, void **data, int max);
+void mt_optimizer_destroy(mt_optimizer **o);
 
 #ifdef __cplusplus
 }

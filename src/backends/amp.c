@@ -1,19 +1,16 @@
-/* sp-amp, sp-amp-apex, ddp-amp, ddp-amp-apex: sp and ddp with an optional
- * low-precision gradient all-reduce (backends/amp.h). */
+/* The -amp policy's low-precision gradient all-reduce, wrapped around a
+ * strategy that has MT_TRAIT_LOWP_REDUCE (backends/amp.h). */
 #include "backends/amp.h"
 #include "backends/backends.h"
 #include "core/core.h"
 
 #include <string.h>
 
-static mt_precision reduce_ = MT_PREC_FP32;
-
-void mt_backend_amp_reduce_dtype(mt_precision p) { reduce_ = p; }
-
 typedef struct {
-  void *inner;        /* sp's or ddp's own data (swapped in around calls) */
+  const mt_backend_ops *base; /* the wrapped strategy (b->spec.ops)        */
+  void *inner;        /* its own data (swapped in around calls)          */
   mt_precision dtype; /* of the all-reduce                              */
-  uint16_t *lp;       /* the gradients in that type (n), fp32: NULL     */
+  uint16_t *lp;       /* the gradients in that type (n)                 */
   MPI_Op op;          /* sum in fp32, rounded to dtype                  */
 } amp_data;
 
@@ -50,47 +47,31 @@ static void amp_destroy(mt_backend *b) {
   if (!d) return;
   if (d->op != MPI_OP_NULL) MPI_Op_free(&d->op);
   mt_free(&d->lp);
-  b->data = d->inner; /* the wrapped backend frees its own */
-  const mt_backend_ops *w = !strncmp(b->ops->name, "ddp", 3) ? &mt_ddp_ops : &mt_sp_ops;
-  if (w->destroy) w->destroy(b);
+  b->data = d->inner; /* the wrapped strategy frees its own */
+  if (d->base->destroy) d->base->destroy(b);
   b->data = NULL;
   mt_free(&d);
 }
 
-static int amp_setup(mt_backend *b, float *params, float *grads, size_t n, int ddp) {
+static int amp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   amp_data *d;
   MT_CALL(mt_calloc(&d, 1, sizeof(amp_data), "amp backend"));
   d->op = MPI_OP_NULL;
+  d->base = b->spec.ops;
   b->data = NULL;
-  int err = ddp ? mt_ddp_ops.setup(b, params, grads, n) : mt_sp_ops.setup(b, params, grads, n);
+  int err = d->base->setup ? d->base->setup(b, params, grads, n) : 0;
   d->inner = b->data;
   b->data = d;
   MT_CALL(err);
-  d->dtype = ddp ? reduce_ : MT_PREC_FP32;
-  if (d->dtype != MT_PREC_FP32 && b->size > 1) {
-    MT_CALL(mt_calloc(&d->lp, n, sizeof(uint16_t), "low-precision gradients"));
-    MT_MPI(MPI_Op_create(d->dtype == MT_PREC_BF16 ? sum_bf16 : sum_fp16, 1, &d->op));
-  }
+  d->dtype = (mt_precision)b->reduce_dtype;
+  MT_CALL(mt_calloc(&d->lp, n, sizeof(uint16_t), "low-precision gradients"));
+  MT_MPI(MPI_Op_create(d->dtype == MT_PREC_BF16 ? sum_bf16 : sum_fp16, 1, &d->op));
   return 0;
 }
 
-static int sp_amp_setup(mt_backend *b, float *params, float *grads, size_t n) {
-  return amp_setup(b, params, grads, n, 0);
-}
-static int ddp_amp_setup(mt_backend *b, float *params, float *grads, size_t n) {
-  return amp_setup(b, params, grads, n, 1);
-}
-
 /* Buckets of the low-precision copy, last first (as ddp). */
-static int ddp_amp_reduce(mt_backend *b, float *grads, size_t n) {
+static int amp_reduce(mt_backend *b, float *grads, size_t n) {
   amp_data *d = b->data;
-  if (b->size == 1) return 0;
-  if (!d->lp) {
-    void *s = enter(b);
-    int err = mt_ddp_ops.reduce_grads(b, grads, n);
-    leave(b, s);
-    return err;
-  }
   double t0;
   MT_CALL(mt_backend_arrive(b, &t0));
   if (d->dtype == MT_PREC_BF16)
@@ -114,47 +95,15 @@ static int ddp_amp_reduce(mt_backend *b, float *grads, size_t n) {
   return 0;
 }
 
-static int sp_amp_sync(mt_backend *b, float *params, size_t n) {
-  void *s = enter(b);
-  int err = mt_sp_ops.sync_params(b, params, n);
-  leave(b, s);
-  return err;
-}
-static int sp_amp_reduce(mt_backend *b, float *grads, size_t n) {
-  void *s = enter(b);
-  int err = mt_sp_ops.reduce_grads(b, grads, n);
-  leave(b, s);
-  return err;
-}
-static int ddp_amp_sync(mt_backend *b, float *params, size_t n) {
-  void *s = enter(b);
-  int err = mt_ddp_ops.sync_params(b, params, n);
-  leave(b, s);
-  return err;
-}
-/* ddp's overlap (buckets all-reduced during the backward) with an fp32
- * all-reduce only: a low-precision one converts the whole buffer first. */
-static int ddp_amp_unit_ready(mt_backend *b, float *grads, int unit) {
-  amp_data *d = b->data;
-  if (d->lp || !mt_ddp_ops.unit_ready) return 0;
-  void *s = enter(b);
-  int err = mt_ddp_ops.unit_ready(b, grads, unit);
-  leave(b, s);
+static int amp_sync(mt_backend *b, float *params, size_t n) {
+  amp_data *d = enter(b);
+  int err = d->base->sync_params ? d->base->sync_params(b, params, n) : 0;
+  leave(b, d);
   return err;
 }
 
-const mt_backend_ops mt_sp_amp_ops = {.name = "sp-amp", .setup = sp_amp_setup,
-                                      .sync_params = sp_amp_sync, .reduce_grads = sp_amp_reduce,
-                                      .destroy = amp_destroy};
-const mt_backend_ops mt_sp_amp_apex_ops = {.name = "sp-amp-apex", .setup = sp_amp_setup,
-                                           .sync_params = sp_amp_sync,
-                                           .reduce_grads = sp_amp_reduce, .destroy = amp_destroy};
-const mt_backend_ops mt_ddp_amp_ops = {.name = "ddp-amp", .setup = ddp_amp_setup,
-                                       .sync_params = ddp_amp_sync,
-                                       .reduce_grads = ddp_amp_reduce,
-                                       .unit_ready = ddp_amp_unit_ready, .destroy = amp_destroy};
-const mt_backend_ops mt_ddp_amp_apex_ops = {.name = "ddp-amp-apex", .setup = ddp_amp_setup,
-                                            .sync_params = ddp_amp_sync,
-                                            .reduce_grads = ddp_amp_reduce,
-                                            .unit_ready = ddp_amp_unit_ready,
-                                            .destroy = amp_destroy};
+/* No unit_ready: the low-precision copy is made of the whole buffer after
+ * the backward, so nothing overlaps it. */
+const mt_backend_ops mt_lowp_reduce_ops = {.name = "lowp-reduce", .setup = amp_setup,
+                                           .sync_params = amp_sync, .reduce_grads = amp_reduce,
+                                           .destroy = amp_destroy};

@@ -4,20 +4,23 @@
 
 #include "mpitrain/mpitrain.h"
 
+/* The built-in parallel strategies (registry.c parses a -backend name into
+ * one of them and its policies): sp (sp.c), ddp (ddp.c), fsdp (fsdp.c;
+ * the trainer drives its shards, fsdp.h). */
 extern const mt_backend_ops mt_sp_ops;
 extern const mt_backend_ops mt_ddp_ops;
-/* DP-SGD (dp.c): sp-dp, ddp-dp; 1 when name is a DP backend ("-dp" suffix). */
-extern const mt_backend_ops mt_sp_dp_ops;
-extern const mt_backend_ops mt_ddp_dp_ops;
-int mt_backend_is_dp(const char *name);
 /* Before a blocking gradient reduction: a barrier, timed into
  * b->wait_seconds (and b->comm_seconds), so that the reduction's own time,
  * and its bandwidth, do not count the wait for the slowest rank's backward.
  * Returns the time after the barrier. */
 int mt_backend_arrive(mt_backend *b, double *t_after);
-/* fsdp.c; the trainer drives its shards (fsdp.h). */
 extern const mt_backend_ops mt_fsdp_ops;
-extern const mt_backend_ops mt_fsdp_amp_ops;
+/* Before any reduction (the trainer calls it after setting the fields the
+ * strategy reads: table, dtype, overlap, buckets, reduce_dtype): the
+ * strategy's setup, wrapped in the -amp policy's low-precision all-reduce
+ * (amp.h) when b->reduce_dtype asks for one. Under fp64 params and grads
+ * are NULL (mpitrain.h). */
+int mt_backend_setup(mt_backend *b, float *params, float *grads, size_t n);
 
 /* The backend's operations on the trainer's buffers, of b->dtype (float,
  * or double through the *64 entries under -precision fp64): parameters

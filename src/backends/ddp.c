@@ -285,6 +285,8 @@ static int ddp_unit_ready64(mt_backend *b, double *grads, int unit) {
 }
 
 const mt_backend_ops mt_ddp_ops = {.name = "ddp",
+                                   .traits = MT_TRAIT_AMP | MT_TRAIT_AMP_O2 | MT_TRAIT_DP |
+                                             MT_TRAIT_LOWP_REDUCE | MT_TRAIT_CUDA,
                                    .setup = ddp_setup,
                                    .sync_params = ddp_sync,
                                    .reduce_grads = ddp_reduce,

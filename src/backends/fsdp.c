@@ -547,8 +547,8 @@ static int fsdp_reduce(mt_backend *b, float *grads, size_t n) {
   return 0;
 }
 
-const mt_backend_ops mt_fsdp_ops = {.name = "fsdp", .sync_params = fsdp_sync,
+/* the -amp policy (autocast-style, trainer/amp.c) runs over the same shards */
+const mt_backend_ops mt_fsdp_ops = {.name = "fsdp",
+                                    .traits = MT_TRAIT_SHARDED | MT_TRAIT_AMP | MT_TRAIT_CUDA,
+                                    .sync_params = fsdp_sync,
                                     .reduce_grads = fsdp_reduce};
-/* autocast-style mixed precision (trainer/amp.c) over the same shards */
-const mt_backend_ops mt_fsdp_amp_ops = {.name = "fsdp-amp", .sync_params = fsdp_sync,
-                                        .reduce_grads = fsdp_reduce};

@@ -3,10 +3,14 @@
  * wants, so sp refuses more than one rank. */
 #include "backends/backends.h"
 
+#include <string.h>
+
 static int sp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   (void)params, (void)grads, (void)n;
+  /* the same policies over ddp: sp-amp -> ddp-amp */
   MT_CHECK(b->size == 1, MT_ERR_OPTION,
-           "option -backend sp: runs on 1 rank (this job has %d); use -backend ddp", b->size);
+           "option -backend %s: runs on 1 rank (this job has %d); use -backend ddp%s", b->name,
+           b->size, b->name + strlen(b->ops->name));
   return 0;
 }
 
@@ -27,6 +31,8 @@ static int sp_nothing64(mt_backend *b, double *buf, size_t n) {
 }
 
 const mt_backend_ops mt_sp_ops = {.name = "sp",
+                                  .traits = MT_TRAIT_ONE_RANK | MT_TRAIT_AMP | MT_TRAIT_AMP_O2 |
+                                            MT_TRAIT_DP | MT_TRAIT_CUDA,
                                   .setup = sp_setup,
                                   .sync_params = sp_sync,
                                   .reduce_grads = sp_reduce,

@@ -200,7 +200,6 @@ static void parse_outputs(const char *s, int *mask) {
 }
 
 static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
-  static const char *const optimizers[] = {"sgd", "adamw", NULL};
   static const char *const splits[] = {"batch", "gemm", NULL};
   static const char *const schedules[] = {"constant", "step",   "multistep", "cosine",
                                            "linear",   "onecycle", "plateau",  NULL};
@@ -213,8 +212,17 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   mt_backend_names(names, sizeof(names));
   snprintf(help, sizeof(help), "Training backend: %s", names);
   PetscCall(opt_str(PetscOptionsObject, "-backend", help, "sp", c->backend, sizeof(c->backend), NULL));
-  if (!mt_backend_find(c->backend))
-    bad("option -backend: '%s' is not one of: %s", c->backend, names);
+  /* the one place a backend's name is read: its strategy and policies */
+  mt_backend_spec spec;
+  if (mt_backend_parse(c->backend, &spec)) {
+    bad("%s", mt_error_message());
+    mt_error_clear();
+  } else {
+    c->backend_traits = spec.ops->traits;
+    c->amp = spec.amp;
+    c->dp = spec.dp;
+    c->fsdp = (spec.ops->traits & MT_TRAIT_SHARDED) != 0;
+  }
   mt_model_names(names, sizeof(names));
   snprintf(help, sizeof(help), "Model: %s", names);
   PetscCall(opt_str(PetscOptionsObject, "-model", help, "mlp", c->model, sizeof(c->model), NULL));
@@ -305,8 +313,16 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   PetscCall(opt_int(PetscOptionsObject, "-max_val_steps_per_epoch",
                     "Validate on at most this many steps per set (0: all)", 0, 0, INT_MAX,
                     &c->max_val_steps));
-  PetscCall(opt_choice(PetscOptionsObject, "-optimizer", "Optimizer", optimizers, c->optimizer,
-                       sizeof(c->optimizer)));
+  mt_optimizer_names(names, sizeof(names));
+  snprintf(help, sizeof(help), "Optimizer: %s", names);
+  PetscCall(opt_str(PetscOptionsObject, "-optimizer", help, "sgd", c->optimizer,
+                    sizeof(c->optimizer), NULL));
+  const mt_optimizer_ops *oo = mt_optimizer_find(c->optimizer);
+  if (!oo) bad("option -optimizer: '%s' is not one of: %s", c->optimizer, names);
+  if (oo && oo->options && oo->options()) { /* the optimizer's own options */
+    bad("%s", mt_error_message());
+    mt_error_clear();
+  }
   PetscCall(opt_real(PetscOptionsObject, "-lr", "Learning rate", 0.01, 0, 1, 1e6, &c->lr));
   PetscCall(opt_real(PetscOptionsObject, "-momentum", "SGD momentum", 0, 0, 0, 1, &c->momentum));
   PetscCall(opt_real(PetscOptionsObject, "-dampening", "SGD dampening", 0, 0, 0, 1, &c->dampening));

@@ -1,6 +1,6 @@
 /* Mixed-precision options: read with mt_option_* (so -help lists them and
- * they are not unknown), checked against the backend. Backends whose name
- * ends in -amp run autocast-style (O1), -amp-apex O2 (src/trainer/amp.c).
+ * they are not unknown), checked against the backend's precision policy
+ * (c->amp: autocast-style O1 or O2, src/trainer/amp.c).
  * And -precision fp32 | fp64: the element type of the parameters,
  * gradients, optimizer state, activations and losses (src/trainer/dtype.c),
  * with what fp64 does not cover refused by name. */
@@ -12,13 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ends_with(const char *s, const char *suf) {
-  size_t n = strlen(s), k = strlen(suf);
-  return n >= k && !strcmp(s + n - k, suf);
-}
-
 int mt_config_amp(mt_config *c) {
-  c->amp = ends_with(c->backend, "-amp-apex") ? 2 : ends_with(c->backend, "-amp") ? 1 : 0;
   char s[64];
   mt_precision p;
   MT_CALL(mt_option_string("-amp_dtype",
@@ -83,6 +77,11 @@ int mt_config_amp(mt_config *c) {
              "option -ddp_reduce_dtype %s needs a ddp-amp backend (this is -backend %s)",
              mt_precision_name((mt_precision)c->ddp_reduce_dtype), c->backend);
     c->loss_scale_mode = 0;
+  } else if (c->ddp_reduce_dtype != MT_PREC_FP32 && !(c->backend_traits & MT_TRAIT_LOWP_REDUCE) &&
+             !(c->backend_traits & MT_TRAIT_SHARDED)) { /* fsdp's message: config_fsdp.c */
+    return MT_ERR(MT_ERR_OPTION, "option -ddp_reduce_dtype %s: the strategy of -backend %s "
+                  "all-reduces gradients in fp32 only",
+                  mt_precision_name((mt_precision)c->ddp_reduce_dtype), c->backend);
   }
   return 0;
 }
@@ -107,8 +106,10 @@ int mt_config_precision(mt_config *c) {
   MT_CHECK(!c->fsdp, MT_ERR_OPTION,
            "option -precision fp64: -backend %s shards fp32 buffers only; use -backend ddp",
            c->backend);
-  const mt_backend_ops *b = mt_backend_find(c->backend);
-  MT_CHECK(b && b->sync_params64 && b->reduce_grads64, MT_ERR_OPTION,
+  mt_backend_spec spec;
+  MT_CALL(mt_backend_parse(c->backend, &spec));
+  const mt_backend_ops *b = spec.ops;
+  MT_CHECK(b->sync_params64 && b->reduce_grads64, MT_ERR_OPTION,
            "option -precision fp64: backend %s has no double-precision operations "
            "(sync_params64, reduce_grads64 in its mt_backend_ops)", c->backend);
   const mt_model_ops *m = mt_model_find(c->model);

@@ -14,8 +14,7 @@
 const char *mt_config_device_why(const mt_config *c, char *buf, size_t len) {
   if (strcmp(c->model, "mlp") && strcmp(c->model, "cnn") && strcmp(c->model, "gpt"))
     snprintf(buf, len, "model %s has no CUDA version (mlp, cnn and gpt have)", c->model);
-  else if (strcmp(c->backend, "sp") && strcmp(c->backend, "ddp") && strcmp(c->backend, "sp-amp") &&
-           strcmp(c->backend, "ddp-amp") && !c->fsdp && !c->dp && c->amp != 2)
+  else if (!(c->backend_traits & MT_TRAIT_CUDA))
     snprintf(buf, len, "-backend %s has no CUDA path (sp, ddp, fsdp and their -amp have)",
              c->backend);
   else if (c->dp)

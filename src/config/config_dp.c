@@ -2,7 +2,6 @@
  * configuration hash covers them) after the other options are derived, and
  * checked against the backend and the options DP-SGD changes the meaning
  * of. Every message names the option. */
-#include "backends/backends.h"
 #include "config/mt_config.h"
 #include "core/core.h"
 
@@ -22,7 +21,6 @@ static const char *const dp_names[] = {"-dp_noise_multiplier", "-dp_max_grad_nor
 
 int mt_config_dp(mt_config *c) {
   long v;
-  c->dp = mt_backend_is_dp(c->backend);
   MT_CALL(mt_option_real("-dp_noise_multiplier",
                          "DP-SGD: noise standard deviation / -dp_max_grad_norm (or give "
                          "-dp_target_epsilon)", 0, 0, 1e6, &c->dp_noise_multiplier));

@@ -18,7 +18,6 @@ static int given(const char *name) {
 int mt_config_fsdp(mt_config *c) {
   char s[32];
   long v;
-  c->fsdp = !strcmp(c->backend, "fsdp") || !strcmp(c->backend, "fsdp-amp");
   MT_CALL(mt_option_string("-fsdp_sharding_strategy",
                            "fsdp: full_shard | shard_grad_op | hybrid_shard | no_shard",
                            "full_shard", s, sizeof(s)));

@@ -12,6 +12,9 @@
  * before use and holds no pointers. */
 typedef struct {
   char backend[32];
+  /* -backend parsed once (mt_backend_parse): its strategy's MT_TRAIT_* and
+   * the policies amp, dp and fsdp below */
+  unsigned backend_traits;
   char model[32];
   int mlp_hidden[MT_MAX_HIDDEN];
   int mlp_nhidden;
@@ -71,7 +74,8 @@ typedef struct {
   int ddp_comm_thread;
   int prefetch;
   /* mixed precision (backends *-amp, *-amp-apex; read by config_amp.c) */
-  int amp;              /* 0: fp32; 1: autocast-style (O1); 2: O2 (apex)   */
+  int amp;              /* the policy: 0 fp32; 1 autocast-style (-amp, O1);
+                           2 O2 (-amp-apex)                                */
   int amp_dtype;        /* mt_precision (nn/precision.h): bf16 | fp16     */
   int ddp_reduce_dtype; /* mt_precision of the gradient all-reduce        */
   int loss_scale_mode;  /* 0: none; 1: dynamic; 2: static                 */
@@ -89,7 +93,7 @@ typedef struct {
   char data_test[MT_MAX_VAL][MT_PATH_MAX];
   int ntest;
   /* DP-SGD (backends sp-dp, ddp-dp; read and checked by config_dp.c) */
-  int dp;                     /* the backend is a DP one                      */
+  int dp;                     /* the backend has the -dp (DP-SGD) policy      */
   double dp_noise_multiplier; /* -1: not given (solved from the target)      */
   double dp_max_grad_norm;
   double dp_delta;            /* 0: 1/N rounded down to a power of ten       */
@@ -99,7 +103,7 @@ typedef struct {
   char dp_accountant[8];      /* rdp                                         */
   char dp_grad_sample[8];     /* auto (batched where the model can) | exact  */
   /* sharding (backend fsdp; read and checked by config_fsdp.c) */
-  int fsdp;                   /* the backend is fsdp                          */
+  int fsdp;                   /* the strategy is sharded (MT_TRAIT_SHARDED)   */
   int fsdp_strategy;          /* mt_fsdp_strategy (backends/fsdp.h)           */
   int fsdp_whole_model;       /* -fsdp_unit model: one unit                   */
   int fsdp_node_size;         /* hybrid_shard's group; 0: the node's ranks    */

@@ -7,7 +7,9 @@
  * the CPU optimizer (ZeRO-Offload). The partition is the CPU fsdp's (equal
  * ranges rounded to 16 floats); the buffers on the device are padded to
  * per x P so NCCL's collectives see equal pieces. The host's state is kept
- * whole (t->adam_state, t->mom), so checkpoints are those of the CPU. */
+ * whole (the optimizer object t->optim, over the whole layout), so
+ * checkpoints are those of the CPU. The device kernels are chosen by the
+ * optimizer's device trait (mt_optim_device), never by its name. */
 #include "gpu/gpu_impl.h"
 #include "backends/fsdp.h"
 #include "trainer/amp.h"
@@ -25,6 +27,9 @@ int mt_gpu_optim_setup(mt_trainer *t) {
                          c->fsdp_strategy == MT_FSDP_HYBRID_SHARD);
   g->offload = g->sharded && c->fsdp_cpu_offload;
   g->G = 1;
+  MT_CHECK(t->optim->ops->device != MT_OPTIM_DEVICE_NONE, MT_ERR_OPTION,
+           "option -optimizer %s: has no device step (its mt_optimizer_ops.device); -device cpu "
+           "runs it", t->optim->ops->name);
   if (g->zero3) {
     MT_CALL(mt_gpu_units_partition(t));
   } else if (g->sharded) {
@@ -51,9 +56,9 @@ int mt_gpu_optim_setup(mt_trainer *t) {
     return 0;
   }
   MT_CALL(mt_cuda_table_create(&g->stable, &g->slice));
-  if (t->adamw)
-    MT_CALL(mt_cuda_adamw_state_init(&g->adam, g->per, t->adam.amsgrad));
-  else if (t->mom)
+  if (t->optim->ops->device == MT_OPTIM_DEVICE_ADAMW)
+    MT_CALL(mt_cuda_adamw_state_init(&g->adam, g->per, t->optim->hp.amsgrad));
+  else if (t->optim->hp.momentum > 0)
     MT_CALL(mt_gpu_alloc(&g->mom, g->per * sizeof(float), "momentum buffers"));
   return 0;
 }
@@ -135,18 +140,9 @@ static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
                      g->stream));
   MT_CALL(mt_gpu_sync(g, "the gradient shard"));
   float *p = (float *)t->params + lo;
-  if (t->adamw) {
-    mt_adamw_state *w = &t->adam_state, s = *w; /* the shard's piece of the host state */
-    s.exp_avg += lo;
-    s.exp_avg_sq += lo;
-    if (s.max_exp_avg_sq) s.max_exp_avg_sq += lo;
-    s.n = ns;
-    MT_CALL(mt_adamw_step(&g->slice, p, g->gshard_host, &s, &t->adam, all_decay, lr));
-    w->step = s.step;
-  } else {
-    MT_CALL(mt_sgd_step(&g->slice, p, g->gshard_host, t->mom ? (float *)t->mom + lo : NULL,
-                        first_step, &t->sgd, all_decay, lr));
-  }
+  /* the shard's piece of the host state */
+  MT_CALL(mt_optimizer_step(t->optim, &g->slice, p, g->gshard_host, lo, lr, first_step,
+                            all_decay));
   CU(cudaMemcpyAsync(g->pshard, p, ns * sizeof(float), cudaMemcpyHostToDevice, g->stream));
   return 0;
 }
@@ -188,13 +184,19 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
     else
       MT_CALL(mt_cuda_clip_grad_norm(gs, ns, c->clip_grad_norm, g->norm, &g->cx));
   }
-  if (g->offload)
+  const mt_optimizer *o = t->optim;
+  if (g->offload) {
     MT_CALL(host_step(t, lr, first_step, all_decay));
-  else if (t->adamw)
-    MT_CALL(mt_cuda_adamw_step(&g->stable, ps, gs, &g->adam, &t->adam, all_decay, lr, g->stream));
-  else
-    MT_CALL(mt_cuda_sgd_step(&g->stable, ps, gs, g->mom, first_step, &t->sgd, all_decay, lr,
+  } else if (o->ops->device == MT_OPTIM_DEVICE_ADAMW) {
+    const mt_adamw_hparams h = mt_optim_adamw_hparams(&o->hp);
+    MT_CALL(mt_cuda_adamw_step(&g->stable, ps, gs, &g->adam, &h, all_decay, lr, g->stream));
+    t->optim->step++; /* the host object counts the device's steps too */
+  } else {
+    const mt_sgd_hparams h = mt_optim_sgd_hparams(&o->hp);
+    MT_CALL(mt_cuda_sgd_step(&g->stable, ps, gs, g->mom, first_step, &h, all_decay, lr,
                              g->stream));
+    t->optim->step++;
+  }
   if (g->sharded && g->nccl) { /* in place: rank r's shard at params + r * per */
     MT_CALL(gather(t, g->params, "ncclAllGather of the parameters"));
     t->backend->comm_bytes += (double)g->padded * sizeof(float);
@@ -205,14 +207,15 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
 /* The optimizer's buffers: host (whole) and device (this rank's part). */
 static int pairs(const mt_trainer *t, float **host, float **dev) {
   const struct mt_gpu *g = t->gpu;
-  int n = 0;
-  if (t->adamw) {
-    host[n] = t->adam_state.exp_avg, dev[n++] = g->adam.exp_avg;
-    host[n] = t->adam_state.exp_avg_sq, dev[n++] = g->adam.exp_avg_sq;
-    if (t->adam_state.max_exp_avg_sq)
-      host[n] = t->adam_state.max_exp_avg_sq, dev[n++] = g->adam.max_exp_avg_sq;
-  } else if (t->mom) {
-    host[n] = t->mom, dev[n++] = g->mom;
+  const char *names[3];
+  void *data[3];
+  /* the same order on both sides: exp_avg, exp_avg_sq, max_exp_avg_sq, or
+   * momentum_buffer */
+  const int n = mt_optimizer_state(t->optim, names, data, 3);
+  float *const adam[3] = {g->adam.exp_avg, g->adam.exp_avg_sq, g->adam.max_exp_avg_sq};
+  for (int i = 0; i < n; i++) {
+    host[i] = data[i];
+    dev[i] = t->optim->ops->device == MT_OPTIM_DEVICE_ADAMW ? adam[i] : g->mom;
   }
   return n;
 }
@@ -235,7 +238,6 @@ int mt_gpu_optim_download(mt_trainer *t) {
     MT_CALL(mt_gpu_sync(g, "the optimizer state's copy to the host"));
     for (int i = 0; i < k; i++)
       MT_CALL(mt_gpu_host_allgather(host[i], n, g->per, g->G, g->group_mpi));
-    if (t->adamw) t->adam_state.step = g->adam.step;
     return 0;
   }
   for (int i = 0; i < k; i++) {
@@ -249,7 +251,6 @@ int mt_gpu_optim_download(mt_trainer *t) {
     CU(cudaMemcpyAsync(host[i], src, n * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
   }
   MT_CALL(mt_gpu_sync(g, "the optimizer state's copy to the host"));
-  if (t->adamw) t->adam_state.step = g->adam.step;
   return 0;
 }
 
@@ -262,6 +263,6 @@ int mt_gpu_optim_upload(mt_trainer *t) {
     CU(cudaMemcpyAsync(dev[i], host[i] + g->lo, (g->hi - g->lo) * sizeof(float),
                        cudaMemcpyHostToDevice, g->stream));
   MT_CALL(mt_gpu_sync(g, "the optimizer state's copy to the device"));
-  if (t->adamw) g->adam.step = t->adam_state.step;
+  g->adam.step = t->optim->step; /* AdamW's bias correction on the device */
   return 0;
 }

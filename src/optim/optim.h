@@ -24,6 +24,10 @@ typedef struct {
   int amsgrad;
 } mt_adamw_hparams;
 
+/* The optimizer object's hyper-parameters as each step's own struct. */
+mt_sgd_hparams mt_optim_sgd_hparams(const mt_optim_hparams *hp);
+mt_adamw_hparams mt_optim_adamw_hparams(const mt_optim_hparams *hp);
+
 /* torch.optim.AdamW's defaults: betas (0.9, 0.999), eps 1e-8, weight_decay
  * 1e-2, amsgrad off. */
 mt_adamw_hparams mt_adamw_defaults(void);

@@ -1,6 +1,5 @@
 /* Mixed precision around the training step (trainer/amp.h). */
 #include "trainer/amp.h"
-#include "backends/amp.h"
 #include "nn/lowp.h"
 
 #include <math.h>
@@ -29,7 +28,6 @@ int mt_amp_policy(const mt_config *c) {
     return 0;
   }
   mt_nn_set_precision((mt_precision)c->amp_dtype, c->amp == 2);
-  mt_backend_amp_reduce_dtype((mt_precision)c->ddp_reduce_dtype);
   return 0;
 }
 

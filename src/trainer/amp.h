@@ -31,8 +31,7 @@
 #include "io/checkpoint.h"
 #include "trainer/trainer.h"
 
-/* Sets the layers' precision policy and the backend's reduce type: before
- * the model is made. */
+/* Sets the layers' precision policy: before the model is made. */
 int mt_amp_policy(const mt_config *c);
 /* Buffers (cast cache, working copy), the scaler: after the model. */
 int mt_amp_setup(mt_trainer *t);

@@ -1,7 +1,28 @@
-/* DP-SGD in the trainer: planning of Poisson or shuffled steps, the noisy
- * step, the accountant, the budget, epsilon reports and checkpoint state.
- * See dp.h for the algorithm and src/optim/dpsgd.h for the building blocks. */
-#include "trainer/dp.h"
+/* DP-SGD: the privacy policy of the training step (step.h), for the
+ * backends' -dp suffix (sp-dp, ddp-dp).
+ *
+ * A global step is one noisy step of a logical batch:
+ *  - members: with -dp_sampling poisson every sample joins step s of epoch
+ *    e independently with probability q = batch_size / N, by a draw keyed
+ *    by (seed, e, s, sample) that every rank makes alike with no
+ *    communication (shuffle: the B samples of the step's range of the
+ *    epoch's permutation, as the other backends); rank r takes the members
+ *    whose position in the step's ascending member list is r mod ranks, so
+ *    every rank runs every step, an empty one included;
+ *  - each rank clips every member's own gradient to -dp_max_grad_norm C
+ *    (src/optim/dpsgd.h) in chunks of at most -dp_max_physical_batch
+ *    samples, over its threads (one model each), and sums them;
+ *  - rank 0 adds Gaussian noise of std noise_multiplier * C, drawn from the
+ *    stream keyed by (seed, global step): once per global batch, so ddp-dp
+ *    on any number of ranks equals sp-dp;
+ *  - the sum over ranks, divided by the expected batch size B (q N for
+ *    poisson), is the gradient the optimizer takes;
+ *  - the RDP accountant records (q, noise_multiplier); with
+ *    -dp_target_epsilon training stops before a step would spend more.
+ * The accountant's history is checkpointed ("dp_accountant"), so a
+ * restarted run goes on spending the same budget. */
+#include "trainer/step.h"
+#include "backends/backends.h"
 #include "optim/accountant.h"
 #include "optim/dpsgd.h"
 
@@ -10,7 +31,6 @@
 #include <omp.h>
 #include <string.h>
 
-#define MT_PURPOSE_STEP 11 /* trainer.c's key of a training step (dropout) */
 #define CONV MT_ACC_IMPROVED
 
 struct mt_dp {
@@ -53,7 +73,7 @@ static int rename_error(const char *opt) {
   return MT_ERR(MT_ERR_OPTION, "option %s: %s", opt, msg);
 }
 
-int mt_dp_setup(mt_trainer *t) {
+static int dp_setup(mt_trainer *t) {
   const mt_config *c = t->cfg;
   struct mt_dp *d;
   MT_CALL(mt_calloc(&d, 1, sizeof(*d), "DP-SGD state"));
@@ -101,7 +121,7 @@ int mt_dp_setup(mt_trainer *t) {
   return 0;
 }
 
-void mt_dp_destroy(mt_trainer *t) {
+static void dp_destroy(mt_trainer *t) {
   struct mt_dp *d = t->dp;
   if (!d) return;
   mt_loader_destroy(&d->loader);
@@ -113,7 +133,7 @@ void mt_dp_destroy(mt_trainer *t) {
   mt_free(&t->dp);
 }
 
-int mt_dp_plan_epoch(mt_trainer *t, int epoch, int64_t first) {
+static int dp_plan_epoch(mt_trainer *t, int epoch, int64_t first) {
   const mt_config *c = t->cfg;
   struct mt_dp *d = t->dp;
   const int W = t->comm->size, rank = t->comm->rank, P = d->phys;
@@ -192,53 +212,51 @@ static int clip_chunk(mt_trainer *t, const mt_batch *b, mt_batch_stats *st) {
   return 0;
 }
 
-int mt_dp_train_step(mt_trainer *t, double *loss_sum) {
-  const mt_config *c = t->cfg;
+/* The step's parts (step.c runs them in order). */
+static int dp_micro_steps(mt_trainer *t, int *k) {
   struct mt_dp *d = t->dp;
-  mt_model *m = t->model;
-  const size_t n = m->params.total;
   MT_CHECK(d->next < t->steps_per_epoch, MT_ERR_STATE, "DP-SGD: step %lld is not planned",
            (long long)d->next);
-  memset(t->grads, 0, n * sizeof(float));
-  mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
-  const uint64_t key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
-  for (int k = 0; k < d->nchunks[d->next]; k++) {
-    mt_batch b;
-    mt_batch_stats st = {0};
-    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN); /* progress */
-    MT_CALL(mt_loader_next(d->loader, &b));
-    b.train = 1;
-    b.key = key;
-    MT_CALL(clip_chunk(t, &b, &st));
-    *loss_sum += st.loss_sum;
-  }
-  d->next++;
-  mt_compute_sum_grads(t);
-  /* the noise of the global batch, once: on rank 0 before the sum */
-  if (t->comm->rank == 0)
-    mt_dp_add_noise(t->grads, n, d->sigma * d->C,
-                    mt_key(c->seed, MT_PURPOSE_DP_NOISE, (uint64_t)t->global_step),
-                    t->nthr > 1 ? t->nthr : (c->threads > 0 ? c->threads : 1));
-  MT_CALL(t->backend->ops->reduce_grads(t->backend, t->grads, n));
-  /* the mean over the expected batch: q N = B for Poisson, B for shuffle */
-  const float inv = 1.0f / (float)c->batch_size;
-  float *g = t->grads;
-#pragma omp simd
-  for (size_t i = 0; i < n; i++) g[i] *= inv;
-  double lr = mt_lr_at(&t->sched, t->global_step);
-  int all_decay = !c->weight_decay_skip_1d;
-  if (t->adamw)
-    MT_CALL(mt_adamw_step(&m->params, t->params, t->grads, &t->adam_state, &t->adam, all_decay, lr));
-  else
-    MT_CALL(mt_sgd_step(&m->params, t->params, t->grads, t->mom, t->global_step == 0, &t->sgd,
-                        all_decay, lr));
-  MT_CALL(mt_acc_step(&d->acc, d->q, d->sigma, 1));
-  for (int k = 0; k < MT_ACC_NORDERS; k++) d->rdp_total[k] += d->rdp_step[k];
-  t->global_step++;
+  *k = d->nchunks[d->next++];
   return 0;
 }
 
-int mt_dp_spent(mt_trainer *t) {
+static int dp_next(mt_trainer *t, mt_batch *b) { return mt_loader_next(t->dp->loader, b); }
+
+static int dp_micro(mt_trainer *t, const mt_batch *b, double scale, mt_batch_stats *st) {
+  (void)scale; /* the clipped sum is divided by the batch after the reduction */
+  return clip_chunk(t, b, st);
+}
+
+/* the noise of the global batch, once: on rank 0 before the sum */
+static int dp_noise(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  const struct mt_dp *d = t->dp;
+  if (t->comm->rank == 0)
+    mt_dp_add_noise(t->grads, t->model->params.total, d->sigma * d->C,
+                    mt_key(c->seed, MT_PURPOSE_DP_NOISE, (uint64_t)t->global_step),
+                    t->nthr > 1 ? t->nthr : (c->threads > 0 ? c->threads : 1));
+  return 0;
+}
+
+/* the mean over the expected batch: q N = B for Poisson, B for shuffle */
+static int dp_mean(mt_trainer *t) {
+  const float inv = 1.0f / (float)t->cfg->batch_size;
+  const size_t n = t->model->params.total;
+  float *g = t->grads;
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) g[i] *= inv;
+  return 0;
+}
+
+static int dp_account(mt_trainer *t) {
+  struct mt_dp *d = t->dp;
+  MT_CALL(mt_acc_step(&d->acc, d->q, d->sigma, 1));
+  for (int k = 0; k < MT_ACC_NORDERS; k++) d->rdp_total[k] += d->rdp_step[k];
+  return 0;
+}
+
+static int dp_spent(mt_trainer *t) {
   struct mt_dp *d = t->dp;
   if (d->target <= 0) return 0;
   double r[MT_ACC_NORDERS], eps = INFINITY;
@@ -299,7 +317,7 @@ static int write_csv(const mt_trainer *t) {
   return err;
 }
 
-int mt_dp_epoch_end(mt_trainer *t, int epoch) {
+static int dp_epoch_end(mt_trainer *t, int epoch) {
   struct mt_dp *d = t->dp;
   double eps = 0, order = 0, v[2] = {(double)d->clipped, (double)d->samples};
   MT_CALL(mt_acc_epsilon(&d->acc, d->orders, MT_ACC_NORDERS, d->delta, CONV, &eps, &order));
@@ -314,7 +332,7 @@ int mt_dp_epoch_end(mt_trainer *t, int epoch) {
   return 0;
 }
 
-int mt_dp_report(mt_trainer *t) {
+static int dp_report(mt_trainer *t) {
   struct mt_dp *d = t->dp;
   double eps = 0;
   MT_CALL(mt_acc_epsilon(&d->acc, d->orders, MT_ACC_NORDERS, d->delta, CONV, &eps, NULL));
@@ -326,7 +344,7 @@ int mt_dp_report(mt_trainer *t) {
   return 0;
 }
 
-int mt_dp_put_state(const mt_trainer *t, mt_ckpt_state *st) {
+static int dp_put_state(const mt_trainer *t, mt_ckpt_state *st) {
   const struct mt_dp *d = t->dp;
   size_t len = mt_acc_pack_len(&d->acc);
   double *v = NULL;
@@ -337,7 +355,7 @@ int mt_dp_put_state(const mt_trainer *t, mt_ckpt_state *st) {
   return err;
 }
 
-int mt_dp_get_state(mt_trainer *t, const mt_ckpt_state *st, const char *path) {
+static int dp_get_state(mt_trainer *t, const mt_ckpt_state *st, const char *path) {
   struct mt_dp *d = t->dp;
   const double *v;
   size_t len;
@@ -351,3 +369,19 @@ int mt_dp_get_state(mt_trainer *t, const mt_ckpt_state *st, const char *path) {
   MT_CALL(mt_acc_rdp(&d->acc, d->orders, MT_ACC_NORDERS, d->rdp_total));
   return 0;
 }
+
+const mt_privacy_ops mt_privacy_dpsgd = {.name = "DP-SGD",
+                                         .setup = dp_setup,
+                                         .destroy = dp_destroy,
+                                         .plan_epoch = dp_plan_epoch,
+                                         .micro_steps = dp_micro_steps,
+                                         .next_batch = dp_next,
+                                         .micro = dp_micro,
+                                         .before_reduce = dp_noise,
+                                         .after_reduce = dp_mean,
+                                         .after_step = dp_account,
+                                         .spent = dp_spent,
+                                         .epoch_end = dp_epoch_end,
+                                         .report = dp_report,
+                                         .put_state = dp_put_state,
+                                         .get_state = dp_get_state};

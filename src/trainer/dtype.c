@@ -2,7 +2,8 @@
  * element type of its flat buffers. Under fp64 (PyTorch's model.double())
  * the parameters, gradients (also the per-thread ones), the optimizer state,
  * the best-model copy and the model buffers are double, the model runs its
- * forward64/backward64, and the optimizer, clipping, the backend's
+ * forward64/backward64, and the optimizer (its object has the type too),
+ * clipping, the backend's
  * reduction, checkpoints and model files work on double; under fp32 every
  * call here is the float function the trainer called before. */
 #include "trainer/trainer.h"
@@ -26,55 +27,6 @@ int mt_trainer_forward(const mt_trainer *t, mt_model *m, const mt_batch *b, void
 int mt_trainer_backward(const mt_trainer *t, mt_model *m, void *grads, double scale, int B) {
   if (t->dtype == MT_FP64) return m->ops->backward64(m, t->params, grads, scale, B);
   return m->ops->backward(m, t->params, grads, (float)scale, B);
-}
-
-int mt_trainer_optim_setup(mt_trainer *t, size_t n) {
-  const int f64 = t->dtype == MT_FP64;
-  if (t->adamw)
-    return f64 ? mt_adamw_state_init_f64(&t->adam_state64, n, t->adam.amsgrad)
-               : mt_adamw_state_init(&t->adam_state, n, t->adam.amsgrad);
-  if (t->sgd.momentum > 0) MT_CALL(mt_calloc(&t->mom, n, t->esz, "momentum buffers"));
-  return 0;
-}
-
-int mt_trainer_optim_step(mt_trainer *t, const mt_owned *o, int first_step, int all_decay,
-                          double lr) {
-  if (t->dtype == MT_FP64) {
-    if (t->adamw)
-      return mt_adamw_step_f64(o->table, o->params, o->grads, &t->adam_state64, &t->adam,
-                               all_decay, lr);
-    return mt_sgd_step_f64(o->table, o->params, o->grads, t->mom, first_step, &t->sgd, all_decay,
-                           lr);
-  }
-  if (t->adamw)
-    return mt_adamw_step(o->table, o->params, o->grads, &t->adam_state, &t->adam, all_decay, lr);
-  return mt_sgd_step(o->table, o->params, o->grads, t->mom, first_step, &t->sgd, all_decay, lr);
-}
-
-void mt_trainer_optim_free(mt_trainer *t) {
-  mt_free(&t->mom);
-  mt_adamw_state_free(&t->adam_state);
-  mt_adamw_state_free_f64(&t->adam_state64);
-}
-
-int mt_trainer_optim_bufs(const mt_trainer *t, const char **names, void **data) {
-  int n = 0;
-  if (t->adamw) {
-    const int f64 = t->dtype == MT_FP64;
-    names[n] = "exp_avg";
-    data[n++] = f64 ? (void *)t->adam_state64.exp_avg : (void *)t->adam_state.exp_avg;
-    names[n] = "exp_avg_sq";
-    data[n++] = f64 ? (void *)t->adam_state64.exp_avg_sq : (void *)t->adam_state.exp_avg_sq;
-    void *mx = f64 ? (void *)t->adam_state64.max_exp_avg_sq : (void *)t->adam_state.max_exp_avg_sq;
-    if (mx) {
-      names[n] = "max_exp_avg_sq";
-      data[n++] = mx;
-    }
-  } else if (t->mom) {
-    names[n] = "momentum_buffer";
-    data[n++] = t->mom;
-  }
-  return n;
 }
 
 int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, double max_norm,

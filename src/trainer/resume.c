@@ -9,7 +9,7 @@
 #include "io/checkpoint.h"
 #include "trainer/trainer.h"
 #include "trainer/amp.h"
-#include "trainer/dp.h"
+#include "trainer/step.h"
 #include "gpu/gpu.h"
 
 #include <pthread.h>
@@ -77,7 +77,7 @@ static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
   bufs[n++] = (mt_ckpt_buf){"params", o.params};
   const char *names[3];
   void *data[3];
-  const int k = mt_trainer_optim_bufs(t, names, data);
+  const int k = mt_optimizer_state(t->optim, names, data, 3);
   for (int i = 0; i < k; i++) bufs[n++] = (mt_ckpt_buf){names[i], data[i]};
   if (t->best_params) bufs[n++] = (mt_ckpt_buf){"best_params", t->best_params};
   *ts = (mt_ckpt_tensors){&t->model->params, bufs, n,
@@ -185,8 +185,7 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
   MT_CALL(mt_ckpt_state_set_f64(st, "epoch_loss_partial", epoch_loss));
   MT_CALL(mt_ckpt_state_set_f64(st, "elapsed_seconds", elapsed));
   MT_CALL(mt_ckpt_state_set_str(st, "optimizer", c->optimizer));
-  MT_CALL(mt_ckpt_state_set_i64(st, "adam_step",
-                                 t->dtype == MT_FP64 ? t->adam_state64.step : t->adam_state.step));
+  MT_CALL(mt_ckpt_state_set_i64(st, "adam_step", t->optim->step)); /* the optimizer's steps */
   double lr[MT_LR_STATE_N];
   mt_lr_state_pack(&t->sched, lr);
   MT_CALL(mt_ckpt_state_set_f64s(st, "lr_schedule_state", lr, MT_LR_STATE_N));
@@ -202,7 +201,7 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
   MT_CALL(put_values(t, st, "model_buffers", mt_trainer_model_buf(t), nb));
   if (t->best_buf) MT_CALL(put_values(t, st, "best_buffers", t->best_buf, nb));
   MT_CALL(mt_amp_state_put(t, st)); /* the loss scaler */
-  if (t->dp) MT_CALL(mt_dp_put_state(t, st)); /* the privacy accountant */
+  if (t->privacy->put_state) MT_CALL(t->privacy->put_state(t, st)); /* its accountant */
   return 0;
 }
 
@@ -312,7 +311,7 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = mt_ckpt_state_get_f64(&st, "epoch_loss_partial", &t->start_epoch_loss);
   if (!err) err = mt_ckpt_state_get_f64(&st, "elapsed_seconds", &t->elapsed_before);
   if (!err) err = mt_ckpt_state_get_i64(&st, "adam_step", &v);
-  if (!err) t->adam_state.step = t->adam_state64.step = (long)v;
+  if (!err) t->optim->step = (long)v;
   const double *d;
   size_t n;
   if (!err) err = mt_ckpt_state_get_f64s(&st, "lr_schedule_state", &d, &n);
@@ -328,7 +327,7 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = get_values(t, &st, "model_buffers", mt_trainer_model_buf(t), nb);
   if (!err && t->best_buf) err = get_values(t, &st, "best_buffers", t->best_buf, nb);
   if (!err) err = mt_amp_state_get(t, &st);
-  if (!err && t->dp) err = mt_dp_get_state(t, &st, path);
+  if (!err && t->privacy->get_state) err = t->privacy->get_state(t, &st, path);
   if (!err)
     mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "
               "step %ld; read in %.2f s, ready %.2f s after launch\n", path, info.world_size,

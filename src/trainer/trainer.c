@@ -3,7 +3,7 @@
 #include "backends/backends.h"
 #include "models/models.h"
 #include "trainer/amp.h"
-#include "trainer/dp.h"
+#include "trainer/step.h"
 #include "gpu/gpu.h"
 #include "backends/fsdp.h"
 
@@ -13,7 +13,6 @@
 #include <string.h>
 
 #define WARMUP_STEPS_UNTIMED 5
-#define MT_PURPOSE_STEP 11 /* the random key of a training step (dropout) */
 
 static int grow_curve(mt_trainer *t) {
   if (t->ncurve < t->capcurve) return 0;
@@ -46,20 +45,9 @@ static int setup_optimizer(mt_trainer *t) {
   const mt_config *c = t->cfg;
   mt_owned o;
   mt_trainer_owned(t, &o);
-  size_t n = o.n;
-  t->adamw = !strcmp(c->optimizer, "adamw");
-  if (t->adamw) {
-    t->adam = mt_adamw_defaults();
-    t->adam.beta1 = c->adam_beta1;
-    t->adam.beta2 = c->adam_beta2;
-    t->adam.eps = c->adam_eps;
-    t->adam.weight_decay = c->weight_decay;
-    t->adam.amsgrad = c->adam_amsgrad;
-    MT_CALL(mt_adamw_check(&t->adam));
-  } else {
-    t->sgd = (mt_sgd_hparams){c->momentum, c->dampening, c->weight_decay, c->nesterov};
-  }
-  MT_CALL(mt_trainer_optim_setup(t, n));
+  const mt_optim_hparams hp = {c->momentum, c->dampening, c->weight_decay, c->nesterov,
+                               c->adam_beta1, c->adam_beta2, c->adam_eps, c->adam_amsgrad};
+  MT_CALL(mt_optimizer_create(c->optimizer, &hp, t->dtype, o.n, &t->optim));
   mt_lr_kind kind;
   MT_CALL(mt_lr_kind_parse(c->lr_schedule, &kind));
   mt_lr_schedule_defaults(&t->sched, kind, c->lr);
@@ -199,7 +187,7 @@ int mt_trainer_params_release(mt_trainer *t) {
 /* Model buffers (batch norm's running statistics): rank 0's win, as in
  * PyTorch DDP with broadcast_buffers=True (there before every forward;
  * here after every step and at start, which every later forward sees). */
-static int sync_buffers(mt_trainer *t) {
+int mt_trainer_sync_buffers(mt_trainer *t) {
   const mt_model *m = t->model;
   if (m->buffers.total == 0 || t->comm->size == 1) return 0;
   MT_MPI(MPI_Bcast(mt_trainer_model_buf(t), (int)m->buffers.total, mt_flat_mpi(t), 0,
@@ -232,21 +220,20 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   /* the backward reports finished units only when one model computes the
    * rank's batch (compute.c); with the batch split over threads the
    * threads' gradients are summed after it, and the buckets go then */
-  t->backend->overlap = c->ddp_overlap && t->nthr == 1;
+  t->backend->overlap = c->ddp_overlap && t->nthr == 1 && !c->dp; /* DP: reduced after clipping */
   t->backend->comm_thread = c->ddp_comm_thread;
   t->backend->table = &t->model->params;
   t->backend->dtype = t->dtype;
+  t->backend->reduce_dtype = c->ddp_reduce_dtype;
   /* the options refused such a run already (config_amp.c) */
   MT_CHECK(mt_backend_has_dtype(t->backend->ops, t->dtype), MT_ERR_OPTION,
            "option -precision fp64: backend %s has no double-precision operations", bname);
   /* under fp64 the buffers are double: setup gets none (mpitrain.h) */
   const int f64 = t->dtype == MT_FP64;
-  int err = t->backend->ops->setup ? t->backend->ops->setup(t->backend, f64 ? NULL : t->params,
-                                                            f64 ? NULL : t->grads, n)
-                                   : 0;
+  int err = mt_backend_setup(t->backend, f64 ? NULL : t->params, f64 ? NULL : t->grads, n);
   MT_CALL(mt_agree(comm->world, err));
   if (c->sync_module_states) MT_CALL(mt_backend_sync(t->backend, t->params, n));
-  MT_CALL(sync_buffers(t));
+  MT_CALL(mt_trainer_sync_buffers(t));
   if (sharded) MT_CALL(shard_model(t));
   MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
 
@@ -264,7 +251,9 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   for (int i = 0; i < c->nval; i++)
     MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, c->prefetch));
   MT_CALL(mt_eval_setup(t));
-  if (c->dp) MT_CALL(mt_agree(comm->world, mt_dp_setup(t)));
+  /* the step's privacy policy, from the backend's spec */
+  t->privacy = t->backend->spec.dp ? &mt_privacy_dpsgd : &mt_privacy_none;
+  if (t->privacy->setup) MT_CALL(mt_agree(comm->world, t->privacy->setup(t)));
   MT_CALL(mt_gpu_setup(t));
   return 0;
 }
@@ -282,7 +271,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   for (int i = 0; i < t->nval_open; i++) mt_dataset_close(&t->val[i]);
   mt_compute_destroy(t);
   mt_amp_destroy(t);
-  mt_dp_destroy(t);
+  if (t->privacy && t->privacy->destroy) t->privacy->destroy(t);
   mt_best_destroy(t);
   mt_model_destroy(&t->model);
   mt_backend_destroy(&t->backend);
@@ -290,7 +279,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_fsdp_destroy(&t->fsdp);
   mt_free(&t->params);
   mt_free(&t->grads);
-  mt_trainer_optim_free(t);
+  mt_optimizer_destroy(&t->optim);
   mt_free(&t->perm);
   mt_free(&t->plan);
   mt_free(&t->plan_counts);
@@ -298,93 +287,9 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_free(pt);
 }
 
-/* This rank's micro-batches of the epoch, in order. */
-static int plan_epoch(mt_trainer *t, int epoch, int64_t first) {
-  const mt_config *c = t->cfg;
-  if (t->dp) return mt_dp_plan_epoch(t, epoch, first);
-  mt_sampler_permutation(c->seed, epoch, t->train.n, t->perm);
-  int nb = 0;
-  for (int64_t s = first; s < t->steps_per_epoch; s++)
-    for (int k = 0; k < c->accum_steps; k++, nb++) {
-      int64_t first = mt_sampler_train_first(s, c->batch_size, c->world_size, t->comm->rank, k,
-                                             c->micro_batch_size);
-      memcpy(t->plan + (size_t)nb * c->micro_batch_size, t->perm + first,
-             (size_t)c->micro_batch_size * sizeof(int64_t));
-      t->plan_counts[nb] = c->micro_batch_size;
-    }
-  MT_CALL(mt_loader_start(t->train_loader, t->plan, t->plan_counts, nb));
-  return 0;
-}
-
 static void fmt_eta(char *buf, size_t n, double s) {
   long x = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
   snprintf(buf, n, "%ld:%02ld:%02ld", x / 3600, (x / 60) % 60, x % 60);
-}
-
-/* Clipping by the global norm: of the whole gradient, or of the shards
- * (the norm from their squared norms, summed over the sharding group). */
-static int clip_norm(mt_trainer *t, const mt_owned *o) {
-  const double max = t->cfg->clip_grad_norm;
-  double norm = -1; /* computed by mt_trainer_clip */
-  if (t->fsdp) {
-    double n2;
-    MT_CALL(mt_fsdp_grad_norm2(t->fsdp, &n2));
-    norm = sqrt(n2);
-  }
-  return mt_trainer_clip(t, o->grads, o->n, 0, max, norm);
-}
-
-/* One global step: micro-batches, reduction, clipping, optimizer.
- * Adds this rank's loss sum to *loss_sum. */
-static int train_step(mt_trainer *t, double *loss_sum) {
-  const mt_config *c = t->cfg;
-  if (t->gpu)
-    return mt_gpu_train_step(t, mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step),
-                             loss_sum);
-  mt_model *m = t->model;
-  size_t n = m->params.total;
-  if (t->fsdp)
-    mt_fsdp_step_begin(t->fsdp); /* the view's units start at zero */
-  else
-    memset(t->grads, 0, n * t->esz);
-  MT_CALL(mt_amp_step_begin(t));
-  /* fp32: formed in float as always (and exact as a double); fp64: 1/B */
-  const double scale = t->dtype == MT_FP64 ? 1.0 / (double)c->batch_size
-                                           : (double)(mt_amp_loss_scale(t) / (float)c->batch_size);
-  for (int k = 0; k < c->accum_steps; k++) {
-    mt_batch b;
-    mt_batch_stats st = {0};
-    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
-    mt_ev_begin(MT_EV_DATA);
-    MT_CALL(mt_loader_next(t->train_loader, &b));
-    mt_ev_end(MT_EV_DATA);
-    b.train = 1;
-    b.key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
-    t->last_micro = k == c->accum_steps - 1; /* its backward may overlap the reduction */
-    MT_CALL(mt_compute(t, &b, scale, 1, NULL, &st));
-    *loss_sum += st.loss_sum;
-  }
-  mt_compute_sum_grads(t);
-  mt_amp_step_compute_done(t);
-  mt_ev_begin(MT_EV_COMM);
-  MT_CALL(mt_backend_reduce(t->backend, t->grads, n));
-  mt_ev_end(MT_EV_COMM);
-  int skip = 0; /* fp16 loss scaling: an overflow on any rank skips the step */
-  MT_CALL(mt_amp_after_reduce(t, &skip));
-  mt_owned o; /* the whole gradient, or this rank's shard of it */
-  mt_trainer_owned(t, &o);
-  if (!skip && c->clip_grad_value > 0)
-    MT_CALL(mt_trainer_clip(t, o.grads, o.n, c->clip_grad_value, 0, -1));
-  if (!skip && c->clip_grad_norm > 0) MT_CALL(clip_norm(t, &o));
-  double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t));
-  int all_decay = !c->weight_decay_skip_1d;
-  mt_ev_begin(MT_EV_OPTIM);
-  if (!skip) /* skipped: parameters, optimizer state and lr schedule stay */
-    MT_CALL(mt_trainer_optim_step(t, &o, mt_amp_lr_step(t) == 0, all_decay, lr));
-  MT_CALL(sync_buffers(t));
-  mt_ev_end(MT_EV_OPTIM);
-  t->global_step++;
-  return 0;
 }
 
 static int global_sum(const mt_trainer *t, double *v, int n) {
@@ -433,7 +338,7 @@ static int step_agree(mt_trainer *t, double local_loss, double *global_loss, int
 static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss,
                      double *train_secs, int *stopped) {
   const mt_config *c = t->cfg;
-  MT_CALL(plan_epoch(t, epoch, first));
+  MT_CALL(t->privacy->plan_epoch(t, epoch, first));
   double t0 = mt_now(), tlog = t0, log_loss = 0, timed_from = 0;
   double epoch_loss = first > 0 ? t->start_epoch_loss : 0;
   long log_steps = 0, timed_steps = 0;
@@ -444,8 +349,8 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     if (timed_from > 0) timed_steps++;
     double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t)), l = 0, g;
     int sig, timed;
-    if (t->dp && mt_dp_spent(t)) break; /* -dp_target_epsilon reached */
-    MT_CALL(t->dp ? mt_dp_train_step(t, &l) : train_step(t, &l));
+    if (t->privacy->spent && t->privacy->spent(t)) break; /* -dp_target_epsilon reached */
+    MT_CALL(mt_step(t, &l));
     MT_CALL(step_agree(t, l, &g, &sig, &timed));
     epoch_loss += g;
     if (t->steps) fprintf(t->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
@@ -579,7 +484,7 @@ int mt_trainer_run(mt_trainer *t) {
     MT_CALL(mt_eval_train(t, epoch));
     if (nsets > 0) MT_CALL(mt_best_update(t, epoch, t->last_val_loss[0], &early));
     MT_CALL(mt_trainer_params_release(t));
-    if (t->dp && mt_dp_spent(t)) early = 1;
+    if (t->privacy->spent && t->privacy->spent(t)) early = 1;
     done = epoch + 1;
     if (t->sched.kind == MT_LR_PLATEAU) {
       int reduced = 0;
@@ -592,7 +497,7 @@ int mt_trainer_run(mt_trainer *t) {
                                      (char(*)[MT_PATH_MAX])c->data_val, c->nval)
                     : 0;
     MT_CALL(mt_agree(t->comm->world, err));
-    if (t->dp) MT_CALL(mt_dp_epoch_end(t, epoch));
+    if (t->privacy->epoch_end) MT_CALL(t->privacy->epoch_end(t, epoch));
     int last = epoch + 1 == c->epochs || early;
     if ((c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
         (last && c->checkpoint_at_end))
@@ -644,6 +549,6 @@ int mt_trainer_run(mt_trainer *t) {
     }
   }
   mt_print0("\nRESULT mpitrain train_samples_per_s=%.1f\n", rate);
-  if (t->dp) MT_CALL(mt_dp_report(t));
+  if (t->privacy->report) MT_CALL(t->privacy->report(t));
   return 0;
 }

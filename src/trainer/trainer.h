@@ -32,17 +32,13 @@ typedef struct {
   int nthr;
   mt_model *tmodel[MT_MAX_THREADS];
   void *tgrads[MT_MAX_THREADS];
-  void *params, *grads, *mom;
+  void *params, *grads;
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
   int64_t *perm, *plan;
   int *plan_counts;
   mt_lr_schedule sched;
-  mt_sgd_hparams sgd;
-  int adamw;
-  mt_adamw_hparams adam;
-  mt_adamw_state adam_state;       /* -precision fp32                      */
-  mt_adamw_state_f64 adam_state64; /* -precision fp64                      */
+  mt_optimizer *optim; /* -optimizer, over the owned part (mt_owned)       */
   mt_curve_row *curve;
   int ncurve, capcurve;
   long global_step;
@@ -71,7 +67,8 @@ typedef struct {
   int bad_epochs;     /* epochs since the last improvement                 */
   void *best_params, *best_buf; /* with -restore_best: the best model      */
   struct mt_amp *amp; /* mixed precision (trainer/amp.h), NULL for fp32  */
-  struct mt_dp *dp; /* DP-SGD state (dp.h), NULL unless -backend *-dp     */
+  const struct mt_privacy_ops *privacy; /* the step's policy (step.h)     */
+  struct mt_dp *dp; /* DP-SGD state (dp.c), NULL unless -backend *-dp     */
   mt_guard *guard;    /* hang guard (-comm_timeout), NULL when off          */
   uint64_t cfg_hash;  /* of the resolved configuration, for step agreement  */
   int epoch;          /* the epoch running (0-based), for the guard's marks */
@@ -110,6 +107,11 @@ int mt_trainer_params_release(mt_trainer *t);
  * the node's ranks when every node runs as many; else 0: all). Collective. */
 int mt_trainer_fsdp_node_size(const mt_trainer *t, int *node);
 
+/* Model buffers (batch norm's running statistics): rank 0's win, as in
+ * PyTorch DDP with broadcast_buffers=True; a no-op without buffers or on
+ * one rank. Collective. */
+int mt_trainer_sync_buffers(mt_trainer *t);
+
 /* Opens the data (collectively validated), creates model, backend and
  * optimizer state, and initialises the parameters from the seed. */
 int mt_trainer_create(mt_trainer **t, const mt_config *cfg, const mt_comm *comm);
@@ -138,10 +140,6 @@ void mt_compute_sum_grads(mt_trainer *t);
  *  mt_trainer_forward/backward: the model's ops of t's type (losses and
  *    grads in t's type, st->logits or st->logits64; scale rounded to float
  *    for fp32);
- *  mt_trainer_optim_setup/step/free: SGD's momentum buffer or AdamW's state
- *    of n elements, and one step on the owned part;
- *  mt_trainer_optim_bufs: the optimizer's buffers for a checkpoint (name,
- *    data), returns how many;
  *  mt_trainer_clip: clipping by value (max_value > 0) and then by global
  *    norm (max_norm > 0) of n gradients, the norm given (>= 0, fsdp's) or
  *    computed (< 0). */
@@ -151,11 +149,6 @@ void *mt_trainer_model_buf(const mt_trainer *t);
 int mt_trainer_forward(const mt_trainer *t, mt_model *m, const mt_batch *b, void *losses,
                        mt_batch_stats *st);
 int mt_trainer_backward(const mt_trainer *t, mt_model *m, void *grads, double scale, int B);
-int mt_trainer_optim_setup(mt_trainer *t, size_t n);
-int mt_trainer_optim_step(mt_trainer *t, const mt_owned *o, int first_step, int all_decay,
-                          double lr);
-void mt_trainer_optim_free(mt_trainer *t);
-int mt_trainer_optim_bufs(const mt_trainer *t, const char **names, void **data);
 int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, double max_norm,
                     double norm);
 

@@ -1,0 +1,126 @@
+/* The training step's skeleton and its privacy policy "none" (step.h). */
+#include "trainer/step.h"
+#include "backends/backends.h"
+#include "backends/fsdp.h"
+#include "gpu/gpu.h"
+#include "trainer/amp.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------- privacy policy: none */
+
+/* This rank's micro-batches of the epoch, in order. */
+static int none_plan(mt_trainer *t, int epoch, int64_t first) {
+  const mt_config *c = t->cfg;
+  mt_sampler_permutation(c->seed, epoch, t->train.n, t->perm);
+  int nb = 0;
+  for (int64_t s = first; s < t->steps_per_epoch; s++)
+    for (int k = 0; k < c->accum_steps; k++, nb++) {
+      int64_t first = mt_sampler_train_first(s, c->batch_size, c->world_size, t->comm->rank, k,
+                                             c->micro_batch_size);
+      memcpy(t->plan + (size_t)nb * c->micro_batch_size, t->perm + first,
+             (size_t)c->micro_batch_size * sizeof(int64_t));
+      t->plan_counts[nb] = c->micro_batch_size;
+    }
+  MT_CALL(mt_loader_start(t->train_loader, t->plan, t->plan_counts, nb));
+  return 0;
+}
+
+static int none_micro_steps(mt_trainer *t, int *k) {
+  *k = t->cfg->accum_steps;
+  return 0;
+}
+
+static int none_next(mt_trainer *t, mt_batch *b) { return mt_loader_next(t->train_loader, b); }
+
+static int none_micro(mt_trainer *t, const mt_batch *b, double scale, mt_batch_stats *st) {
+  return mt_compute(t, b, scale, 1, NULL, st);
+}
+
+const mt_privacy_ops mt_privacy_none = {.name = "none",
+                                        .plan_epoch = none_plan,
+                                        .micro_steps = none_micro_steps,
+                                        .next_batch = none_next,
+                                        .micro = none_micro};
+
+/* ------------------------------------------------------------ the step */
+
+#define MT_PURPOSE_STEP 11 /* the random key of a training step (dropout) */
+
+/* Clipping by the global norm: of the whole gradient, or of the shards
+ * (the norm from their squared norms, summed over the sharding group). */
+static int clip_norm(mt_trainer *t, const mt_owned *o) {
+  const double max = t->cfg->clip_grad_norm;
+  double norm = -1; /* computed by mt_trainer_clip */
+  if (t->fsdp) {
+    double n2;
+    MT_CALL(mt_fsdp_grad_norm2(t->fsdp, &n2));
+    norm = sqrt(n2);
+  }
+  return mt_trainer_clip(t, o->grads, o->n, 0, max, norm);
+}
+
+#define HOOK(t, op) ((t)->privacy->op ? (t)->privacy->op(t) : 0)
+
+int mt_step(mt_trainer *t, double *loss_sum) {
+  const mt_config *c = t->cfg;
+  const mt_privacy_ops *pv = t->privacy;
+  const uint64_t key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
+  if (t->gpu) return mt_gpu_train_step(t, key, loss_sum);
+  mt_model *m = t->model;
+  size_t n = m->params.total;
+  /* begin */
+  if (t->fsdp)
+    mt_fsdp_step_begin(t->fsdp); /* the view's units start at zero */
+  else
+    memset(t->grads, 0, n * t->esz);
+  MT_CALL(mt_amp_step_begin(t));
+  /* fp32: formed in float as always (and exact as a double); fp64: 1/B */
+  const double scale = t->dtype == MT_FP64 ? 1.0 / (double)c->batch_size
+                                           : (double)(mt_amp_loss_scale(t) / (float)c->batch_size);
+  /* micro-steps */
+  int K;
+  mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
+  MT_CALL(pv->micro_steps(t, &K));
+  for (int k = 0; k < K; k++) {
+    mt_batch b;
+    mt_batch_stats st = {0};
+    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
+    mt_ev_begin(MT_EV_DATA);
+    MT_CALL(pv->next_batch(t, &b));
+    mt_ev_end(MT_EV_DATA);
+    b.train = 1;
+    b.key = key;
+    t->last_micro = k == K - 1; /* its backward may overlap the reduction */
+    MT_CALL(pv->micro(t, &b, scale, &st));
+    *loss_sum += st.loss_sum;
+  }
+  /* reduce */
+  mt_compute_sum_grads(t);
+  mt_amp_step_compute_done(t);
+  MT_CALL(HOOK(t, before_reduce));
+  mt_ev_begin(MT_EV_COMM);
+  MT_CALL(mt_backend_reduce(t->backend, t->grads, n));
+  mt_ev_end(MT_EV_COMM);
+  MT_CALL(HOOK(t, after_reduce));
+  int skip = 0; /* fp16 loss scaling: an overflow on any rank skips the step */
+  MT_CALL(mt_amp_after_reduce(t, &skip));
+  /* clip, learning rate, optimizer */
+  mt_owned o; /* the whole gradient, or this rank's shard of it */
+  mt_trainer_owned(t, &o);
+  if (!skip && c->clip_grad_value > 0)
+    MT_CALL(mt_trainer_clip(t, o.grads, o.n, c->clip_grad_value, 0, -1));
+  if (!skip && c->clip_grad_norm > 0) MT_CALL(clip_norm(t, &o));
+  const long lr_step = mt_amp_lr_step(t);
+  const double lr = mt_lr_at(&t->sched, lr_step);
+  mt_ev_begin(MT_EV_OPTIM);
+  if (!skip) /* skipped: parameters, optimizer state and lr schedule stay */
+    MT_CALL(mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, lr_step == 0,
+                              !c->weight_decay_skip_1d));
+  MT_CALL(mt_trainer_sync_buffers(t));
+  mt_ev_end(MT_EV_OPTIM);
+  MT_CALL(HOOK(t, after_step));
+  t->global_step++;
+  return 0;
+}
