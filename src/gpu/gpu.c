@@ -404,12 +404,14 @@ int mt_gpu_upload(mt_trainer *t, int optim) {
 
 /* --------------------------------------------------------------- step */
 
-int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
+/* The parts of the training step (trainer/step.c runs them in order, as
+ * its place "cuda"; gpu.h). The host queues the work and waits at the end:
+ * both count as compute (the forward event); the data event is the
+ * loader's. */
+int mt_gpu_step_begin(mt_trainer *t) {
   const mt_config *c = t->cfg;
   struct mt_gpu *g = t->gpu;
-  mt_dmodel *dm = &g->dm;
   const size_t n = t->model->params.total;
-  const int K = c->accum_steps;
   MT_CHECK(!mt_gpu_units_pinned(g), MT_ERR_STATE,
            "fsdp on the device: a training step while the whole model is gathered "
            "(mt_trainer_params_release)");
@@ -418,57 +420,62 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   else
     CU(cudaMemsetAsync(g->grads, 0, g->padded * sizeof(float), g->stream));
   mt_amp_device_step_begin(t); /* the loss scale of this step (fp16) */
-  const float scale = mt_amp_loss_scale(t) / (float)c->batch_size; /* the CPU's, in float */
   /* ddp: -ddp_overlap; shard_grad_op: -fsdp_prefetch (reduce behind) */
-  const int overlap = g->nccl && !g->zero3 && (g->sharded ? c->fsdp_prefetch : c->ddp_overlap);
+  g->step_overlap = g->nccl && !g->zero3 && (g->sharded ? c->fsdp_prefetch : c->ddp_overlap);
   /* O2: forward and backward on the master rounded (norms kept);
    * evaluation runs on the master */
-  const float *wp = g->params; /* zero3: not read (the units are gathered) */
+  g->wp = g->params; /* zero3: not read (the units are gathered) */
   if (g->work) { /* (no fsdp backend has O2) */
     CU(cudaMemcpyAsync(g->work, g->params, n * sizeof(float), cudaMemcpyDeviceToDevice,
                        g->stream));
     MT_CALL(mt_gpu_o2_round(t, g->work, 0, 0, n));
-    wp = g->work;
+    g->wp = g->work;
   }
-  /* the host queues the work and waits at the end: both count as compute
-   * (the forward event); the data event is the loader's */
-  for (int k = 0; k < K; k++) {
-    mt_batch b;
-    mt_dbatch db;
-    mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_TRAIN);
-    mt_ev_begin(MT_EV_DATA);
-    MT_CALL(mt_loader_next(t->train_loader, &b));
-    mt_ev_end(MT_EV_DATA);
-    b.train = 1;
-    b.key = key;
-    mt_ev_begin(MT_EV_FORWARD);
-    MT_CALL(upload_batch(g, &g->slots[k % 2], &b, &db));
-    const mt_dsums s = {g->sums + k, NULL, NULL, NULL};
-    MT_CALL(dm->ops->forward(dm, wp, &db, &s));
-    const int last = k == K - 1;
-    if (last && overlap) {
-      g->overlap_err = 0;
-      dm->unit_done = unit_done;
-      dm->unit_ctx = t;
-    }
-    if (g->zero3) g->overlap_err = 0; /* the hooks' errors (gpu_fsdp.c) */
-    int err = dm->ops->backward(dm, wp, g->grads, scale, b.n);
-    if (!g->zero3) dm->unit_done = NULL;
-    MT_CALL(err);
-    MT_CALL(g->overlap_err);
-    mt_ev_end(MT_EV_FORWARD);
-  }
+  return 0;
+}
+
+int mt_gpu_step_micro(mt_trainer *t, const mt_batch *b, int k, int last, double scale) {
+  struct mt_gpu *g = t->gpu;
+  mt_dmodel *dm = &g->dm;
+  mt_dbatch db;
+  MT_CHECK(k < t->cfg->accum_steps, MT_ERR_STATE, "-device cuda: micro-step %d of %d", k,
+           t->cfg->accum_steps);
   mt_ev_begin(MT_EV_FORWARD);
+  MT_CALL(upload_batch(g, &g->slots[k % 2], b, &db));
+  const mt_dsums s = {g->sums + k, NULL, NULL, NULL};
+  MT_CALL(dm->ops->forward(dm, g->wp, &db, &s));
+  if (last && g->step_overlap) {
+    g->overlap_err = 0;
+    dm->unit_done = unit_done;
+    dm->unit_ctx = t;
+  }
+  if (g->zero3) g->overlap_err = 0; /* the hooks' errors (gpu_fsdp.c) */
+  int err = dm->ops->backward(dm, g->wp, g->grads, (float)scale, b->n);
+  if (!g->zero3) dm->unit_done = NULL;
+  MT_CALL(err);
+  MT_CALL(g->overlap_err);
+  mt_ev_end(MT_EV_FORWARD);
+  return 0;
+}
+
+int mt_gpu_step_reduce(mt_trainer *t) {
+  struct mt_gpu *g = t->gpu;
   if (g->zero3) {
     MT_CALL(mt_gpu_units_finish(t));
-  } else if (g->sharded && !overlap) {
+  } else if (g->sharded && !g->step_overlap) {
     MT_CALL(mt_gpu_shard_reduce(t));
   } else if (g->nccl) {
     MT_CALL(finish_reduce(g));
-    t->backend->comm_bytes += (double)n * sizeof(float);
+    t->backend->comm_bytes += (double)t->model->params.total * sizeof(float);
   }
-  const double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t));
-  MT_CALL(mt_gpu_optim_step(t, lr, mt_amp_lr_step(t) == 0, !c->weight_decay_skip_1d));
+  return 0;
+}
+
+int mt_gpu_step_end(mt_trainer *t, double *loss_sum) {
+  struct mt_gpu *g = t->gpu;
+  mt_dmodel *dm = &g->dm;
+  const int K = t->cfg->accum_steps;
+  mt_ev_begin(MT_EV_FORWARD);
   if (g->nccl && g->buf) {
     /* rank 0's running statistics for all, as the CPU's sync_buffers: on
      * the communication stream, after the step, before the next forward */
@@ -483,7 +490,6 @@ int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
   mt_ev_end(MT_EV_FORWARD);
   const double per = (double)dm->ops->per_sample(dm);
   for (int k = 0; k < K; k++) *loss_sum += g->sums_host[k] / per;
-  t->global_step++;
   return 0;
 }
 

@@ -39,9 +39,26 @@ int mt_gpu_setup(mt_trainer *t);
  * than one rank the NCCL communicator. Collective (agreed). */
 int mt_gpu_create(mt_trainer *t, int device);
 void mt_gpu_destroy(mt_trainer *t);
-/* One global step on the device (the trainer's train_step); key is the
- * step's random key. Adds this rank's loss sum to *loss_sum. */
-int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum);
+/* The parts of one global step on the device, which the trainer's step
+ * skeleton (trainer/step.c, its place "cuda") runs in this order:
+ *  begin: the gradient zeroed, the step's loss scale, O2's working copy;
+ *  micro: micro-batch k's forward and backward (scale: the loss gradient's
+ *    factor; last: its backward may start the reduction);
+ *  reduce: the gradient summed onto its owners (ddp buckets, shard_grad_op's
+ *    pieces, full_shard's units);
+ *  after_reduce: O2's rounding, the loss scaler's agreed inf/NaN check and
+ *    unscale (*skip: no optimizer step);
+ *  clip, optim_step: on this rank's part of the gradient (the optimizer
+ *    object's device kernels, or with -fsdp_cpu_offload the object itself on
+ *    the host), the parameters gathered after it;
+ *  end: the model buffers from rank 0, this rank's loss sum added. */
+int mt_gpu_step_begin(mt_trainer *t);
+int mt_gpu_step_micro(mt_trainer *t, const mt_batch *b, int k, int last, double scale);
+int mt_gpu_step_reduce(mt_trainer *t);
+int mt_gpu_after_reduce(mt_trainer *t, int *skip);
+int mt_gpu_clip(mt_trainer *t);
+int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay);
+int mt_gpu_step_end(mt_trainer *t, double *loss_sum);
 /* An evaluation forward of batch b on the device (mt_compute without a
  * backward): st's sums and outputs and the per-sample losses (may be NULL)
  * as the CPU model gives them. */
@@ -62,10 +79,7 @@ int mt_gpu_memory_report(mt_trainer *t);
 #else
 /* a CPU-only build never makes t->gpu (mt_gpu_setup refuses -device cuda) */
 static inline void mt_gpu_destroy(mt_trainer *t) { (void)t; }
-static inline int mt_gpu_train_step(mt_trainer *t, uint64_t key, double *loss_sum) {
-  (void)t, (void)key, (void)loss_sum;
-  return MT_ERR(MT_ERR_STATE, "-device cuda: this mpitrain was built without CUDA");
-}
+/* (the step skeleton has no place "cuda" then: these are never called) */
 static inline int mt_gpu_eval(mt_trainer *t, const mt_batch *b, float *losses,
                               mt_batch_stats *st) {
   (void)t, (void)b, (void)losses, (void)st;

@@ -42,6 +42,8 @@ struct mt_gpu {
   int nstarted;
   cudaEvent_t *ready, reduced, step_done;
   int overlap_err;
+  int step_overlap;     /* this step's reduction overlaps its last backward */
+  const float *wp;      /* the weights this step's passes read (O2: work)   */
   double timeout;
   /* the partition (gpu_optim.c): rank r of P owns [lo, hi) of the layout,
    * per elements a rank; without sharding lo = 0, hi = n, padded = n */
@@ -91,7 +93,6 @@ int mt_gpu_comm_end(struct mt_gpu *g);
 int mt_gpu_optim_setup(mt_trainer *t);
 void mt_gpu_optim_free(struct mt_gpu *g);
 int mt_gpu_shard_reduce(mt_trainer *t);
-int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay);
 /* O2: x's low-precision tensors rounded to -amp_dtype, within [lo, hi);
  * x holds the layout from element xlo on. */
 int mt_gpu_o2_round(mt_trainer *t, float *x, size_t xlo, size_t lo, size_t hi);

@@ -158,11 +158,11 @@ int mt_gpu_o2_round(mt_trainer *t, float *x, size_t xlo, size_t lo, size_t hi) {
   return 0;
 }
 
-int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
-  const mt_config *c = t->cfg;
+int mt_gpu_after_reduce(mt_trainer *t, int *skip) {
   struct mt_gpu *g = t->gpu;
   const size_t ns = g->hi - g->lo;
-  float *gs = g->gshard, *ps = g->pshard;
+  float *gs = g->gshard;
+  *skip = 0;
   /* O2: the reduced gradients of the low-precision tensors rounded (once,
    * after the sum, as on the CPU) */
   if (g->work) MT_CALL(mt_gpu_o2_round(t, gs, g->lo, g->lo, g->hi));
@@ -170,12 +170,19 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
     MT_CALL(mt_cuda_has_nonfinite(gs, ns, g->flag, g->stream));
     CU(cudaMemcpyAsync(g->flag_host, g->flag, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
     MT_CALL(mt_gpu_sync(g, "the inf/NaN check"));
-    int found = *g->flag_host, skip;
+    int found = *g->flag_host;
     float inv;
-    MT_CALL(mt_amp_found(t, &found, &skip, &inv)); /* agreed over the ranks */
+    MT_CALL(mt_amp_found(t, &found, skip, &inv)); /* agreed over the ranks */
     if (!found) MT_CALL(mt_cuda_scale(gs, ns, inv, g->stream));
-    if (skip) return 0; /* parameters, state and schedule stay */
   }
+  return 0;
+}
+
+int mt_gpu_clip(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  struct mt_gpu *g = t->gpu;
+  const size_t ns = g->hi - g->lo;
+  float *gs = g->gshard;
   if (c->clip_grad_value > 0)
     MT_CALL(mt_cuda_clip_grad_value(gs, ns, c->clip_grad_value, g->stream));
   if (c->clip_grad_norm > 0) {
@@ -184,6 +191,12 @@ int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
     else
       MT_CALL(mt_cuda_clip_grad_norm(gs, ns, c->clip_grad_norm, g->norm, &g->cx));
   }
+  return 0;
+}
+
+int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
+  struct mt_gpu *g = t->gpu;
+  float *gs = g->gshard, *ps = g->pshard;
   const mt_optimizer *o = t->optim;
   if (g->offload) {
     MT_CALL(host_step(t, lr, first_step, all_decay));

@@ -60,7 +60,7 @@ static double comm_seconds(const mt_trainer *t) {
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st) {
   const int T = t->nthr, rows = b->n;
-  if (t->gpu) { /* -device cuda: training steps go to mt_gpu_train_step */
+  if (t->gpu) { /* -device cuda: training steps run mt_gpu_step_micro */
     MT_CHECK(!backward, MT_ERR_STATE, "-device cuda: a CPU backward asked for");
     return mt_gpu_eval(t, b, losses, st);
   }

@@ -61,21 +61,97 @@ static int clip_norm(mt_trainer *t, const mt_owned *o) {
   return mt_trainer_clip(t, o->grads, o->n, 0, max, norm);
 }
 
+/* ------------------------------------------------- where it computes */
+
+/* The CPU: the rank's model(s) on its threads (compute.c), the gradient
+ * whole or, under fsdp, the view of its units. */
+static int cpu_begin(mt_trainer *t) {
+  if (t->fsdp)
+    mt_fsdp_step_begin(t->fsdp); /* the view's units start at zero */
+  else
+    memset(t->grads, 0, t->model->params.total * t->esz);
+  return mt_amp_step_begin(t);
+}
+
+static int cpu_micro(mt_trainer *t, const mt_batch *b, int k, int last, double scale,
+                     mt_batch_stats *st) {
+  (void)k;
+  t->last_micro = last; /* its backward may overlap the reduction */
+  return t->privacy->micro(t, b, scale, st);
+}
+
+static int cpu_micro_done(mt_trainer *t) {
+  mt_compute_sum_grads(t);
+  mt_amp_step_compute_done(t);
+  return 0;
+}
+
+static int cpu_reduce(mt_trainer *t) {
+  return mt_backend_reduce(t->backend, t->grads, t->model->params.total);
+}
+
+static int cpu_clip(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  mt_owned o; /* the whole gradient, or this rank's shard of it */
+  mt_trainer_owned(t, &o);
+  if (c->clip_grad_value > 0) MT_CALL(mt_trainer_clip(t, o.grads, o.n, c->clip_grad_value, 0, -1));
+  if (c->clip_grad_norm > 0) MT_CALL(clip_norm(t, &o));
+  return 0;
+}
+
+static int cpu_optim(mt_trainer *t, double lr, int first_step, int all_decay) {
+  mt_owned o;
+  mt_trainer_owned(t, &o);
+  return mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, first_step, all_decay);
+}
+
+static int cpu_end(mt_trainer *t, double *loss_sum) {
+  (void)loss_sum; /* added by each micro-step */
+  return mt_trainer_sync_buffers(t);
+}
+
+typedef struct {
+  int (*begin)(mt_trainer *t);
+  int (*micro)(mt_trainer *t, const mt_batch *b, int k, int last, double scale,
+               mt_batch_stats *st);
+  int (*micro_done)(mt_trainer *t);
+  int (*reduce)(mt_trainer *t);
+  int (*after_reduce)(mt_trainer *t, int *skip);
+  int (*clip)(mt_trainer *t);
+  int (*optim)(mt_trainer *t, double lr, int first_step, int all_decay);
+  int (*end)(mt_trainer *t, double *loss_sum);
+} place_ops;
+
+static const place_ops cpu_place = {cpu_begin,     cpu_micro,          cpu_micro_done,
+                                    cpu_reduce,    mt_amp_after_reduce, cpu_clip,
+                                    cpu_optim,     cpu_end};
+
+#ifdef MT_HAVE_CUDA
+static int gpu_micro(mt_trainer *t, const mt_batch *b, int k, int last, double scale,
+                     mt_batch_stats *st) {
+  (void)st; /* the losses are summed on the device and added by end */
+  return mt_gpu_step_micro(t, b, k, last, scale);
+}
+
+static const place_ops gpu_place = {mt_gpu_step_begin,   gpu_micro,   NULL,
+                                    mt_gpu_step_reduce,  mt_gpu_after_reduce, mt_gpu_clip,
+                                    mt_gpu_optim_step,   mt_gpu_step_end};
+#endif
+
+/* ------------------------------------------------------------ the step */
+
 #define HOOK(t, op) ((t)->privacy->op ? (t)->privacy->op(t) : 0)
 
 int mt_step(mt_trainer *t, double *loss_sum) {
   const mt_config *c = t->cfg;
   const mt_privacy_ops *pv = t->privacy;
+  const place_ops *pl = &cpu_place;
+#ifdef MT_HAVE_CUDA
+  if (t->gpu) pl = &gpu_place;
+#endif
   const uint64_t key = mt_key(c->seed, MT_PURPOSE_STEP, (uint64_t)t->global_step);
-  if (t->gpu) return mt_gpu_train_step(t, key, loss_sum);
-  mt_model *m = t->model;
-  size_t n = m->params.total;
   /* begin */
-  if (t->fsdp)
-    mt_fsdp_step_begin(t->fsdp); /* the view's units start at zero */
-  else
-    memset(t->grads, 0, n * t->esz);
-  MT_CALL(mt_amp_step_begin(t));
+  MT_CALL(pl->begin(t));
   /* fp32: formed in float as always (and exact as a double); fp64: 1/B */
   const double scale = t->dtype == MT_FP64 ? 1.0 / (double)c->batch_size
                                            : (double)(mt_amp_loss_scale(t) / (float)c->batch_size);
@@ -92,34 +168,27 @@ int mt_step(mt_trainer *t, double *loss_sum) {
     mt_ev_end(MT_EV_DATA);
     b.train = 1;
     b.key = key;
-    t->last_micro = k == K - 1; /* its backward may overlap the reduction */
-    MT_CALL(pv->micro(t, &b, scale, &st));
+    MT_CALL(pl->micro(t, &b, k, k == K - 1, scale, &st));
     *loss_sum += st.loss_sum;
   }
   /* reduce */
-  mt_compute_sum_grads(t);
-  mt_amp_step_compute_done(t);
+  if (pl->micro_done) MT_CALL(pl->micro_done(t));
   MT_CALL(HOOK(t, before_reduce));
   mt_ev_begin(MT_EV_COMM);
-  MT_CALL(mt_backend_reduce(t->backend, t->grads, n));
+  MT_CALL(pl->reduce(t));
   mt_ev_end(MT_EV_COMM);
   MT_CALL(HOOK(t, after_reduce));
   int skip = 0; /* fp16 loss scaling: an overflow on any rank skips the step */
-  MT_CALL(mt_amp_after_reduce(t, &skip));
-  /* clip, learning rate, optimizer */
-  mt_owned o; /* the whole gradient, or this rank's shard of it */
-  mt_trainer_owned(t, &o);
-  if (!skip && c->clip_grad_value > 0)
-    MT_CALL(mt_trainer_clip(t, o.grads, o.n, c->clip_grad_value, 0, -1));
-  if (!skip && c->clip_grad_norm > 0) MT_CALL(clip_norm(t, &o));
+  MT_CALL(pl->after_reduce(t, &skip));
+  /* clip, learning rate, optimizer; skipped: parameters, optimizer state
+   * and lr schedule stay */
+  if (!skip) MT_CALL(pl->clip(t));
   const long lr_step = mt_amp_lr_step(t);
   const double lr = mt_lr_at(&t->sched, lr_step);
   mt_ev_begin(MT_EV_OPTIM);
-  if (!skip) /* skipped: parameters, optimizer state and lr schedule stay */
-    MT_CALL(mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, lr_step == 0,
-                              !c->weight_decay_skip_1d));
-  MT_CALL(mt_trainer_sync_buffers(t));
+  if (!skip) MT_CALL(pl->optim(t, lr, lr_step == 0, !c->weight_decay_skip_1d));
   mt_ev_end(MT_EV_OPTIM);
+  MT_CALL(pl->end(t, loss_sum)); /* the model buffers agreed */
   MT_CALL(HOOK(t, after_step));
   t->global_step++;
   return 0;
