@@ -3,34 +3,7 @@
  * transfers), holding GLOBAL LOGICAL tensors so that any later run, on any
  * number of ranks, reads just the slices it needs.
  *
- * File layout (format version MT_CKPT_FORMAT):
- *
- *   /                       attributes: format (int), mpitrain_version,
- *                           world_size (int), backend, options (strings),
- *                           created (UTC time), checksum_algorithm
- *   /<buffer>/<tensor>      float32 dataset with the tensor's shape, e.g.
- *                           /params/layers.0.weight, /exp_avg/layers.0.weight
- *                           (float64 for a run under -precision fp64: all
- *                           tensors of a file have the type of its run);
- *                           attribute checksum: uint64[2] (below)
- *   /trainer_state          a group whose attributes are the trainer's typed
- *                           key/value entries (mt_ckpt_state): int64 and
- *                           double scalars, strings, int64 and double arrays
- *
- * Checksum ("mt-possum-1"). For a tensor with elements x_0 .. x_{N-1} in
- * row-major order, let u_i be the 32-bit pattern of x_i (float32; the
- * 64-bit pattern for float64). The stored value is
- *
- *     { sum_i u_i ,  sum_i (i + 1) * u_i }   both modulo 2^64.
- *
- * Both sums are linear, so the part of any slice [a, b) adds up to the whole
- * whatever the split: each rank sums the elements it writes (or reads), one
- * MPI_Allreduce adds the parts, and the value is the same bit for bit at any
- * rank count. Any change of a single element (a flipped byte) changes the
- * first sum; moved or swapped elements change the second. The checksum is
- * verified on every read and by mt_ckpt_verify. (HDF5's Fletcher32 filter
- * was not used: it needs chunked storage, and parallel filtered writes in
- * HDF5 1.10 redistribute whole chunks between ranks; see bench/ckpt_bench.c.)
+ * File layout, names and the checksum: ckpt_format.h.
  *
  * Crash safety (mt_ckpt_save): DIR/ckpt-<step>.h5.tmp is written and closed
  * by all ranks and fsync'ed by every rank (each flushes what its node wrote),
@@ -50,12 +23,7 @@
 #ifndef MT_CHECKPOINT_H
 #define MT_CHECKPOINT_H
 
-#include "io/io.h"
-
-#define MT_CKPT_FORMAT 1
-#define MT_CKPT_MAX_BUFS 16
-#define MT_CKPT_STATE_GROUP "trainer_state"
-#define MT_CKPT_CHECKSUM_NAME "mt-possum-1"
+#include "io/ckpt_format.h"
 
 /* ------------------------------------------------------- trainer state */
 
@@ -287,23 +255,6 @@ void mt_ckpt_plan_free(mt_ckpt_plan *p);
  * (the last rank takes the remainder). */
 void mt_ckpt_split(size_t total, int size, int r, size_t unit, mt_ckpt_range *out);
 
-/* Adds to s the checksum part of n elements that start at row-major index
- * i0 of their tensor: float elements (32-bit patterns), or double ones
- * (64-bit patterns) with mt_ckpt_sum64; mt_ckpt_sum_dt picks by dtype. */
-void mt_ckpt_sum(const float *x, size_t n, uint64_t i0, uint64_t s[2]);
-void mt_ckpt_sum64(const double *x, size_t n, uint64_t i0, uint64_t s[2]);
-void mt_ckpt_sum_dt(mt_dtype dtype, const void *x, size_t n, uint64_t i0, uint64_t s[2]);
-
-/* Bytes of an element, its HDF5 file and memory types, for a dtype. */
-size_t mt_ckpt_esz(mt_dtype dtype);
-hid_t mt_ckpt_h5_file_type(mt_dtype dtype);
-hid_t mt_ckpt_h5_mem_type(mt_dtype dtype);
-
-/* File access list for the MPI-IO driver over comm (collective metadata),
- * a collective transfer list; H5I_INVALID_HID on failure. */
-hid_t mt_ckpt_fapl(MPI_Comm comm);
-hid_t mt_ckpt_dxpl(void);
-
 /* Selects in the file dataspace fs of tensor q the elements of the flat
  * ranges r[0..nr) (sorted, disjoint) and makes *ms, the matching memory
  * dataspace; *first receives the flat index of the first element in memory
@@ -311,20 +262,6 @@ hid_t mt_ckpt_dxpl(void);
 int mt_ckpt_select(hid_t fs, const mt_param *q, const mt_ckpt_range *r, int nr, hid_t *ms,
                    size_t *first, size_t *count);
 
-/* The most specific message of HDF5's error stack (after a failed call). */
-void mt_ckpt_h5_reason(char *buf, size_t cap);
-/* "(10, 784)" */
-void mt_ckpt_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
-/* Whether name is a valid key / buffer name. */
-int mt_ckpt_name_ok(const char *name);
-
-/* Attributes: scalar int, string, and a 1-d array (n >= 0). */
-int mt_ckpt_attr_int(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *v);
-int mt_ckpt_attr_str(hid_t loc, const char *name, const char *v);
-int mt_ckpt_attr_array(hid_t loc, const char *name, hid_t ftype, hid_t mtype, size_t n,
-                       const void *v);
-/* Reads a string attribute (fixed or variable length) into a new string. */
-int mt_ckpt_attr_read_str(hid_t loc, const char *name, char **out);
 /* Reads the entries of /trainer_state into st (empty on entry). */
 int mt_ckpt_state_read(hid_t file, const char *path, mt_ckpt_state *st);
 

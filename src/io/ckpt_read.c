@@ -12,14 +12,6 @@
 
 /* ===================================================== trainer state */
 
-int mt_ckpt_name_ok(const char *name) {
-  size_t n = name ? strlen(name) : 0;
-  if (n == 0 || n >= MT_NAME_MAX || !strcmp(name, ".")) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (name[i] == '/' || (unsigned char)name[i] < 32 || name[i] == 127) return 0;
-  return 1;
-}
-
 const mt_ckpt_entry *mt_ckpt_state_find(const mt_ckpt_state *s, const char *key) {
   for (int i = 0; s && key && i < s->n; i++)
     if (!strcmp(s->e[i].key, key)) return &s->e[i];
@@ -181,50 +173,6 @@ void mt_ckpt_info_free(mt_ckpt_info *info) {
 
 /* ================================================== attribute reading */
 
-/* A scalar string attribute (fixed or variable length) into a new string;
- * -1 when it is not one or cannot be read. */
-static int read_str_id(hid_t a, char **out) {
-  *out = NULL;
-  hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
-  int rc = -1;
-  if (ty >= 0 && sp >= 0 && H5Tget_class(ty) == H5T_STRING &&
-      H5Sget_simple_extent_npoints(sp) == 1) {
-    htri_t vl = H5Tis_variable_str(ty);
-    if (vl > 0) {
-      hid_t mt = H5Tcopy(H5T_C_S1);
-      char *s = NULL;
-      if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &s) >= 0) {
-        *out = strdup(s ? s : "");
-        rc = *out ? 0 : -1;
-      }
-      if (s) H5free_memory(s);
-      if (mt >= 0) H5Tclose(mt);
-    } else if (vl == 0) {
-      size_t n = H5Tget_size(ty);
-      char *s = malloc(n + 1);
-      if (s && H5Aread(a, ty, s) >= 0) {
-        s[n] = '\0';
-        *out = s;
-        rc = 0;
-      } else {
-        free(s);
-      }
-    }
-  }
-  if (sp >= 0) H5Sclose(sp);
-  if (ty >= 0) H5Tclose(ty);
-  return rc;
-}
-
-int mt_ckpt_attr_read_str(hid_t loc, const char *name, char **out) {
-  *out = NULL;
-  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-  int rc = a < 0 ? -1 : read_str_id(a, out);
-  if (a >= 0) H5Aclose(a);
-  if (rc) return MT_ERR(MT_ERR_DATA, "attribute %s is not a readable string", name);
-  return 0;
-}
-
 /* A scalar numeric attribute converted to mtype; *found = 0 when absent. */
 static int read_num_attr(hid_t loc, const char *name, hid_t mtype, void *v, int *found) {
   htri_t ex = H5Aexists(loc, name);
@@ -269,7 +217,7 @@ static int read_entry(hid_t a, const char *path, mt_ckpt_state *st) {
   hid_t mt = cls == H5T_INTEGER ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
   if (cls == H5T_STRING && sc == H5S_SCALAR) {
     char *s;
-    if (read_str_id(a, &s)) goto bad;
+    if (mt_ckpt_attr_read_str_id(a, &s)) goto bad;
     err = mt_ckpt_state_set_str(st, key, s);
     free(s);
   } else if (num && sc == H5S_SCALAR) {
@@ -395,35 +343,6 @@ static int read_header(hid_t f, const char *path, mt_ckpt_info *info) {
   return 0;
 }
 
-/* The tensor's checksum attribute into s[2]. */
-static int read_checksum(hid_t d, uint64_t s[2]) {
-  if (H5Aexists(d, "checksum") <= 0) return -1;
-  hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
-  hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
-  hid_t ty = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
-  int ok = sp >= 0 && ty >= 0 && H5Tget_class(ty) == H5T_INTEGER &&
-           H5Sget_simple_extent_npoints(sp) == 2 && H5Aread(a, H5T_NATIVE_UINT64, s) >= 0;
-  if (ty >= 0) H5Tclose(ty);
-  if (sp >= 0) H5Sclose(sp);
-  if (a >= 0) H5Aclose(a);
-  return ok ? 0 : -1;
-}
-
-/* The file's shape of dataset d and its element type: 32 (float32), 64
- * (float64) or 0 (anything else). */
-static int dataset_shape(hid_t d, int *nd, int64_t *shape, int *bits) {
-  hid_t ty = H5Dget_type(d), sp = H5Dget_space(d);
-  const size_t sz = ty >= 0 && H5Tget_class(ty) == H5T_FLOAT ? H5Tget_size(ty) : 0;
-  *bits = sz == 4 ? 32 : sz == 8 ? 64 : 0;
-  *nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-  hsize_t dims[H5S_MAX_RANK];
-  int ok = *nd >= 0 && *nd <= H5S_MAX_RANK && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0;
-  for (int k = 0; ok && k < *nd && k < MT_MAX_DIMS; k++) shape[k] = (int64_t)dims[k];
-  if (sp >= 0) H5Sclose(sp);
-  if (ty >= 0) H5Tclose(ty);
-  return ok ? 0 : -1;
-}
-
 /* ===================================================== read */
 
 typedef struct {
@@ -469,7 +388,7 @@ static int check_structure(reader *r) {
       MT_CHECK(d >= 0, MT_ERR_DATA, "checkpoint %s: /%s/%s is not a dataset", r->path, bn, q->name);
       int nd, bits;
       int64_t shape[MT_MAX_DIMS] = {0};
-      MT_CHECK(dataset_shape(d, &nd, shape, &bits) == 0, MT_ERR_DATA,
+      MT_CHECK(mt_ckpt_dataset_shape(d, &nd, shape, &bits) == 0, MT_ERR_DATA,
                "checkpoint %s: cannot read the shape of tensor /%s/%s", r->path, bn, q->name);
       const int want = r->ts->dtype == MT_FP64 ? 64 : 32;
       MT_CHECK(bits, MT_ERR_DATA, "checkpoint %s: tensor /%s/%s is not float32 or float64",
@@ -485,7 +404,7 @@ static int check_structure(reader *r) {
         return MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor /%s/%s has shape %s in the file but %s "
                       "in the model", r->path, bn, q->name, fs, ms);
       }
-      MT_CHECK(read_checksum(d, r->stored + 2 * ((size_t)b * t->n + i)) == 0, MT_ERR_DATA,
+      MT_CHECK(mt_ckpt_checksum_read(d, r->stored + 2 * ((size_t)b * t->n + i)) == 0, MT_ERR_DATA,
                "checkpoint %s: tensor /%s/%s has no valid checksum attribute", r->path, bn,
                q->name);
     }
@@ -612,21 +531,6 @@ static int allgather(reader *r) {
   return err;
 }
 
-/* Compares the summed checksums with the stored ones (same on all ranks). */
-static int compare_sums(const char *path, const uint64_t *sums, const uint64_t *stored, int n,
-                        const char *(*name)(void *, int, char *, size_t), void *ctx) {
-  for (int k = 0; k < n; k++) {
-    if (sums[2 * k] == stored[2 * k] && sums[2 * k + 1] == stored[2 * k + 1]) continue;
-    char nm[2 * MT_NAME_MAX + 2];
-    return MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s fails its checksum: the file is damaged "
-                  "(stored %016llx:%016llx, data gives %016llx:%016llx)", path,
-                  name(ctx, k, nm, sizeof(nm)), (unsigned long long)stored[2 * k],
-                  (unsigned long long)stored[2 * k + 1], (unsigned long long)sums[2 * k],
-                  (unsigned long long)sums[2 * k + 1]);
-  }
-  return 0;
-}
-
 static const char *reader_name(void *ctx, int k, char *buf, size_t cap) {
   const reader *r = ctx;
   int n = r->ts->table->n;
@@ -645,7 +549,7 @@ static int read_data(reader *r) {
   MT_CALL(mt_agree(r->comm, err));
   int rc = MPI_Allreduce(MPI_IN_PLACE, r->sums, 2 * nds, MPI_UINT64_T, MPI_SUM, r->comm);
   if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
-  if (!err) err = compare_sums(r->path, r->sums, r->stored, nds, reader_name, r);
+  if (!err) err = mt_ckpt_checksum_compare(r->path, r->sums, r->stored, nds, reader_name, r);
   MT_CALL(mt_agree(r->comm, err));
   if (r->ts->part.sharded)
     zero_padding(r->ts, r->pl, r->pl->held);
@@ -853,10 +757,10 @@ static int verify_group(hid_t f, const char *path, const char *gname, mt_ckpt_ch
     }
     int nd = 0, bits = 0;
     int64_t shape[MT_MAX_DIMS] = {0};
-    if (dataset_shape(d, &nd, shape, &bits) || !bits || nd < 1 || nd > MT_MAX_DIMS)
+    if (mt_ckpt_dataset_shape(d, &nd, shape, &bits) || !bits || nd < 1 || nd > MT_MAX_DIMS)
       err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s is not a float32 or float64 array of 1 "
                    "to %d dimensions", path, full, MT_MAX_DIMS);
-    else if (read_checksum(d, v->stored + 2 * (v->n - 1)))
+    else if (mt_ckpt_checksum_read(d, v->stored + 2 * (v->n - 1)))
       err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s has no valid checksum attribute", path,
                    full);
     else if (level == MT_CKPT_CHECK_DATA) {
@@ -895,7 +799,7 @@ static int verify_locked(MPI_Comm comm, const char *path, mt_ckpt_check level,
   if (!err && level == MT_CKPT_CHECK_DATA && v.n) {
     int rc = MPI_Allreduce(MPI_IN_PLACE, v.sums, 2 * v.n, MPI_UINT64_T, MPI_SUM, comm);
     if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
-    if (!err) err = compare_sums(path, v.sums, v.stored, v.n, vlist_name, &v);
+    if (!err) err = mt_ckpt_checksum_compare(path, v.sums, v.stored, v.n, vlist_name, &v);
     err = mt_agree(comm, err);
   }
   if (dxpl >= 0) H5Pclose(dxpl);
