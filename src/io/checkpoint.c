@@ -1,8 +1,8 @@
 /* Checkpoint files, the writing half: the division of the flat layout among
  * ranks, hyperslab selection of flat ranges, the collective write, and the
- * crash-safe save into a directory. Trainer state entries, reading and
- * verifying are in ckpt_read.c; names, the checksum and the HDF5 helpers in
- * ckpt_format.c. Layout and contracts: checkpoint.h. */
+ * crash-safe save into a directory. Trainer state entries are in
+ * ckpt_state.c, reading and verifying in ckpt_read.c; names, the checksum
+ * and the HDF5 helpers in ckpt_format.c. Layout and contracts: checkpoint.h. */
 #include "io/checkpoint.h"
 
 #include <dirent.h>
@@ -364,37 +364,6 @@ static int write_header(writer *w) {
   return 0;
 }
 
-static int write_state(writer *w) {
-  hid_t g = H5Gcreate2(w->file, MT_CKPT_STATE_GROUP, H5P_DEFAULT, w->gcpl, H5P_DEFAULT);
-  if (g < 0) return MT_ERR(MT_ERR_HDF5, "checkpoint %s: cannot create /%s", w->path,
-                           MT_CKPT_STATE_GROUP);
-  int err = 0;
-  for (int i = 0; w->st && i < w->st->n && !err; i++) {
-    const mt_ckpt_entry *e = &w->st->e[i];
-    switch (e->type) {
-    case MT_CKPT_I64:
-      err = mt_ckpt_attr_int(g, e->key, H5T_STD_I64LE, H5T_NATIVE_INT64, &e->i);
-      break;
-    case MT_CKPT_F64:
-      err = mt_ckpt_attr_int(g, e->key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &e->f);
-      break;
-    case MT_CKPT_STR:
-      err = mt_ckpt_attr_str(g, e->key, e->p);
-      break;
-    case MT_CKPT_I64S:
-      err = mt_ckpt_attr_array(g, e->key, H5T_STD_I64LE, H5T_NATIVE_INT64, e->n, e->p);
-      break;
-    case MT_CKPT_F64S:
-      err = mt_ckpt_attr_array(g, e->key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, e->n, e->p);
-      break;
-    default:
-      err = MT_ERR(MT_ERR_ARG, "checkpoint state entry %s has an invalid type", e->key);
-    }
-  }
-  if (H5Gclose(g) < 0 && !err) err = MT_ERR(MT_ERR_HDF5, "closing /%s failed", MT_CKPT_STATE_GROUP);
-  return err;
-}
-
 static int create_datasets(writer *w) {
   const mt_param_table *t = w->ts->table;
   for (int b = 0; b < w->ts->nbufs; b++) {
@@ -497,7 +466,7 @@ static int write_locked(writer *w) {
 
   /* metadata: the same calls with the same values on every rank */
   err = write_header(w);
-  if (!err) err = write_state(w);
+  if (!err) err = mt_ckpt_state_write(w->file, w->gcpl, w->path, w->st);
   if (!err) err = create_datasets(w);
   err = mt_agree(w->comm, err);
   if (err) return err;

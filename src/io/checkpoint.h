@@ -24,56 +24,7 @@
 #define MT_CHECKPOINT_H
 
 #include "io/ckpt_format.h"
-
-/* ------------------------------------------------------- trainer state */
-
-typedef enum {
-  MT_CKPT_I64 = 1, /* int64 scalar                                          */
-  MT_CKPT_F64,     /* double scalar                                         */
-  MT_CKPT_STR,     /* string                                                */
-  MT_CKPT_I64S,    /* int64 array                                           */
-  MT_CKPT_F64S     /* double array                                          */
-} mt_ckpt_type;
-
-typedef struct {
-  char key[MT_NAME_MAX];
-  mt_ckpt_type type;
-  size_t n;     /* array length; string length (without the NUL); 1 scalar  */
-  int64_t i;    /* MT_CKPT_I64                                              */
-  double f;     /* MT_CKPT_F64                                              */
-  void *p;      /* arrays and strings, owned by the state                   */
-} mt_ckpt_entry;
-
-/* Typed key/value entries saved as attributes of /trainer_state: epoch,
- * step in epoch, global step, rng keys, sampler position, schedule state,
- * the learning curve as arrays, loss-scaler and accountant slots, ...
- * A zero-filled struct is an empty state; mt_ckpt_state_free empties it.
- * Keys are 1 to MT_NAME_MAX-1 printable characters without '/'. Setting an
- * existing key replaces its value (and type). Unsigned 64-bit values (rng
- * keys) are stored as int64 with the same bits: cast both ways. */
-typedef struct {
-  mt_ckpt_entry *e;
-  int n, cap;
-} mt_ckpt_state;
-
-int mt_ckpt_state_set_i64(mt_ckpt_state *s, const char *key, int64_t v);
-int mt_ckpt_state_set_f64(mt_ckpt_state *s, const char *key, double v);
-int mt_ckpt_state_set_str(mt_ckpt_state *s, const char *key, const char *v);
-int mt_ckpt_state_set_i64s(mt_ckpt_state *s, const char *key, const int64_t *v, size_t n);
-int mt_ckpt_state_set_f64s(mt_ckpt_state *s, const char *key, const double *v, size_t n);
-/* The entry called key, or NULL. */
-const mt_ckpt_entry *mt_ckpt_state_find(const mt_ckpt_state *s, const char *key);
-/* Getters fail with MT_ERR_DATA naming the key when it is missing or holds
- * another type. Array and string pointers point into s (valid until s
- * changes); *n receives the array length. */
-int mt_ckpt_state_get_i64(const mt_ckpt_state *s, const char *key, int64_t *v);
-int mt_ckpt_state_get_f64(const mt_ckpt_state *s, const char *key, double *v);
-int mt_ckpt_state_get_str(const mt_ckpt_state *s, const char *key, const char **v);
-int mt_ckpt_state_get_i64s(const mt_ckpt_state *s, const char *key, const int64_t **v,
-                           size_t *n);
-int mt_ckpt_state_get_f64s(const mt_ckpt_state *s, const char *key, const double **v,
-                           size_t *n);
-void mt_ckpt_state_free(mt_ckpt_state *s);
+#include "io/ckpt_state.h"
 
 /* ------------------------------------------------------------- tensors */
 
@@ -261,8 +212,5 @@ void mt_ckpt_split(size_t total, int size, int r, size_t unit, mt_ckpt_range *ou
  * and *count the number selected (0: both selections empty, *ms valid). */
 int mt_ckpt_select(hid_t fs, const mt_param *q, const mt_ckpt_range *r, int nr, hid_t *ms,
                    size_t *first, size_t *count);
-
-/* Reads the entries of /trainer_state into st (empty on entry). */
-int mt_ckpt_state_read(hid_t file, const char *path, mt_ckpt_state *st);
 
 #endif
