@@ -23,8 +23,10 @@
 #ifndef MT_CHECKPOINT_H
 #define MT_CHECKPOINT_H
 
+#include "io/ckpt_dir.h"
 #include "io/ckpt_format.h"
 #include "io/ckpt_plan.h"
+#include "io/ckpt_read.h"
 #include "io/ckpt_state.h"
 
 /* Who wrote the checkpoint. NULL strings are stored as "". */
@@ -32,20 +34,6 @@ typedef struct {
   const char *backend; /* "ddp-amp", ...                                    */
   const char *options; /* the resolved options, one string                  */
 } mt_ckpt_meta;
-
-/* What a checkpoint says about itself (mt_ckpt_read). Free with
- * mt_ckpt_info_free. */
-typedef struct {
-  int format, world_size;
-  char version[32];
-  char backend[64];
-  char created[32];
-  char *options;                          /* owned                          */
-  int nbufs;                              /* buffer groups in the file      */
-  char bufs[MT_CKPT_MAX_BUFS][MT_NAME_MAX];
-} mt_ckpt_info;
-
-void mt_ckpt_info_free(mt_ckpt_info *info);
 
 /* ------------------------------------------------------------ file level */
 
@@ -58,37 +46,7 @@ void mt_ckpt_info_free(mt_ckpt_info *info);
 int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
                   const mt_ckpt_meta *meta, const mt_ckpt_state *st);
 
-/* Reads a checkpoint collectively, on any number of ranks. First checks the
- * format version and that every tensor of every buffer of ts exists in the
- * file, is float32 (float64 for ts->dtype MT_FP64) and has the table's shape (and that the file's buffer
- * groups hold no tensor the table lacks); any mismatch fails, naming the
- * tensor and both shapes, before a buffer is touched. Then each rank reads
- * the slices it needs into ts's buffers and every tensor's checksum is
- * verified. ts may be NULL (header and state only); info and st may be NULL.
- * On success *info and *st are replaced (their old contents freed). On a
- * failure info and st are untouched; buffers are untouched unless the
- * failure is a checksum or I/O error found while reading data, after which
- * their contents are unspecified (verify first with mt_ckpt_verify, or fall
- * back to an older checkpoint). */
-int mt_ckpt_read(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
-                 mt_ckpt_info *info, mt_ckpt_state *st);
-
-typedef enum {
-  MT_CKPT_CHECK_OPEN = 0, /* opens; format version; every dataset float32
-                             or float64 with a checksum attribute; state
-                             readable                                      */
-  MT_CKPT_CHECK_DATA = 1  /* and every dataset's checksum, reading each
-                             tensor once, split among ranks                */
-} mt_ckpt_check;
-
-/* Checks a checkpoint file without a table and without touching any
- * buffer. Fails with a message naming the file (and the tensor). */
-int mt_ckpt_verify(MPI_Comm comm, const char *path, mt_ckpt_check level);
-
 /* ------------------------------------------------------ directory level */
-
-/* DIR/ckpt-<step>.h5 into buf; fails (MT_ERR_ARG) when it does not fit. */
-int mt_ckpt_path(const char *dir, int64_t step, char *buf, size_t cap);
 
 /* Writes DIR/ckpt-<step>.h5 crash-safely (see the top of this file), makes
  * DIR when needed, points DIR/latest at it and keeps the newest keep
@@ -98,17 +56,5 @@ int mt_ckpt_path(const char *dir, int64_t step, char *buf, size_t cap);
 int mt_ckpt_save(MPI_Comm comm, const char *dir, int64_t step, int keep,
                  const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
                  const mt_ckpt_state *st, char *path, size_t cap);
-
-/* The steps of the complete checkpoints in DIR (files ckpt-<step>.h5),
- * newest first, as listed by rank 0 and broadcast. *steps is allocated
- * (mt_free it), NULL when *n is 0; a missing DIR holds none. */
-int mt_ckpt_list(MPI_Comm comm, const char *dir, int64_t **steps, int *n);
-
-/* The newest checkpoint of DIR that passes mt_ckpt_verify at level: its
- * file name into path and its step into *step (may be NULL). Each damaged
- * one is skipped with a warning on stderr (rank 0) naming it and why.
- * Fails with MT_ERR_FILE when DIR holds no checkpoint or none passes. */
-int mt_ckpt_find_latest(MPI_Comm comm, const char *dir, mt_ckpt_check level, char *path,
-                        size_t cap, int64_t *step);
 
 #endif

@@ -599,36 +599,3 @@ int mt_ckpt_verify(MPI_Comm comm, const char *path, mt_ckpt_check level) {
 }
 
 /* ================================================ the newest good one */
-
-int mt_ckpt_find_latest(MPI_Comm comm, const char *dir, mt_ckpt_check level, char *path,
-                        size_t cap, int64_t *step) {
-  int rank, n = 0, bad = 0;
-  int64_t *steps = NULL;
-  MT_MPI(MPI_Comm_rank(comm, &rank));
-  MT_CALL(mt_ckpt_list(comm, dir, &steps, &n));
-  char p[MT_PATH_MAX], first_bad[MT_PATH_MAX] = "";
-  for (int i = 0; i < n; i++) {
-    int err = mt_ckpt_path(dir, steps[i], p, sizeof(p));
-    if (!err) err = mt_ckpt_verify(comm, p, level);
-    if (!err) {
-      int64_t s = steps[i];
-      mt_free(&steps);
-      MT_CHECK(strlen(p) < cap, MT_ERR_ARG, "checkpoint path %s does not fit", p);
-      snprintf(path, cap, "%s", p);
-      if (step) *step = s;
-      if (bad && rank == 0)
-        fprintf(stderr, "mpitrain: warning: restarting from the older checkpoint %s\n", p);
-      return 0;
-    }
-    if (rank == 0)
-      fprintf(stderr, "mpitrain: warning: skipping a damaged checkpoint: %s\n",
-              mt_error_message());
-    if (!bad) snprintf(first_bad, sizeof(first_bad), "%s", p);
-    bad++;
-    mt_error_clear();
-  }
-  mt_free(&steps);
-  if (!n) return MT_ERR(MT_ERR_FILE, "no checkpoint (ckpt-<step>.h5) in %s", dir);
-  return MT_ERR(MT_ERR_FILE, "none of the %d checkpoints in %s verifies (the newest, %s, is "
-                "damaged)", n, dir, first_bad);
-}
