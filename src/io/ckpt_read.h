@@ -52,4 +52,20 @@ typedef enum {
  * buffer. Fails with a message naming the file (and the tensor). */
 int mt_ckpt_verify(MPI_Comm comm, const char *path, mt_ckpt_check level);
 
+/* ----------------------------------- shared by ckpt_read.c, ckpt_verify.c */
+
+/* Opens the checkpoint path read-only on every rank of comm (collective,
+ * agrees) with the MPI-IO access list *fapl. *fapl and *file are
+ * H5I_INVALID_HID or the caller's to close (H5Pclose *fapl also after a
+ * failure; *file is open only on success). Fails naming the file:
+ * MT_ERR_ARG (no name), MT_ERR_FILE (missing, unreadable, not HDF5),
+ * MT_ERR_HDF5. Under mt_h5_lock(). */
+int mt_ckpt_open(MPI_Comm comm, const char *path, hid_t *fapl, hid_t *file);
+/* Reads the root attributes of the open checkpoint f into info (zero-filled
+ * on entry; its options string is allocated: mt_ckpt_info_free) and lists
+ * its buffer groups. Checks the format version and the checksum algorithm.
+ * Not collective: every rank calls it alike. Fails with MT_ERR_DATA (or
+ * MT_ERR_MEM) naming path. */
+int mt_ckpt_read_header(hid_t f, const char *path, mt_ckpt_info *info);
+
 #endif
