@@ -1,17 +1,17 @@
-/* Checkpoint files, the writing half: the collective write, and the
- * crash-safe save into a directory. The division of the flat layout among
- * ranks is in ckpt_plan.c, trainer state entries in ckpt_state.c, reading
- * and verifying in ckpt_read.c; names, the checksum and the HDF5 helpers in
- * ckpt_format.c. Layout and contracts: checkpoint.h. */
-#include "io/checkpoint.h"
+/* Checkpoint files, writing: the collective parallel-HDF5 write of one
+ * file (mt_ckpt_write: the header, the trainer state, every tensor's owned
+ * slices and checksums, each rank its own hyperslabs) and the crash-safe
+ * save into a directory (mt_ckpt_save: a temporary name, fsync, the rename,
+ * DIR/latest and pruning through ckpt_dir). The division of the flat layout
+ * among ranks is in ckpt_plan.c, trainer state entries in ckpt_state.c;
+ * names, the checksum and the HDF5 helpers in ckpt_format.c. Contracts:
+ * ckpt_write.h. */
+#include "io/ckpt_write.h"
+#include "io/ckpt_dir.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
