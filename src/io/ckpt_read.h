@@ -23,6 +23,7 @@ typedef struct {
   char bufs[MT_CKPT_MAX_BUFS][MT_NAME_MAX];
 } mt_ckpt_info;
 
+/* Frees info's options and zero-fills it; info may be NULL. */
 void mt_ckpt_info_free(mt_ckpt_info *info);
 
 /* Reads a checkpoint collectively, on any number of ranks. First checks the

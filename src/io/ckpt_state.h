@@ -37,6 +37,12 @@ typedef struct {
   int n, cap;
 } mt_ckpt_state;
 
+/* ------------------------------------------------------------ the store */
+
+/* Setters: key gets v (arrays and strings are copied into s; v may be NULL
+ * when n is 0). Fail with MT_ERR_ARG naming the key when it is invalid or
+ * v is NULL (s unchanged), MT_ERR_MEM when s cannot grow (unchanged) or
+ * the copy cannot be made (then key is no longer in s). */
 int mt_ckpt_state_set_i64(mt_ckpt_state *s, const char *key, int64_t v);
 int mt_ckpt_state_set_f64(mt_ckpt_state *s, const char *key, double v);
 int mt_ckpt_state_set_str(mt_ckpt_state *s, const char *key, const char *v);
@@ -54,6 +60,7 @@ int mt_ckpt_state_get_i64s(const mt_ckpt_state *s, const char *key, const int64_
                            size_t *n);
 int mt_ckpt_state_get_f64s(const mt_ckpt_state *s, const char *key, const double **v,
                            size_t *n);
+/* Frees every entry and leaves s empty (zero-filled); s may be NULL. */
 void mt_ckpt_state_free(mt_ckpt_state *s);
 
 /* ------------------------------------------------------ pack and unpack */
