@@ -1,177 +1,17 @@
-/* Checkpoint files, the reading half: the trainer state entries (set, get,
- * read from a file), the header, the structural checks against the caller's
- * table, the collective read of the slices each rank needs with checksum
- * verification, mt_ckpt_verify and the choice of the newest checkpoint that
- * verifies. Layout: checkpoint.h. */
-#include "io/checkpoint.h"
+/* Checkpoint files, the reading half: opening, the header, the structural
+ * checks against the caller's table, the collective read of the slices each
+ * rank needs with checksum verification, and resharding (the all-gather of
+ * a replicated layout, zeroed padding). mt_ckpt_verify, which reuses the
+ * opening and the header, is in ckpt_verify.c. Layout: ckpt_format.h;
+ * contracts: ckpt_read.h. */
+#include "io/ckpt_read.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* ===================================================== trainer state */
-
-int mt_ckpt_name_ok(const char *name) {
-  size_t n = name ? strlen(name) : 0;
-  if (n == 0 || n >= MT_NAME_MAX || !strcmp(name, ".")) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (name[i] == '/' || (unsigned char)name[i] < 32 || name[i] == 127) return 0;
-  return 1;
-}
-
-const mt_ckpt_entry *mt_ckpt_state_find(const mt_ckpt_state *s, const char *key) {
-  for (int i = 0; s && key && i < s->n; i++)
-    if (!strcmp(s->e[i].key, key)) return &s->e[i];
-  return NULL;
-}
-
-/* The entry for key, emptied (new or with its old value freed). */
-static int state_slot(mt_ckpt_state *s, const char *key, mt_ckpt_entry **out) {
-  MT_CHECK(s, MT_ERR_ARG, "checkpoint state: NULL state");
-  MT_CHECK(mt_ckpt_name_ok(key), MT_ERR_ARG,
-           "checkpoint state: invalid key '%s' (1 to %d printable characters, no '/')",
-           key ? key : "(null)", MT_NAME_MAX - 1);
-  mt_ckpt_entry *e = (mt_ckpt_entry *)mt_ckpt_state_find(s, key);
-  if (!e) {
-    if (s->n == s->cap) {
-      int cap = s->cap ? 2 * s->cap : 16;
-      mt_ckpt_entry *ne = realloc(s->e, (size_t)cap * sizeof(*ne));
-      MT_CHECK(ne, MT_ERR_MEM, "checkpoint state: cannot grow to %d entries", cap);
-      s->e = ne;
-      s->cap = cap;
-    }
-    e = &s->e[s->n++];
-  } else {
-    free(e->p);
-  }
-  memset(e, 0, sizeof(*e));
-  snprintf(e->key, sizeof(e->key), "%s", key);
-  *out = e;
-  return 0;
-}
-
-/* Drops the entry just made by state_slot (when its value cannot be set). */
-static void state_drop(mt_ckpt_state *s, mt_ckpt_entry *e) {
-  free(e->p);
-  int i = (int)(e - s->e);
-  memmove(&s->e[i], &s->e[i + 1], (size_t)(s->n - i - 1) * sizeof(*e));
-  s->n--;
-}
-
-int mt_ckpt_state_set_i64(mt_ckpt_state *s, const char *key, int64_t v) {
-  mt_ckpt_entry *e;
-  MT_CALL(state_slot(s, key, &e));
-  e->type = MT_CKPT_I64;
-  e->n = 1;
-  e->i = v;
-  return 0;
-}
-
-int mt_ckpt_state_set_f64(mt_ckpt_state *s, const char *key, double v) {
-  mt_ckpt_entry *e;
-  MT_CALL(state_slot(s, key, &e));
-  e->type = MT_CKPT_F64;
-  e->n = 1;
-  e->f = v;
-  return 0;
-}
-
-static int set_bytes(mt_ckpt_state *s, const char *key, mt_ckpt_type type, const void *v,
-                     size_t n, size_t elem, size_t extra) {
-  MT_CHECK(v || n == 0, MT_ERR_ARG, "checkpoint state: NULL value for %s", key ? key : "");
-  mt_ckpt_entry *e;
-  MT_CALL(state_slot(s, key, &e));
-  e->type = type;
-  e->n = n;
-  e->p = malloc(n * elem + extra + 1);
-  if (!e->p) {
-    state_drop(s, e);
-    return MT_ERR(MT_ERR_MEM, "checkpoint state: no memory for %s (%zu values)", key, n);
-  }
-  if (n) memcpy(e->p, v, n * elem);
-  memset((char *)e->p + n * elem, 0, extra + 1);
-  return 0;
-}
-
-int mt_ckpt_state_set_str(mt_ckpt_state *s, const char *key, const char *v) {
-  MT_CHECK(v, MT_ERR_ARG, "checkpoint state: NULL string for %s", key ? key : "");
-  return set_bytes(s, key, MT_CKPT_STR, v, strlen(v), 1, 0);
-}
-
-int mt_ckpt_state_set_i64s(mt_ckpt_state *s, const char *key, const int64_t *v, size_t n) {
-  return set_bytes(s, key, MT_CKPT_I64S, v, n, sizeof(int64_t), 0);
-}
-
-int mt_ckpt_state_set_f64s(mt_ckpt_state *s, const char *key, const double *v, size_t n) {
-  return set_bytes(s, key, MT_CKPT_F64S, v, n, sizeof(double), 0);
-}
-
-static const char *type_name(mt_ckpt_type t) {
-  switch (t) {
-  case MT_CKPT_I64: return "an int64";
-  case MT_CKPT_F64: return "a double";
-  case MT_CKPT_STR: return "a string";
-  case MT_CKPT_I64S: return "an int64 array";
-  case MT_CKPT_F64S: return "a double array";
-  }
-  return "an unknown type";
-}
-
-static int state_get(const mt_ckpt_state *s, const char *key, mt_ckpt_type type,
-                     const mt_ckpt_entry **e) {
-  *e = mt_ckpt_state_find(s, key);
-  MT_CHECK(*e, MT_ERR_DATA, "checkpoint state has no entry %s", key ? key : "(null)");
-  MT_CHECK((*e)->type == type, MT_ERR_DATA, "checkpoint state entry %s is %s, not %s", key,
-           type_name((*e)->type), type_name(type));
-  return 0;
-}
-
-int mt_ckpt_state_get_i64(const mt_ckpt_state *s, const char *key, int64_t *v) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_I64, &e));
-  *v = e->i;
-  return 0;
-}
-
-int mt_ckpt_state_get_f64(const mt_ckpt_state *s, const char *key, double *v) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_F64, &e));
-  *v = e->f;
-  return 0;
-}
-
-int mt_ckpt_state_get_str(const mt_ckpt_state *s, const char *key, const char **v) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_STR, &e));
-  *v = e->p;
-  return 0;
-}
-
-int mt_ckpt_state_get_i64s(const mt_ckpt_state *s, const char *key, const int64_t **v,
-                           size_t *n) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_I64S, &e));
-  *v = e->p;
-  *n = e->n;
-  return 0;
-}
-
-int mt_ckpt_state_get_f64s(const mt_ckpt_state *s, const char *key, const double **v,
-                           size_t *n) {
-  const mt_ckpt_entry *e;
-  MT_CALL(state_get(s, key, MT_CKPT_F64S, &e));
-  *v = e->p;
-  *n = e->n;
-  return 0;
-}
-
-void mt_ckpt_state_free(mt_ckpt_state *s) {
-  if (!s) return;
-  for (int i = 0; i < s->n; i++) free(s->e[i].p);
-  free(s->e);
-  memset(s, 0, sizeof(*s));
-}
+/* ================================================================ info */
 
 void mt_ckpt_info_free(mt_ckpt_info *info) {
   if (!info) return;
@@ -180,50 +20,6 @@ void mt_ckpt_info_free(mt_ckpt_info *info) {
 }
 
 /* ================================================== attribute reading */
-
-/* A scalar string attribute (fixed or variable length) into a new string;
- * -1 when it is not one or cannot be read. */
-static int read_str_id(hid_t a, char **out) {
-  *out = NULL;
-  hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
-  int rc = -1;
-  if (ty >= 0 && sp >= 0 && H5Tget_class(ty) == H5T_STRING &&
-      H5Sget_simple_extent_npoints(sp) == 1) {
-    htri_t vl = H5Tis_variable_str(ty);
-    if (vl > 0) {
-      hid_t mt = H5Tcopy(H5T_C_S1);
-      char *s = NULL;
-      if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &s) >= 0) {
-        *out = strdup(s ? s : "");
-        rc = *out ? 0 : -1;
-      }
-      if (s) H5free_memory(s);
-      if (mt >= 0) H5Tclose(mt);
-    } else if (vl == 0) {
-      size_t n = H5Tget_size(ty);
-      char *s = malloc(n + 1);
-      if (s && H5Aread(a, ty, s) >= 0) {
-        s[n] = '\0';
-        *out = s;
-        rc = 0;
-      } else {
-        free(s);
-      }
-    }
-  }
-  if (sp >= 0) H5Sclose(sp);
-  if (ty >= 0) H5Tclose(ty);
-  return rc;
-}
-
-int mt_ckpt_attr_read_str(hid_t loc, const char *name, char **out) {
-  *out = NULL;
-  hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-  int rc = a < 0 ? -1 : read_str_id(a, out);
-  if (a >= 0) H5Aclose(a);
-  if (rc) return MT_ERR(MT_ERR_DATA, "attribute %s is not a readable string", name);
-  return 0;
-}
 
 /* A scalar numeric attribute converted to mtype; *found = 0 when absent. */
 static int read_num_attr(hid_t loc, const char *name, hid_t mtype, void *v, int *found) {
@@ -252,87 +48,9 @@ static int read_str_fixed(hid_t loc, const char *name, char *buf, size_t cap) {
   return 0;
 }
 
-static int read_entry(hid_t a, const char *path, mt_ckpt_state *st) {
-  char key[MT_NAME_MAX];
-  ssize_t kl = H5Aget_name(a, sizeof(key), key);
-  if (kl < 0 || kl >= MT_NAME_MAX)
-    return MT_ERR(MT_ERR_DATA, "checkpoint %s: an entry of /%s has an unreadable or too long name",
-                  path, MT_CKPT_STATE_GROUP);
-  hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
-  H5T_class_t cls = ty >= 0 ? H5Tget_class(ty) : H5T_NO_CLASS;
-  H5S_class_t sc = sp >= 0 ? H5Sget_simple_extent_type(sp) : H5S_NO_CLASS;
-  hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-  int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-  if (sp >= 0) H5Sclose(sp);
-  if (ty >= 0) H5Tclose(ty);
-  int num = cls == H5T_INTEGER || cls == H5T_FLOAT, err = 0;
-  hid_t mt = cls == H5T_INTEGER ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
-  if (cls == H5T_STRING && sc == H5S_SCALAR) {
-    char *s;
-    if (read_str_id(a, &s)) goto bad;
-    err = mt_ckpt_state_set_str(st, key, s);
-    free(s);
-  } else if (num && sc == H5S_SCALAR) {
-    int64_t i;
-    double f;
-    if (H5Aread(a, mt, cls == H5T_INTEGER ? (void *)&i : (void *)&f) < 0) goto bad;
-    err = cls == H5T_INTEGER ? mt_ckpt_state_set_i64(st, key, i)
-                             : mt_ckpt_state_set_f64(st, key, f);
-  } else if (num && (sc == H5S_NULL || (sc == H5S_SIMPLE && nd == 1))) {
-    size_t n = sc == H5S_NULL ? 0 : (size_t)np;
-    void *v = malloc(n * 8 + 8);
-    if (!v) return MT_ERR(MT_ERR_MEM, "checkpoint %s: state entry %s (%zu values)", path, key, n);
-    if (n && H5Aread(a, mt, v) < 0) {
-      free(v);
-      goto bad;
-    }
-    err = cls == H5T_INTEGER ? mt_ckpt_state_set_i64s(st, key, v, n)
-                             : mt_ckpt_state_set_f64s(st, key, v, n);
-    free(v);
-  } else {
-    goto bad;
-  }
-  return err;
-bad:
-  return MT_ERR(MT_ERR_DATA, "checkpoint %s: state entry %s is unreadable or of an unsupported "
-                "type (int64, double, string, 1-d int64 or double array)", path, key);
-}
-
-int mt_ckpt_state_read(hid_t file, const char *path, mt_ckpt_state *st) {
-  htri_t ex = H5Lexists(file, MT_CKPT_STATE_GROUP, H5P_DEFAULT);
-  MT_CHECK(ex > 0, MT_ERR_DATA, "checkpoint %s: has no group /%s", path, MT_CKPT_STATE_GROUP);
-  hid_t g = H5Gopen2(file, MT_CKPT_STATE_GROUP, H5P_DEFAULT);
-  if (g < 0)
-    return MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot open /%s", path, MT_CKPT_STATE_GROUP);
-  /* in the order written when the file tracks it, else by name */
-  H5_index_t idx = H5_INDEX_NAME;
-  unsigned flags = 0;
-  hid_t gcpl = H5Gget_create_plist(g);
-  if (gcpl >= 0 && H5Pget_attr_creation_order(gcpl, &flags) >= 0 && (flags & H5P_CRT_ORDER_INDEXED))
-    idx = H5_INDEX_CRT_ORDER;
-  if (gcpl >= 0) H5Pclose(gcpl);
-  H5O_info_t oi;
-  int err = 0;
-  if (H5Oget_info2(g, &oi, H5O_INFO_NUM_ATTRS) < 0)
-    err = MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot count the entries of /%s", path,
-                 MT_CKPT_STATE_GROUP);
-  for (hsize_t i = 0; !err && i < oi.num_attrs; i++) {
-    hid_t a = H5Aopen_by_idx(g, ".", idx, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT);
-    if (a < 0) {
-      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot open entry %llu of /%s", path,
-                   (unsigned long long)i, MT_CKPT_STATE_GROUP);
-      break;
-    }
-    err = read_entry(a, path, st);
-    H5Aclose(a);
-  }
-  H5Gclose(g);
-  return err;
-}
-
 /* ================================================== opening, header */
 
-static int open_file(MPI_Comm comm, const char *path, hid_t *fapl, hid_t *file) {
+int mt_ckpt_open(MPI_Comm comm, const char *path, hid_t *fapl, hid_t *file) {
   *fapl = *file = H5I_INVALID_HID;
   int err = 0;
   if (!path || !path[0])
@@ -352,7 +70,7 @@ static int open_file(MPI_Comm comm, const char *path, hid_t *fapl, hid_t *file) 
   return mt_agree(comm, err);
 }
 
-static int read_header(hid_t f, const char *path, mt_ckpt_info *info) {
+int mt_ckpt_read_header(hid_t f, const char *path, mt_ckpt_info *info) {
   int found = 0, fmt = 0, ws = 0;
   MT_CALL(read_num_attr(f, "format", H5T_NATIVE_INT, &fmt, &found));
   MT_CHECK(found, MT_ERR_DATA, "checkpoint %s: not an mpitrain checkpoint (no attribute format)",
@@ -393,35 +111,6 @@ static int read_header(hid_t f, const char *path, mt_ckpt_info *info) {
     snprintf(info->bufs[info->nbufs++], MT_NAME_MAX, "%s", nm);
   }
   return 0;
-}
-
-/* The tensor's checksum attribute into s[2]. */
-static int read_checksum(hid_t d, uint64_t s[2]) {
-  if (H5Aexists(d, "checksum") <= 0) return -1;
-  hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
-  hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
-  hid_t ty = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
-  int ok = sp >= 0 && ty >= 0 && H5Tget_class(ty) == H5T_INTEGER &&
-           H5Sget_simple_extent_npoints(sp) == 2 && H5Aread(a, H5T_NATIVE_UINT64, s) >= 0;
-  if (ty >= 0) H5Tclose(ty);
-  if (sp >= 0) H5Sclose(sp);
-  if (a >= 0) H5Aclose(a);
-  return ok ? 0 : -1;
-}
-
-/* The file's shape of dataset d and its element type: 32 (float32), 64
- * (float64) or 0 (anything else). */
-static int dataset_shape(hid_t d, int *nd, int64_t *shape, int *bits) {
-  hid_t ty = H5Dget_type(d), sp = H5Dget_space(d);
-  const size_t sz = ty >= 0 && H5Tget_class(ty) == H5T_FLOAT ? H5Tget_size(ty) : 0;
-  *bits = sz == 4 ? 32 : sz == 8 ? 64 : 0;
-  *nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-  hsize_t dims[H5S_MAX_RANK];
-  int ok = *nd >= 0 && *nd <= H5S_MAX_RANK && H5Sget_simple_extent_dims(sp, dims, NULL) >= 0;
-  for (int k = 0; ok && k < *nd && k < MT_MAX_DIMS; k++) shape[k] = (int64_t)dims[k];
-  if (sp >= 0) H5Sclose(sp);
-  if (ty >= 0) H5Tclose(ty);
-  return ok ? 0 : -1;
 }
 
 /* ===================================================== read */
@@ -469,7 +158,7 @@ static int check_structure(reader *r) {
       MT_CHECK(d >= 0, MT_ERR_DATA, "checkpoint %s: /%s/%s is not a dataset", r->path, bn, q->name);
       int nd, bits;
       int64_t shape[MT_MAX_DIMS] = {0};
-      MT_CHECK(dataset_shape(d, &nd, shape, &bits) == 0, MT_ERR_DATA,
+      MT_CHECK(mt_ckpt_dataset_shape(d, &nd, shape, &bits) == 0, MT_ERR_DATA,
                "checkpoint %s: cannot read the shape of tensor /%s/%s", r->path, bn, q->name);
       const int want = r->ts->dtype == MT_FP64 ? 64 : 32;
       MT_CHECK(bits, MT_ERR_DATA, "checkpoint %s: tensor /%s/%s is not float32 or float64",
@@ -485,7 +174,7 @@ static int check_structure(reader *r) {
         return MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor /%s/%s has shape %s in the file but %s "
                       "in the model", r->path, bn, q->name, fs, ms);
       }
-      MT_CHECK(read_checksum(d, r->stored + 2 * ((size_t)b * t->n + i)) == 0, MT_ERR_DATA,
+      MT_CHECK(mt_ckpt_checksum_read(d, r->stored + 2 * ((size_t)b * t->n + i)) == 0, MT_ERR_DATA,
                "checkpoint %s: tensor /%s/%s has no valid checksum attribute", r->path, bn,
                q->name);
     }
@@ -612,21 +301,6 @@ static int allgather(reader *r) {
   return err;
 }
 
-/* Compares the summed checksums with the stored ones (same on all ranks). */
-static int compare_sums(const char *path, const uint64_t *sums, const uint64_t *stored, int n,
-                        const char *(*name)(void *, int, char *, size_t), void *ctx) {
-  for (int k = 0; k < n; k++) {
-    if (sums[2 * k] == stored[2 * k] && sums[2 * k + 1] == stored[2 * k + 1]) continue;
-    char nm[2 * MT_NAME_MAX + 2];
-    return MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s fails its checksum: the file is damaged "
-                  "(stored %016llx:%016llx, data gives %016llx:%016llx)", path,
-                  name(ctx, k, nm, sizeof(nm)), (unsigned long long)stored[2 * k],
-                  (unsigned long long)stored[2 * k + 1], (unsigned long long)sums[2 * k],
-                  (unsigned long long)sums[2 * k + 1]);
-  }
-  return 0;
-}
-
 static const char *reader_name(void *ctx, int k, char *buf, size_t cap) {
   const reader *r = ctx;
   int n = r->ts->table->n;
@@ -645,7 +319,7 @@ static int read_data(reader *r) {
   MT_CALL(mt_agree(r->comm, err));
   int rc = MPI_Allreduce(MPI_IN_PLACE, r->sums, 2 * nds, MPI_UINT64_T, MPI_SUM, r->comm);
   if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
-  if (!err) err = compare_sums(r->path, r->sums, r->stored, nds, reader_name, r);
+  if (!err) err = mt_ckpt_checksum_compare(r->path, r->sums, r->stored, nds, reader_name, r);
   MT_CALL(mt_agree(r->comm, err));
   if (r->ts->part.sharded)
     zero_padding(r->ts, r->pl, r->pl->held);
@@ -657,10 +331,10 @@ static int read_data(reader *r) {
 
 static int read_locked(reader *r, mt_ckpt_info *info, mt_ckpt_state *st) {
   hid_t fapl;
-  int err = open_file(r->comm, r->path, &fapl, &r->file);
+  int err = mt_ckpt_open(r->comm, r->path, &fapl, &r->file);
   if (fapl >= 0) H5Pclose(fapl);
   if (err) return err;
-  err = read_header(r->file, r->path, info);
+  err = mt_ckpt_read_header(r->file, r->path, info);
   if (!err) err = mt_ckpt_state_read(r->file, r->path, st);
   MT_CALL(mt_agree(r->comm, err));
   if (!r->ts) return 0;
@@ -739,223 +413,4 @@ int mt_ckpt_read(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
     mt_ckpt_state_free(&tst);
   }
   return 0;
-}
-
-/* ===================================================== verify */
-
-typedef struct {
-  char (*names)[2 * MT_NAME_MAX + 2];
-  uint64_t *stored, *sums;
-  int n, cap;
-  int next; /* the rank that reads the next tensor's first piece           */
-} vlist;
-
-static const char *vlist_name(void *ctx, int k, char *buf, size_t cap) {
-  snprintf(buf, cap, "%s", ((vlist *)ctx)->names[k]);
-  return buf;
-}
-
-static int vlist_add(vlist *v, const char *g, const char *d) {
-  if (v->n == v->cap) {
-    int cap = v->cap ? 2 * v->cap : 64;
-    void *a = realloc(v->names, (size_t)cap * sizeof(*v->names));
-    if (a) v->names = a;
-    void *b = a ? realloc(v->stored, 2 * (size_t)cap * sizeof(uint64_t)) : NULL;
-    if (b) v->stored = b;
-    void *c = b ? realloc(v->sums, 2 * (size_t)cap * sizeof(uint64_t)) : NULL;
-    if (c) v->sums = c;
-    MT_CHECK(c, MT_ERR_MEM, "checkpoint verification: no memory for %d tensors", cap);
-    v->cap = cap;
-  }
-  snprintf(v->names[v->n], sizeof(v->names[0]), "/%s/%s", g, d);
-  v->sums[2 * v->n] = v->sums[2 * v->n + 1] = 0;
-  v->n++;
-  return 0;
-}
-
-#define VERIFY_CHUNK ((size_t)4 << 20) /* elements read per call            */
-
-/* Reads this rank's piece of dataset d in chunks and sums it: the tensor is
- * split like a segment (mt_ckpt_seg), among k ranks from *next on. Every
- * rank makes the same number of collective reads. */
-static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, mt_dtype dt,
-                       const mt_ckpt_plan *pl, int *next, void *scratch, const char *path,
-                       const char *name,
-                       uint64_t s[2]) {
-  mt_param q;
-  memset(&q, 0, sizeof(q));
-  snprintf(q.name, sizeof(q.name), "%s", name);
-  q.ndim = nd;
-  q.numel = 1;
-  for (int k = 0; k < nd; k++) {
-    q.shape[k] = shape[k];
-    q.numel *= (size_t)shape[k];
-  }
-  const size_t minp = mt_ckpt_min_piece ? mt_ckpt_min_piece : 1;
-  mt_ckpt_seg sg = {0, q.numel, *next, 1};
-  if (q.numel / minp > 1) sg.k = q.numel / minp < (size_t)pl->size ? (int)(q.numel / minp) : pl->size;
-  *next = (sg.first + sg.k) % pl->size;
-  mt_ckpt_range mine = {0, 0};
-  int j = (pl->rank - sg.first + pl->size) % pl->size;
-  if (j < sg.k) mt_ckpt_seg_piece(&sg, j, &mine);
-  size_t most = 0; /* the longest piece: the number of reads */
-  for (int i = 0; i < sg.k; i++) {
-    mt_ckpt_range g;
-    mt_ckpt_seg_piece(&sg, i, &g);
-    if (g.b - g.a > most) most = g.b - g.a;
-  }
-  const size_t nchunks = (most + VERIFY_CHUNK - 1) / VERIFY_CHUNK;
-  hsize_t dims[MT_MAX_DIMS];
-  for (int k = 0; k < nd; k++) dims[k] = (hsize_t)shape[k];
-  int err = 0;
-  for (size_t c = 0; c < nchunks; c++) {
-    mt_ckpt_range g = {mine.a + c * VERIFY_CHUNK, mine.a + (c + 1) * VERIFY_CHUNK};
-    if (g.b > mine.b) g.b = mine.b;
-    int have = !err && g.a < g.b;
-    hid_t fs = H5Screate_simple(nd, dims, NULL), ms = H5I_INVALID_HID;
-    size_t first = 0, count = 0;
-    if (fs < 0) return MT_ERR(MT_ERR_HDF5, "H5Screate_simple for %s failed", name);
-    int e = mt_ckpt_select(fs, &q, &g, have, &ms, &first, &count);
-    if (!e && H5Dread(d, mt_ckpt_h5_mem_type(dt), ms, fs, dxpl, scratch) < 0)
-      e = MT_ERR(MT_ERR_FILE, "checkpoint %s: reading tensor %s failed", path, name);
-    if (!e && count) mt_ckpt_sum_dt(dt, scratch, count, first, s);
-    if (ms >= 0) H5Sclose(ms);
-    H5Sclose(fs);
-    if (!err) err = e;
-  }
-  return err;
-}
-
-/* Checks every dataset of one buffer group; data errors (local) go to
- * *derr and the collective reads go on. */
-static int verify_group(hid_t f, const char *path, const char *gname, mt_ckpt_check level,
-                        const mt_ckpt_plan *pl, hid_t dxpl, void *scratch, vlist *v,
-                        int *derr) {
-  hid_t g = H5Gopen2(f, gname, H5P_DEFAULT);
-  MT_CHECK(g >= 0, MT_ERR_DATA, "checkpoint %s: cannot open /%s", path, gname);
-  H5G_info_t gi;
-  int err = H5Gget_info(g, &gi) < 0 ? MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot list /%s",
-                                             path, gname) : 0;
-  for (hsize_t i = 0; !err && i < gi.nlinks; i++) {
-    char nm[MT_NAME_MAX];
-    ssize_t k = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nm, sizeof(nm),
-                                   H5P_DEFAULT);
-    if (k < 0 || k >= MT_NAME_MAX) {
-      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot list /%s", path, gname);
-      break;
-    }
-    if ((err = vlist_add(v, gname, nm))) break;
-    const char *full = v->names[v->n - 1];
-    hid_t d = H5Dopen2(g, nm, H5P_DEFAULT);
-    if (d < 0) {
-      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: %s is not a dataset", path, full);
-      break;
-    }
-    int nd = 0, bits = 0;
-    int64_t shape[MT_MAX_DIMS] = {0};
-    if (dataset_shape(d, &nd, shape, &bits) || !bits || nd < 1 || nd > MT_MAX_DIMS)
-      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s is not a float32 or float64 array of 1 "
-                   "to %d dimensions", path, full, MT_MAX_DIMS);
-    else if (read_checksum(d, v->stored + 2 * (v->n - 1)))
-      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s has no valid checksum attribute", path,
-                   full);
-    else if (level == MT_CKPT_CHECK_DATA) {
-      int e = verify_data(d, dxpl, nd, shape, bits == 64 ? MT_FP64 : MT_FP32, pl, &v->next,
-                          scratch, path, full, v->sums + 2 * (v->n - 1));
-      if (!*derr) *derr = e;
-    }
-    H5Dclose(d);
-  }
-  H5Gclose(g);
-  return err;
-}
-
-static int verify_locked(MPI_Comm comm, const char *path, mt_ckpt_check level,
-                         const mt_ckpt_plan *pl, void *scratch) {
-  hid_t fapl, f, dxpl = H5I_INVALID_HID;
-  int err = open_file(comm, path, &fapl, &f);
-  if (fapl >= 0) H5Pclose(fapl);
-  if (err) return err;
-  mt_ckpt_info info;
-  mt_ckpt_state st;
-  memset(&info, 0, sizeof(info));
-  memset(&st, 0, sizeof(st));
-  vlist v;
-  memset(&v, 0, sizeof(v));
-  err = read_header(f, path, &info);
-  if (!err) err = mt_ckpt_state_read(f, path, &st);
-  if (!err && (dxpl = mt_ckpt_dxpl()) < 0)
-    err = MT_ERR(MT_ERR_HDF5, "making the transfer list failed");
-  err = mt_agree(comm, err);
-  int derr = 0;
-  for (int b = 0; !err && b < info.nbufs; b++)
-    err = verify_group(f, path, info.bufs[b], level, pl, dxpl, scratch, &v, &derr);
-  if (!err) err = derr;
-  err = mt_agree(comm, err);
-  if (!err && level == MT_CKPT_CHECK_DATA && v.n) {
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v.sums, 2 * v.n, MPI_UINT64_T, MPI_SUM, comm);
-    if (rc != MPI_SUCCESS) err = mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
-    if (!err) err = compare_sums(path, v.sums, v.stored, v.n, vlist_name, &v);
-    err = mt_agree(comm, err);
-  }
-  if (dxpl >= 0) H5Pclose(dxpl);
-  if (H5Fclose(f) < 0 && !err) err = MT_ERR(MT_ERR_FILE, "checkpoint %s: closing failed", path);
-  free(v.names);
-  free(v.stored);
-  free(v.sums);
-  mt_ckpt_info_free(&info);
-  mt_ckpt_state_free(&st);
-  return err;
-}
-
-int mt_ckpt_verify(MPI_Comm comm, const char *path, mt_ckpt_check level) {
-  mt_ckpt_plan pl;
-  memset(&pl, 0, sizeof(pl));
-  MT_MPI(MPI_Comm_rank(comm, &pl.rank));
-  MT_MPI(MPI_Comm_size(comm, &pl.size));
-  double *scratch = NULL; /* room for float64 chunks */
-  int err = 0;
-  if (level == MT_CKPT_CHECK_DATA)
-    err = mt_calloc(&scratch, VERIFY_CHUNK, sizeof(double), "checkpoint verification buffer");
-  MT_CALL(mt_agree(comm, err));
-  mt_h5_lock();
-  err = verify_locked(comm, path, level, &pl, scratch);
-  mt_h5_unlock();
-  mt_free(&scratch);
-  return err;
-}
-
-/* ================================================ the newest good one */
-
-int mt_ckpt_find_latest(MPI_Comm comm, const char *dir, mt_ckpt_check level, char *path,
-                        size_t cap, int64_t *step) {
-  int rank, n = 0, bad = 0;
-  int64_t *steps = NULL;
-  MT_MPI(MPI_Comm_rank(comm, &rank));
-  MT_CALL(mt_ckpt_list(comm, dir, &steps, &n));
-  char p[MT_PATH_MAX], first_bad[MT_PATH_MAX] = "";
-  for (int i = 0; i < n; i++) {
-    int err = mt_ckpt_path(dir, steps[i], p, sizeof(p));
-    if (!err) err = mt_ckpt_verify(comm, p, level);
-    if (!err) {
-      int64_t s = steps[i];
-      mt_free(&steps);
-      MT_CHECK(strlen(p) < cap, MT_ERR_ARG, "checkpoint path %s does not fit", p);
-      snprintf(path, cap, "%s", p);
-      if (step) *step = s;
-      if (bad && rank == 0)
-        fprintf(stderr, "mpitrain: warning: restarting from the older checkpoint %s\n", p);
-      return 0;
-    }
-    if (rank == 0)
-      fprintf(stderr, "mpitrain: warning: skipping a damaged checkpoint: %s\n",
-              mt_error_message());
-    if (!bad) snprintf(first_bad, sizeof(first_bad), "%s", p);
-    bad++;
-    mt_error_clear();
-  }
-  mt_free(&steps);
-  if (!n) return MT_ERR(MT_ERR_FILE, "no checkpoint (ckpt-<step>.h5) in %s", dir);
-  return MT_ERR(MT_ERR_FILE, "none of the %d checkpoints in %s verifies (the newest, %s, is "
-                "damaged)", n, dir, first_bad);
 }

@@ -1,6 +1,6 @@
 /* Per-sample outputs in one collective HDF5 file (format in outputs.h). */
 #include "io/outputs.h"
-#include "io/checkpoint.h"
+#include "io/ckpt_format.h"
 
 #include <errno.h>
 #include <stdio.h>
