@@ -2,7 +2,7 @@
  * they are not unknown), checked against the backend's precision policy
  * (c->amp: autocast-style O1 or O2, src/trainer/amp.c).
  * And -precision fp32 | fp64: the element type of the parameters,
- * gradients, optimizer state, activations and losses (src/trainer/dtype.c),
+ * gradients, optimizer state, activations and losses (src/trainer/state.c),
  * with what fp64 does not cover refused by name. */
 #include "config/mt_config.h"
 #include "core/core.h"

@@ -124,22 +124,6 @@ static int create_model(mt_trainer *t) {
   return err;
 }
 
-int mt_trainer_fsdp_node_size(const mt_trainer *t, int *node) {
-  const mt_config *c = t->cfg;
-  const mt_comm *comm = t->comm;
-  *node = c->fsdp_node_size;
-  if (c->fsdp_strategy != MT_FSDP_HYBRID_SHARD || *node > 0) return 0;
-  int mm[2] = {-comm->local_size, comm->local_size};
-  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm->world));
-  MT_CHECK(-mm[0] == mm[1], MT_ERR_OPTION,
-           "option -fsdp_sharding_strategy hybrid_shard: the nodes run %d to %d ranks; give "
-           "-fsdp_node_size", -mm[0], mm[1]);
-  *node = mm[1];
-  mt_print0("fsdp hybrid_shard: sharding groups of %d ranks (the node's), replicated across "
-            "%d groups\n", *node, comm->size / *node);
-  return 0;
-}
-
 /* fsdp: the initialised (and agreed) model becomes this rank's shards; the
  * model then reads and writes the shards' views. */
 static int shard_model(mt_trainer *t) {
@@ -158,17 +142,6 @@ static int shard_model(mt_trainer *t) {
   return 0;
 }
 
-void mt_trainer_owned(const mt_trainer *t, mt_owned *o) {
-  if (t->fsdp) {
-    size_t lo, hi;
-    mt_fsdp_range(t->fsdp, &lo, &hi);
-    *o = (mt_owned){mt_fsdp_table(t->fsdp), mt_fsdp_params(t->fsdp), mt_fsdp_grads(t->fsdp), lo,
-                    hi - lo};
-  } else {
-    *o = (mt_owned){&t->model->params, t->params, t->grads, 0, t->model->params.total};
-  }
-}
-
 int mt_trainer_params_whole(mt_trainer *t) {
   if (t->gpu) { /* on the host, and (fsdp full_shard) gathered on the device */
     MT_CALL(mt_agree(t->comm->world, mt_gpu_download(t, 0)));
@@ -181,17 +154,6 @@ int mt_trainer_params_release(mt_trainer *t) {
   if (t->gpu) return mt_agree(t->comm->world, mt_gpu_unpin(t));
   if (!t->fsdp) return 0;
   MT_CALL(mt_agree(t->comm->world, mt_fsdp_unpin(t->fsdp)));
-  return 0;
-}
-
-/* Model buffers (batch norm's running statistics): rank 0's win, as in
- * PyTorch DDP with broadcast_buffers=True (there before every forward;
- * here after every step and at start, which every later forward sees). */
-int mt_trainer_sync_buffers(mt_trainer *t) {
-  const mt_model *m = t->model;
-  if (m->buffers.total == 0 || t->comm->size == 1) return 0;
-  MT_MPI(MPI_Bcast(mt_trainer_model_buf(t), (int)m->buffers.total, mt_flat_mpi(t), 0,
-                   t->comm->world));
   return 0;
 }
 

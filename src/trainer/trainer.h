@@ -24,7 +24,7 @@ typedef struct {
   mt_backend *backend;
   /* -precision: the element type of every flat buffer of the run (params,
    * grads, tgrads, mom, the AdamW state, best_params, the model buffers)
-   * and its size; dtype.c holds the few operations that depend on it */
+   * and its size; state.c holds the few operations that depend on it */
   mt_dtype dtype;
   size_t esz;
   /* per-thread models and gradient buffers (-thread_split batch);
@@ -132,7 +132,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
                mt_batch_stats *st);
 void mt_compute_sum_grads(mt_trainer *t);
 
-/* -precision (dtype.c): everything of the trainer that depends on the
+/* -precision (state.c): everything of the trainer that depends on the
  * element type of its flat buffers (float, or double under fp64), so the
  * rest of the trainer does not branch on it.
  *  mt_flat_at: element i of a buffer of t's type; mt_flat_mpi: its MPI type;
