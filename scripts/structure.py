@@ -12,7 +12,7 @@ read from their symbols with nm. Layers, lowest first; an include from a
 folder to one of a higher layer points up:"""
 import os, re, subprocess, sys
 
-LAYERS = [["core"], ["comm", "data", "nn"], ["models", "optim"], ["backends", "io", "cuda"],
+LAYERS = [["core"], ["comm", "data", "nn", "io"], ["models", "optim"], ["backends", "cuda"],
           ["config"], ["trainer", "gpu"], ["main.c"]]
 LEVEL = {f: i for i, fs in enumerate(LAYERS) for f in fs}
 top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

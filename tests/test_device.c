@@ -1,4 +1,4 @@
-/* -device cpu|cuda|auto selection (src/comm/device.c), in every build: the
+/* -device cpu|cuda|auto selection (src/gpu/select.c), in every build: the
  * pure rule, the local rank from the launcher's variables, and what this
  * build and machine answer (a CPU-only build refuses -device cuda naming the
  * option; auto falls back to the CPU where there is no device). */

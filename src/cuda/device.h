@@ -1,7 +1,7 @@
 /* Device selection (-device cpu|cuda|auto) and, in a CUDA build, the CUDA
  * runtime calls behind it.
  *
- * The selection logic (src/comm/device.c) is compiled in every build; the
+ * The selection logic (src/gpu/select.c) is compiled in every build; the
  * CUDA side (src/cuda/device.c) only with CUDA (configure --with-cuda,
  * config.h defines MT_HAVE_CUDA). A CPU-only build answers "no CUDA" and
  * refuses -device cuda with a message naming the option. */

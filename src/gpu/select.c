@@ -1,4 +1,5 @@
-/* -device cpu|cuda|auto: which device a rank computes on. Compiled in every
+/* -device cpu|cuda|auto: which device a rank computes on (the selection rule
+ * of cuda/device.h, beside the trainer's device runtime). Compiled in every
  * build; the CUDA runtime calls sit in src/cuda/device.c (CUDA builds). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
