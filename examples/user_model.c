@@ -1,4 +1,4 @@
-/* A user's own model and backend, plugged into mpitrain through the public
+/* A user's own model, backend and optimizer, plugged into mpitrain through the public
  * header only: no mpitrain source is changed. Build against libmpitrain and
  * run like mpitrain itself:
  *
@@ -12,7 +12,9 @@
  * through mt_batch_stats (prediction, logits).
  * The backend: data parallel like ddp, but summing gradients with
  * MPI_Reduce to rank 0 and MPI_Bcast back (a deliberately different
- * algorithm that must give the same model). */
+ * algorithm that must give the same model).
+ * The optimizer: heavy-ball momentum (-optimizer heavy_ball), which must
+ * give the built-in sgd's model for the same momentum. */
 #include <mpitrain/mpitrain.h>
 
 #include <math.h>
@@ -186,11 +188,57 @@ static int rb_reduce(mt_backend *b, float *grads, size_t n) {
   return 0;
 }
 
-static const mt_backend_ops reduce_bcast = {
-    .name = "ddp-reduce-bcast", .sync_params = rb_sync, .reduce_grads = rb_reduce};
+/* Its traits: the -amp policy composes with it (-backend ddp-reduce-bcast-amp);
+ * DP-SGD and O2 do not, and are refused naming the strategies that have them. */
+static const mt_backend_ops reduce_bcast = {.name = "ddp-reduce-bcast",
+                                            .traits = MT_TRAIT_AMP,
+                                            .sync_params = rb_sync,
+                                            .reduce_grads = rb_reduce};
+
+/* --------------------------------------------------------- the optimizer */
+
+/* Heavy-ball momentum, PyTorch's SGD rule without dampening, nesterov or
+ * weight decay: buf = g on the first step, else momentum * buf + g; p -=
+ * lr * buf. Its one state buffer is saved in checkpoints under its name. */
+static int hb_setup(mt_optimizer *o) {
+  if (o->dtype != MT_FP32) return MT_ERR(MT_ERR_OPTION, "option -optimizer heavy_ball: fp32 only");
+  if (o->hp.weight_decay != 0 || o->hp.dampening != 0 || o->hp.nesterov)
+    return MT_ERR(MT_ERR_OPTION, "option -optimizer heavy_ball: no -weight_decay, -dampening "
+                  "or -nesterov");
+  return mt_calloc(&o->data, o->n, sizeof(float), "heavy_ball buffer");
+}
+
+static int hb_step(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
+                   size_t lo, double lr, int first_step, int all_decay) {
+  (void)all_decay;
+  float *p = params, *buf = (float *)o->data + lo;
+  const float *g = grads, mu = (float)o->hp.momentum, a = (float)lr;
+  for (int i = 0; i < tab->n; i++) /* the tensors (the padding between them stays) */
+    for (size_t k = tab->p[i].offset; k < tab->p[i].offset + tab->p[i].numel; k++) {
+      buf[k] = first_step ? g[k] : mu * buf[k] + g[k];
+      p[k] -= a * buf[k];
+    }
+  return 0;
+}
+
+static int hb_state(mt_optimizer *o, int k, const char **name, void **data) {
+  if (k != 0) return 0;
+  *name = "momentum_buffer";
+  *data = o->data;
+  return 1;
+}
+
+static void hb_destroy(mt_optimizer *o) { mt_free(&o->data); }
+
+static const mt_optimizer_ops heavy_ball = {.name = "heavy_ball",
+                                            .setup = hb_setup,
+                                            .step = hb_step,
+                                            .state = hb_state,
+                                            .destroy = hb_destroy};
 
 int main(int argc, char **argv) {
-  if (mt_model_register(&softmax_tanh) || mt_backend_register(&reduce_bcast)) {
+  if (mt_model_register(&softmax_tanh) || mt_backend_register(&reduce_bcast) ||
+      mt_optimizer_register(&heavy_ball)) {
     fprintf(stderr, "user_model: %s\n", mt_error_message());
     return 1;
   }
