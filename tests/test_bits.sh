@@ -21,14 +21,21 @@
 #                   1 rank (sp)
 #   restart3-mlp    its step-6 checkpoint (epoch 2, step 1) finished on 3
 #                   ranks (ddp)
-#   fsdp-full-mlp   fsdp full_shard, 2 ranks, gradient accumulation (2 micro-steps)
+#   fsdp-full-mlp   fsdp full_shard, 2 ranks, gradient accumulation (2
+#                   micro-steps), a checkpoint at step 7 (epoch 2, step 2)
+#   restart3-fsdp-mlp that checkpoint finished by fsdp on 3 ranks (micro-batch 4)
 #   fsdp-hybrid-mlp fsdp hybrid_shard, 2 ranks in groups of 1 (-fsdp_node_size
 #                   1: every group holds all, the groups all-reduce), sgd nesterov
 #   spamp-bf16-cnn  sp-amp bf16, 1 rank, cnn with batch norm
 #   apex-fp16-mlp   ddp-amp-apex fp16, 2 ranks, dynamic loss scaling from 2^20
 #                   growing every 3 clean steps (4 of the 10 steps overflow,
-#                   are skipped and back the scale off)
-#   dp-mlp          ddp-dp, 2 ranks, DP-SGD, noise multiplier 1.0, Poisson sampling
+#                   are skipped and back the scale off), a checkpoint every 4
+#   restart1-apex-mlp its step-4 checkpoint finished by sp-amp-apex on 1 rank
+#                   (the loss scaler's state restored)
+#   dp-mlp          ddp-dp, 2 ranks, DP-SGD, noise multiplier 1.0, Poisson
+#                   sampling, a checkpoint every 3 steps
+#   restart1-dp-mlp its step-3 checkpoint finished by sp-dp on 1 rank (the
+#                   accountant's state restored)
 #   fp64-mlp        ddp -precision fp64, 2 ranks, step schedule
 #   sp-threads2-mlp sp, 1 rank of 2 threads (each its rows of the batch),
 #                   sgd with dampening, clipping by value
@@ -234,9 +241,12 @@ run restart3-mlp 3 "${mlp[@]}" -backend ddp -optimizer adamw -lr 3e-3 -weight_de
   -lr_schedule cosine -warmup_steps 2 -clip_grad_norm 0.5 -restart "$src/ckpt-6.h5"
 said restart3-mlp "resumed mid-epoch" "global step 6"
 
-run fsdp-full-mlp 2 "${mlp[@]}" -backend fsdp -fsdp_sharding_strategy full_shard \
-  -micro_batch_size 6 -optimizer adamw -lr 3e-3 -clip_grad_norm 1.0
+full=(-fsdp_sharding_strategy full_shard -optimizer adamw -lr 3e-3 -clip_grad_norm 1.0)
+run fsdp-full-mlp 2 "${mlp[@]}" -backend fsdp "${full[@]}" -micro_batch_size 6 -checkpoint_every_steps 7
 said fsdp-full-mlp "full_shard" "fsdp: full_shard"
+run restart3-fsdp-mlp 3 "${mlp[@]}" -backend fsdp "${full[@]}" -micro_batch_size 4 \
+  -restart "$WORK/fsdp-full-mlp/checkpoints/ckpt-7.h5"
+said restart3-fsdp-mlp "resumed mid-epoch" "global step 7"
 run fsdp-hybrid-mlp 2 "${mlp[@]}" -backend fsdp -fsdp_sharding_strategy hybrid_shard \
   -fsdp_node_size 1 -optimizer sgd -lr 0.05 -momentum 0.9 -nesterov -weight_decay 1e-3
 said fsdp-hybrid-mlp "hybrid_shard in groups of 1" "groups of 1 ranks"
@@ -245,11 +255,17 @@ run spamp-bf16-cnn 1 -model cnn -cnn_channels 4,6 -cnn_kernel 3 -cnn_hidden 16 -
   -data_train "$WORK/img.h5" -data_val "$WORK/img.h5" -max_val_steps_per_epoch 1 -val_batch_size 64 \
   -epochs 2 -max_train_steps_per_epoch 4 -batch_size 24 -seed 7 -backend sp-amp -amp_dtype bf16 \
   -optimizer sgd -lr 0.05 -momentum 0.9 -clip_grad_norm 1.0
-run apex-fp16-mlp 2 "${mlp[@]}" -backend ddp-amp-apex -amp_dtype fp16 -loss_scale dynamic \
-  -loss_scale_init 1048576 -loss_scale_growth_interval 3 -optimizer adamw -lr 3e-3
+apex=(-amp_dtype fp16 -loss_scale dynamic -loss_scale_init 1048576 -loss_scale_growth_interval 3
+  -optimizer adamw -lr 3e-3)
+run apex-fp16-mlp 2 "${mlp[@]}" -backend ddp-amp-apex "${apex[@]}" -checkpoint_every_steps 4
 said apex-fp16-mlp "overflows skipped some steps, not all" "4 of 10 steps skipped"
-run dp-mlp 2 "${mlp[@]}" -backend ddp-dp -dp_noise_multiplier 1.0 -dp_max_grad_norm 1.0 \
-  -optimizer sgd -lr 0.1 -momentum 0.5
+run restart1-apex-mlp 1 "${mlp[@]}" -backend sp-amp-apex "${apex[@]}" \
+  -restart "$WORK/apex-fp16-mlp/checkpoints/ckpt-4.h5"
+said restart1-apex-mlp "resumed mid-epoch" "global step 4"
+dp=(-dp_noise_multiplier 1.0 -dp_max_grad_norm 1.0 -optimizer sgd -lr 0.1 -momentum 0.5)
+run dp-mlp 2 "${mlp[@]}" -backend ddp-dp "${dp[@]}" -checkpoint_every_steps 3
+run restart1-dp-mlp 1 "${mlp[@]}" -backend sp-dp "${dp[@]}" -restart "$WORK/dp-mlp/checkpoints/ckpt-3.h5"
+said restart1-dp-mlp "resumed mid-epoch" "global step 3"
 run fp64-mlp 2 "${mlp[@]}" -backend ddp -precision fp64 -optimizer sgd -lr 0.05 -momentum 0.9 \
   -lr_schedule step -lr_step_size 4 -lr_gamma 0.5
 run sp-threads2-mlp 1 -model mlp -mlp_hidden 64,32 -data_train "$WORK/train.h5" -data_val "$WORK/val.h5" \
