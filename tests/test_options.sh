@@ -35,6 +35,18 @@ for np in 1 2; do
   expect_error "np=$np unknown -backend foo" -backend \
     run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
     -backend foo -output_dir "$(out)"
+  # a policy the strategy's traits do not allow: refused naming those that do
+  expect_error "np=$np -backend fsdp-dp" \
+    "option -backend fsdp-dp: the DP-SGD policy (-dp) does not compose with the fsdp strategy; it does in: sp-dp, ddp-dp" \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+    -backend fsdp-dp -output_dir "$(out)"
+  expect_error "np=$np -backend fsdp-amp-apex" \
+    "option -backend fsdp-amp-apex: the O2 mixed precision policy (-amp-apex) does not compose with the fsdp strategy; it does in: sp-amp-apex, ddp-amp-apex" \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+    -backend fsdp-amp-apex -output_dir "$(out)"
+  expect_error "np=$np -optimizer lamb" "option -optimizer: 'lamb' is not one of: sgd, adamw" \
+    run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+    -optimizer lamb -output_dir "$(out)"
   expect_error "np=$np missing -data_train" -data_train \
     run_mpi "$np" "$T" "$MPITRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
   d=$(out)
