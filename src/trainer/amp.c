@@ -1,5 +1,6 @@
 /* Mixed precision around the training step (trainer/amp.h). */
 #include "trainer/amp.h"
+#include "trainer/own.h"
 #include "nn/lowp.h"
 
 #include <math.h>
@@ -52,9 +53,9 @@ int mt_amp_setup(mt_trainer *t) {
   a->inf_step = -1;
   const mt_param_table *tab = &t->model->params;
   size_t n = tab->total;
-  /* fsdp: the weights are gathered unit by unit, so no cast of the whole
-   * buffer; the GEMMs round their weight operands themselves */
-  if (!t->fsdp)
+  /* sharded (own.h): the weights are gathered unit by unit, so no cast of
+   * the whole buffer; the GEMMs round their weight operands themselves */
+  if (!t->owner->sharded)
     MT_CALL(mt_calloc(&a->cache, n, mt_nn_weight_cache_elem(a->dtype), "weight cast cache"));
   if (a->level == 2) {
     MT_CALL(mt_calloc(&a->work, n, sizeof(float), "O2 working copy"));

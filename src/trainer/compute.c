@@ -7,7 +7,7 @@
  * threads each GEMM. */
 #include "trainer/trainer.h"
 #include "backends/backends.h"
-#include "backends/fsdp.h"
+#include "trainer/own.h"
 #include "gpu/gpu.h"
 
 #include "nn/nn.h"
@@ -36,26 +36,25 @@ void mt_compute_destroy(mt_trainer *t) {
   }
 }
 
-/* The model's finished units go to the backend (overlap, see ddp.c; fsdp
- * reduces each unit's gradient in every backward). */
+/* The model's finished units go to the owner (own.h: the sharded one
+ * reduces each unit's gradient in every backward) or else to the backend
+ * (overlap, see ddp.c). */
 static void unit_done(void *ctx, int unit) {
   mt_trainer *t = ctx;
   if (t->overlap_err) return;
-  t->overlap_err = t->fsdp ? mt_fsdp_unit_done(t->fsdp, unit)
-                           : mt_backend_unit_ready(t->backend, t->grads, unit);
+  t->overlap_err = t->owner->unit_done ? t->owner->unit_done(t, unit)
+                                       : mt_backend_unit_ready(t->backend, t->grads, unit);
 }
 
-/* fsdp: the model is about to read a unit's parameters. */
+/* The model is about to read a unit's parameters (an owner that gathers). */
 static int unit_use(void *ctx, int unit, int pass) {
   mt_trainer *t = ctx;
-  return t->fsdp ? mt_fsdp_unit_use(t->fsdp, unit, pass) : 0;
+  return t->owner->unit_use(t, unit, pass);
 }
 
-/* Seconds the backend has spent in communication calls so far (fsdp's
+/* Seconds spent in communication calls so far (the sharded owner's
  * gathers and reductions, ddp's overlapped all-reduce). */
-static double comm_seconds(const mt_trainer *t) {
-  return t->fsdp ? mt_fsdp_comm_seconds(t->fsdp) : t->backend->comm_seconds;
-}
+static double comm_seconds(const mt_trainer *t) { return t->owner->comm_seconds(t); }
 
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st) {
@@ -65,12 +64,13 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
     return mt_gpu_eval(t, b, losses, st);
   }
   /* evaluation passes differ in length between ranks: no gathers in them */
-  MT_CHECK(!t->fsdp || backward || mt_fsdp_pinned(t->fsdp), MT_ERR_STATE,
-           "fsdp: an evaluation pass without the whole model (mt_trainer_params_whole)");
+  MT_CHECK(backward || t->owner->pinned(t), MT_ERR_STATE,
+           "%s parameters: an evaluation pass without the whole model "
+           "(mt_trainer_params_whole)", t->owner->name);
   if (T == 1) {
     mt_model *m = t->model;
     if (backward) mt_ev_begin(MT_EV_FORWARD);
-    m->unit_use = t->fsdp ? unit_use : NULL;
+    m->unit_use = t->owner->unit_use ? unit_use : NULL;
     m->unit_ctx = t;
     double c0 = comm_seconds(t);
     MT_CALL(mt_trainer_forward(t, m, b, losses, st));
@@ -81,7 +81,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       c0 = comm_seconds(t);
       mt_ev_begin(MT_EV_BACKWARD);
       /* the step's last backward on one thread: units reported as done */
-      int hook = t->fsdp || (t->last_micro && mt_backend_can_overlap(t->backend));
+      int hook = t->owner->unit_done || (t->last_micro && mt_backend_can_overlap(t->backend));
       m->unit_done = hook ? unit_done : NULL;
       m->unit_ctx = t;
       t->overlap_err = 0;

@@ -9,6 +9,7 @@
 #include "io/checkpoint.h"
 #include "trainer/trainer.h"
 #include "trainer/amp.h"
+#include "trainer/own.h"
 #include "trainer/step.h"
 #include "gpu/gpu.h"
 
@@ -81,7 +82,8 @@ static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
   for (int i = 0; i < k; i++) bufs[n++] = (mt_ckpt_buf){names[i], data[i]};
   if (t->best_params) bufs[n++] = (mt_ckpt_buf){"best_params", t->best_params};
   *ts = (mt_ckpt_tensors){&t->model->params, bufs, n,
-                          t->fsdp ? mt_ckpt_shard(o.lo, o.lo + o.n) : mt_ckpt_replicated(),
+                          t->owner->sharded ? mt_ckpt_shard(o.lo, o.lo + o.n)
+                                            : mt_ckpt_replicated(),
                           t->dtype};
   return 0;
 }

@@ -1,5 +1,5 @@
 /* The trainer's state below the loop and the step: what this rank owns of
- * the layout, the model buffers' agreement, fsdp's sharding group, and the
+ * the layout (its owner's, own.h), the model buffers' agreement, and the
  * operations that depend on -precision fp32 | fp64, the element type of
  * its flat buffers. Every other trainer file may call these; they call no
  * other trainer file, so they close no circle. Under fp64 (PyTorch's model.double())
@@ -9,8 +9,7 @@
  * clipping, the backend's
  * reduction, checkpoints and model files work on double; under fp32 every
  * call here is the float function the trainer called before. */
-#include "trainer/trainer.h"
-#include "backends/fsdp.h"
+#include "trainer/own.h"
 
 void *mt_flat_at(const mt_trainer *t, void *buf, size_t i) { return (char *)buf + i * t->esz; }
 
@@ -52,32 +51,7 @@ int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, do
   return 0;
 }
 
-int mt_trainer_fsdp_node_size(const mt_trainer *t, int *node) {
-  const mt_config *c = t->cfg;
-  const mt_comm *comm = t->comm;
-  *node = c->fsdp_node_size;
-  if (c->fsdp_strategy != MT_FSDP_HYBRID_SHARD || *node > 0) return 0;
-  int mm[2] = {-comm->local_size, comm->local_size};
-  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm->world));
-  MT_CHECK(-mm[0] == mm[1], MT_ERR_OPTION,
-           "option -fsdp_sharding_strategy hybrid_shard: the nodes run %d to %d ranks; give "
-           "-fsdp_node_size", -mm[0], mm[1]);
-  *node = mm[1];
-  mt_print0("fsdp hybrid_shard: sharding groups of %d ranks (the node's), replicated across "
-            "%d groups\n", *node, comm->size / *node);
-  return 0;
-}
-
-void mt_trainer_owned(const mt_trainer *t, mt_owned *o) {
-  if (t->fsdp) {
-    size_t lo, hi;
-    mt_fsdp_range(t->fsdp, &lo, &hi);
-    *o = (mt_owned){mt_fsdp_table(t->fsdp), mt_fsdp_params(t->fsdp), mt_fsdp_grads(t->fsdp), lo,
-                    hi - lo};
-  } else {
-    *o = (mt_owned){&t->model->params, t->params, t->grads, 0, t->model->params.total};
-  }
-}
+void mt_trainer_owned(const mt_trainer *t, mt_owned *o) { t->owner->owned(t, o); }
 
 /* Model buffers (batch norm's running statistics): rank 0's win, as in
  * PyTorch DDP with broadcast_buffers=True (there before every forward;

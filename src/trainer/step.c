@@ -1,7 +1,7 @@
 /* The training step's skeleton and its privacy policy "none" (step.h). */
 #include "trainer/step.h"
 #include "backends/backends.h"
-#include "backends/fsdp.h"
+#include "trainer/own.h"
 #include "gpu/gpu.h"
 #include "trainer/amp.h"
 
@@ -48,28 +48,20 @@ const mt_privacy_ops mt_privacy_none = {.name = "none",
 
 #define MT_PURPOSE_STEP 11 /* the random key of a training step (dropout) */
 
-/* Clipping by the global norm: of the whole gradient, or of the shards
- * (the norm from their squared norms, summed over the sharding group). */
+/* Clipping by the global norm: of the whole gradient, or of the owned part
+ * with the norm the owner finds (the shards' squared norms summed). */
 static int clip_norm(mt_trainer *t, const mt_owned *o) {
-  const double max = t->cfg->clip_grad_norm;
-  double norm = -1; /* computed by mt_trainer_clip */
-  if (t->fsdp) {
-    double n2;
-    MT_CALL(mt_fsdp_grad_norm2(t->fsdp, &n2));
-    norm = sqrt(n2);
-  }
-  return mt_trainer_clip(t, o->grads, o->n, 0, max, norm);
+  double norm; /* < 0: computed by mt_trainer_clip */
+  MT_CALL(t->owner->grad_norm(t, &norm));
+  return mt_trainer_clip(t, o->grads, o->n, 0, t->cfg->clip_grad_norm, norm);
 }
 
 /* ------------------------------------------------- where it computes */
 
 /* The CPU: the rank's model(s) on its threads (compute.c), the gradient
- * whole or, under fsdp, the view of its units. */
+ * as its owner holds it (own.h: whole, or the view of fsdp's units). */
 static int cpu_begin(mt_trainer *t) {
-  if (t->fsdp)
-    mt_fsdp_step_begin(t->fsdp); /* the view's units start at zero */
-  else
-    memset(t->grads, 0, t->model->params.total * t->esz);
+  t->owner->step_begin(t);
   return mt_amp_step_begin(t);
 }
 

@@ -3,6 +3,7 @@
 #include "backends/backends.h"
 #include "models/models.h"
 #include "trainer/amp.h"
+#include "trainer/own.h"
 #include "trainer/step.h"
 #include "gpu/gpu.h"
 #include "backends/fsdp.h"
@@ -124,37 +125,17 @@ static int create_model(mt_trainer *t) {
   return err;
 }
 
-/* fsdp: the initialised (and agreed) model becomes this rank's shards; the
- * model then reads and writes the shards' views. */
-static int shard_model(mt_trainer *t) {
-  const mt_config *c = t->cfg;
-  const mt_comm *comm = t->comm;
-  int node;
-  MT_CALL(mt_trainer_fsdp_node_size(t, &node));
-  int err = mt_fsdp_create(&t->fsdp, comm->world, &t->model->params, t->params, c->fsdp_strategy,
-                           c->fsdp_whole_model, node, c->fsdp_prefetch);
-  MT_CALL(mt_agree(comm->world, err));
-  mt_free(&t->params);
-  mt_free(&t->grads);
-  t->params = mt_fsdp_params_view(t->fsdp);
-  t->grads = mt_fsdp_grads_view(t->fsdp);
-  t->backend->data = t->fsdp;
-  return 0;
-}
-
 int mt_trainer_params_whole(mt_trainer *t) {
   if (t->gpu) { /* on the host, and (fsdp full_shard) gathered on the device */
     MT_CALL(mt_agree(t->comm->world, mt_gpu_download(t, 0)));
     return mt_agree(t->comm->world, mt_gpu_pin(t));
   }
-  return t->fsdp ? mt_fsdp_pin(t->fsdp) : 0;
+  return t->owner->whole ? t->owner->whole(t) : 0;
 }
 
 int mt_trainer_params_release(mt_trainer *t) {
   if (t->gpu) return mt_agree(t->comm->world, mt_gpu_unpin(t));
-  if (!t->fsdp) return 0;
-  MT_CALL(mt_agree(t->comm->world, mt_fsdp_unpin(t->fsdp)));
-  return 0;
+  return t->owner->release ? t->owner->release(t) : 0;
 }
 
 int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm) {
@@ -167,15 +148,19 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   t->train.file = t->train.dx = H5I_INVALID_HID;
   t->dtype = (mt_dtype)c->dtype;
   t->esz = t->dtype == MT_FP64 ? sizeof(double) : sizeof(float);
+  t->owner = &mt_owner_replicated;
   MT_CALL(open_data(t));
   MT_CALL(mt_gpu_choose(t)); /* fsdp on GPUs shards there, not here */
+  /* the parameters' owner (own.h), from the strategy's traits; fsdp's
+   * no_shard is ddp */
+  const int sharded = (c->backend_traits & MT_TRAIT_SHARDED) &&
+                      c->fsdp_strategy != MT_FSDP_NO_SHARD && t->device < 0;
+  if (sharded) t->owner = &mt_owner_sharded;
 
   /* the same on every rank (same options, same data shape): agreed */
   MT_CALL(mt_amp_policy(c)); /* before the model: convolutions fix their precision */
   MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
-  /* fsdp's no_shard is ddp */
-  const int sharded = c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD && t->device < 0;
   const char *bname = c->fsdp && !sharded ? "ddp" : c->backend;
   MT_CALL(mt_backend_create(bname, comm->world, c->ddp_bucket_mb, &t->backend));
   t->backend->first_bucket_mb = c->ddp_first_bucket_mb;
@@ -196,7 +181,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_agree(comm->world, err));
   if (c->sync_module_states) MT_CALL(mt_backend_sync(t->backend, t->params, n));
   MT_CALL(mt_trainer_sync_buffers(t));
-  if (sharded) MT_CALL(shard_model(t));
+  if (t->owner->setup) MT_CALL(t->owner->setup(t)); /* sharded: the model's shards */
   MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
 
   size_t a0 = mt_alloc_bytes();
@@ -237,8 +222,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_best_destroy(t);
   mt_model_destroy(&t->model);
   mt_backend_destroy(&t->backend);
-  if (t->fsdp) t->params = t->grads = NULL; /* its views */
-  mt_fsdp_destroy(&t->fsdp);
+  if (t->owner && t->owner->destroy) t->owner->destroy(t);
   mt_free(&t->params);
   mt_free(&t->grads);
   mt_optimizer_destroy(&t->optim);
@@ -427,7 +411,7 @@ int mt_trainer_run(mt_trainer *t) {
     mt_curve_row base = {epoch + 1, t->global_step, train_loss,
                          mt_lr_at(&t->sched, mt_amp_lr_step(t) - 1), rate, tm[1], -1, NAN, NAN};
     if (nsets == 0) t->curve[t->ncurve++] = base;
-    MT_CALL(mt_trainer_params_whole(t)); /* fsdp: evaluation and the best model */
+    MT_CALL(mt_trainer_params_whole(t)); /* sharded: evaluation and the best model */
     for (int i = 0; i < nsets; i++) {
       double loss, acc;
       int64_t cnt;
@@ -490,9 +474,8 @@ int mt_trainer_run(mt_trainer *t) {
     for (int i = 0; i < t->ncurve; i++)
       if (t->curve[i].set <= 0) train += (double)t->steps_per_epoch * c->batch_size / t->curve[i].samples_per_s;
     const double share = train > 0 ? 100.0 * secs / train : 0.0;
-    if (t->fsdp) {
-      mt_print0("\nfsdp communication (rank 0): %.2f s, %.0f%% of training, %.0f MB gathered and "
-                "reduced", secs, share, b->comm_bytes / 1e6);
+    if (t->owner->report && t->owner->report(t, share)) {
+      /* the owner's line */
     } else if (b->early_buckets > 0) {
       /* overlapped: the time is what the rank spent in the calls and
        * waits, not the transfers' duration, so no bandwidth */

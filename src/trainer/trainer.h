@@ -75,9 +75,10 @@ typedef struct {
   int last_micro;     /* the micro-step running is the step's last one      */
   int overlap_err;    /* an error of the backend's unit_ready in a backward */
   size_t mem_optim, mem_acts; /* bytes allocated for them (memory.c)      */
-  struct mt_fsdp *fsdp; /* the shards under -backend fsdp (backends/fsdp.h):
-                           params and grads are then its views, and the
-                           optimizer owns only this rank's shard           */
+  const struct mt_owner_ops *owner; /* who holds what (own.h)          */
+  struct mt_fsdp *fsdp; /* the sharded owner's shards (own.c): params and
+                           grads are then its views, and the optimizer
+                           owns only this rank's shard                     */
   struct mt_gpu *gpu; /* -device cuda (gpu/gpu.h): the device buffers,
                          NULL on the CPU                                   */
   int device;         /* the rank's CUDA device, -1 for the CPU            */
