@@ -21,6 +21,26 @@
 
 #define B 7
 
+/* Hyper-parameters of the built-in models, given here rather than read
+ * from their options (mt_model_create_hp). */
+static mt_model_hparams mlp_hp(const int *sizes, int n, double dropout) {
+  mt_model_hparams h = {.mlp = {.nhidden = n, .dropout = dropout}};
+  memcpy(h.mlp.hidden, sizes, (size_t)n * sizeof(int));
+  return h;
+}
+static mt_model_hparams cnn_hp(const int *channels, int n, int kernel, int hidden, int batchnorm,
+                               double dropout) {
+  mt_model_hparams h = {.cnn = {.nblocks = n, .kernel = kernel, .hidden = hidden,
+                                .batchnorm = batchnorm, .dropout = dropout}};
+  memcpy(h.cnn.channels, channels, (size_t)n * sizeof(int));
+  return h;
+}
+static mt_model_hparams gpt_hp(int layers, int heads, int embd, int block, int gelu_tanh,
+                               double dropout) {
+  return (mt_model_hparams){.gpt = {.layers = layers, .heads = heads, .embd = embd, .block = block,
+                                    .gelu_tanh = gelu_tanh, .dropout = dropout}};
+}
+
 static double norm2(const float *g, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
@@ -49,9 +69,10 @@ static void fill_batch(mt_batch *b, const mt_data_spec *sp, float *x, int32_t *y
   }
 }
 
-static void check_model(const char *what, const char *name, const mt_data_spec *sp) {
+static void check_model(const char *what, const char *name, const mt_model_hparams *hp,
+                        const mt_data_spec *sp) {
   mt_model *m = NULL;
-  if (mt_model_create(name, sp, B, &m)) {
+  if (mt_model_create_hp(name, hp, sp, B, MT_FP32, &m)) {
     CHECK(0, "%s: create: %s", what, mt_error_message());
     mt_error_clear();
     return;
@@ -105,9 +126,11 @@ static void check_model(const char *what, const char *name, const mt_data_spec *
  * same clipped sum, norms and count, at a C that clips some samples and
  * not others, also when the model holds fewer samples than the batch
  * (pieces of 3) and for float targets. */
-static void check_batched(const char *what, const char *name, const mt_data_spec *sp) {
+static void check_batched(const char *what, const char *name, const mt_model_hparams *hp,
+                          const mt_data_spec *sp) {
   mt_model *m = NULL, *m3 = NULL;
-  if (mt_model_create(name, sp, B, &m) || mt_model_create(name, sp, 3, &m3)) {
+  if (mt_model_create_hp(name, hp, sp, B, MT_FP32, &m) ||
+      mt_model_create_hp(name, hp, sp, 3, MT_FP32, &m3)) {
     CHECK(0, "%s: create: %s", what, mt_error_message());
     mt_error_clear();
     mt_model_destroy(&m);
@@ -175,28 +198,28 @@ static void check_batched(const char *what, const char *name, const mt_data_spec
 static void test_batched(void) {
   int hid[2] = {16, 8};
   mt_data_spec flat = {.ndim = 1, .shape = {20}, .sample_numel = 20, .nclasses = 4};
-  mt_mlp_set(hid, 2, 0);
-  check_batched("mlp batched", "mlp", &flat);
-  mt_mlp_set(hid, 2, 0.3);
-  check_batched("mlp dropout 0.3 batched", "mlp", &flat);
+  mt_model_hparams hp = mlp_hp(hid, 2, 0);
+  check_batched("mlp batched", "mlp", &hp, &flat);
+  hp = mlp_hp(hid, 2, 0.3);
+  check_batched("mlp dropout 0.3 batched", "mlp", &hp, &flat);
   mt_data_spec reg = {.ndim = 1, .shape = {20}, .sample_numel = 20, .ntargets = 3};
-  mt_mlp_set(hid, 1, 0);
-  check_batched("mlp regression batched", "mlp", &reg);
+  hp = mlp_hp(hid, 1, 0);
+  check_batched("mlp regression batched", "mlp", &hp, &reg);
   int ch[2] = {3, 4};
   mt_data_spec img = {.ndim = 3, .shape = {2, 8, 8}, .sample_numel = 128, .nclasses = 3};
-  mt_cnn_set(ch, 2, 3, 10, 0, 0);
-  check_batched("cnn batched", "cnn", &img);
-  mt_cnn_set(ch, 2, 3, 10, 0, 0.25);
-  check_batched("cnn dropout 0.25 batched", "cnn", &img);
+  hp = cnn_hp(ch, 2, 3, 10, 0, 0);
+  check_batched("cnn batched", "cnn", &hp, &img);
+  hp = cnn_hp(ch, 2, 3, 10, 0, 0.25);
+  check_batched("cnn dropout 0.25 batched", "cnn", &hp, &img);
   /* models without the op are refused by name */
   mt_data_spec tok = {.ndim = 1, .shape = {6}, .sample_numel = 6, .nclasses = 11, .tokens = 1};
-  mt_gpt_set(1, 2, 8, 6, 1, 0);
+  hp = gpt_hp(1, 2, 8, 6, 1, 0);
   mt_model *m = NULL;
   float g[1];
   double nm[1];
   mt_batch_stats st = {0};
   mt_batch none = {0};
-  int err = mt_model_create("gpt", &tok, 1, &m);
+  int err = mt_model_create_hp("gpt", &hp, &tok, 1, MT_FP32, &m);
   if (!err) err = mt_dp_clip_batched(m, g, &none, 1.0, nm, g, &st, NULL);
   CHECK(err == MT_ERR_ARG && strstr(mt_error_message(), "model gpt"),
         "a model without backward_clipped is refused, naming it (%s)", mt_error_message());
@@ -207,18 +230,18 @@ static void test_batched(void) {
 static void test_models(void) {
   int hid[2] = {16, 8}, ch[2] = {3, 4};
   mt_data_spec flat = {.ndim = 1, .shape = {20}, .sample_numel = 20, .nclasses = 4};
-  mt_mlp_set(hid, 2, 0);
-  check_model("mlp", "mlp", &flat);
-  mt_mlp_set(hid, 2, 0.3);
-  check_model("mlp dropout 0.3", "mlp", &flat);
+  mt_model_hparams hp = mlp_hp(hid, 2, 0);
+  check_model("mlp", "mlp", &hp, &flat);
+  hp = mlp_hp(hid, 2, 0.3);
+  check_model("mlp dropout 0.3", "mlp", &hp, &flat);
   mt_data_spec img = {.ndim = 3, .shape = {1, 8, 8}, .sample_numel = 64, .nclasses = 3};
-  mt_cnn_set(ch, 2, 3, 10, 0, 0);
-  check_model("cnn", "cnn", &img);
+  hp = cnn_hp(ch, 2, 3, 10, 0, 0);
+  check_model("cnn", "cnn", &hp, &img);
   mt_data_spec tok = {.ndim = 1, .shape = {6}, .sample_numel = 6, .nclasses = 11, .tokens = 1};
-  mt_gpt_set(1, 2, 8, 6, 1, 0);
-  check_model("gpt", "gpt", &tok);
-  mt_gpt_set(2, 2, 8, 6, 1, 0.2);
-  check_model("gpt dropout 0.2", "gpt", &tok);
+  hp = gpt_hp(1, 2, 8, 6, 1, 0);
+  check_model("gpt", "gpt", &hp, &tok);
+  hp = gpt_hp(2, 2, 8, 6, 1, 0.2);
+  check_model("gpt dropout 0.2", "gpt", &hp, &tok);
 }
 
 static void test_noise(void) {

@@ -35,11 +35,31 @@
 
 static tu_ref R; /* refs/f64_models.txt */
 
+/* Hyper-parameters of the built-in models, given here rather than read
+ * from their options (mt_model_create_hp). */
+static mt_model_hparams mlp_hp(const int *sizes, int n, double dropout) {
+  mt_model_hparams h = {.mlp = {.nhidden = n, .dropout = dropout}};
+  memcpy(h.mlp.hidden, sizes, (size_t)n * sizeof(int));
+  return h;
+}
+static mt_model_hparams cnn_hp(const int *channels, int n, int kernel, int hidden, int batchnorm,
+                               double dropout) {
+  mt_model_hparams h = {.cnn = {.nblocks = n, .kernel = kernel, .hidden = hidden,
+                                .batchnorm = batchnorm, .dropout = dropout}};
+  memcpy(h.cnn.channels, channels, (size_t)n * sizeof(int));
+  return h;
+}
+static mt_model_hparams gpt_hp(int layers, int heads, int embd, int block, int gelu_tanh,
+                               double dropout) {
+  return (mt_model_hparams){.gpt = {.layers = layers, .heads = heads, .embd = embd, .block = block,
+                                    .gelu_tanh = gelu_tanh, .dropout = dropout}};
+}
+
 static double *zeros(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 
-static mt_model *make(const char *name, const mt_data_spec *sp, int B) {
+static mt_model *make(const char *name, const mt_model_hparams *hp, const mt_data_spec *sp, int B) {
   mt_model *m = NULL;
-  if (mt_model_create_as(name, sp, B, MT_FP64, &m)) {
+  if (mt_model_create_hp(name, hp, sp, B, MT_FP64, &m)) {
     CHECK(0, "%s: made for fp64: %s", name, mt_error_message());
     mt_error_clear();
     mt_model_destroy(&m);
@@ -123,8 +143,9 @@ typedef enum { OPT_ADAMW, OPT_SGD_NESTEROV } opt_kind;
 
 /* The reference case tag: loss and gradients at p0, parameters and
  * buffers after `steps` optimizer steps on the batch. */
-static void test_ref_model(const char *tag, const mt_data_spec *sp, int B, int steps, opt_kind ok) {
-  mt_model *m = make(tag, sp, B);
+static void test_ref_model(const char *tag, const mt_model_hparams *hp, const mt_data_spec *sp, int B,
+                           int steps, opt_kind ok) {
+  mt_model *m = make(tag, hp, sp, B);
   if (!m) return;
   const mt_param_table *t = &m->params;
   double *p = zeros(t->total), *g = zeros(t->total), *mom = zeros(t->total);
@@ -353,10 +374,10 @@ static void fill(double *p, size_t n, uint64_t *rng, double scale) {
 
 static void test_fd_mlp(int regression) {
   const int B = 6, D = 7, K = 3, hid[2] = {9, 5};
-  mt_mlp_set(hid, 2, 0);
+  const mt_model_hparams hp = mlp_hp(hid, 2, 0);
   mt_data_spec sp = {.ndim = 1, .shape = {D}, .sample_numel = D,
                      .nclasses = regression ? 0 : K, .ntargets = regression ? K : 0};
-  mt_model *m = make("mlp", &sp, B);
+  mt_model *m = make("mlp", &hp, &sp, B);
   if (!m) return;
   uint64_t rng = regression ? 31 : 17;
   double *p = zeros(m->params.total);
@@ -436,9 +457,9 @@ static double cnn_away_from_kinks(const mt_model *m, double *p, const float *xf,
 
 static void test_fd_cnn(void) {
   const int B = 3, ch[2] = {2, 3};
-  mt_cnn_set(ch, 2, 3, 4, 1, 0);
+  const mt_model_hparams hp = cnn_hp(ch, 2, 3, 4, 1, 0);
   mt_data_spec sp = {.ndim = 3, .shape = {1, 6, 6}, .sample_numel = 36, .nclasses = 3};
-  mt_model *m = make("cnn", &sp, B);
+  mt_model *m = make("cnn", &hp, &sp, B);
   if (!m) return;
   double *p = zeros(m->params.total), margin = 0;
   float x[3 * 36];
@@ -468,9 +489,9 @@ static void test_fd_cnn(void) {
 
 static void test_fd_gpt(int tanh_gelu) {
   const int B = 2, T = 4, V = 6;
-  mt_gpt_set(2, 2, 8, T, tanh_gelu, 0);
+  const mt_model_hparams hp = gpt_hp(2, 2, 8, T, tanh_gelu, 0);
   mt_data_spec sp = {.ndim = 1, .shape = {T}, .sample_numel = T, .nclasses = V, .tokens = 1};
-  mt_model *m = make("gpt", &sp, B);
+  mt_model *m = make("gpt", &hp, &sp, B);
   if (!m) return;
   uint64_t rng = tanh_gelu ? 5 : 6;
   double *p = zeros(m->params.total);
@@ -514,11 +535,11 @@ static void test_create_init(void) {
   mt_error_clear();
   /* mt_model_init: the float initialisation, widened; buffers too */
   const int ch[1] = {2};
-  mt_cnn_set(ch, 1, 3, 4, 1, 0);
+  const mt_model_hparams hp = cnn_hp(ch, 1, 3, 4, 1, 0);
   mt_data_spec img = {.ndim = 3, .shape = {1, 4, 4}, .sample_numel = 16, .nclasses = 2};
   mt_model *f = NULL, *d = NULL;
-  int err = mt_model_create_as("cnn", &img, 2, MT_FP32, &f);
-  if (!err) err = mt_model_create_as("cnn", &img, 2, MT_FP64, &d);
+  int err = mt_model_create_hp("cnn", &hp, &img, 2, MT_FP32, &f);
+  if (!err) err = mt_model_create_hp("cnn", &hp, &img, 2, MT_FP64, &d);
   CHECK(!err && d->dtype == MT_FP64 && d->buf64 && d->params.total == f->params.total,
         "cnn made for fp32 and fp64: the same layout, double buffers");
   if (!err) {
@@ -542,15 +563,15 @@ static void test_create_init(void) {
 int main(void) {
   tu_ref_load(&R, "f64_models.txt");
   const int hid[2] = {8, 6}, ch[2] = {3, 4};
-  mt_mlp_set(hid, 2, 0);
+  const mt_model_hparams mhp = mlp_hp(hid, 2, 0);
   mt_data_spec flat = {.ndim = 1, .shape = {10}, .sample_numel = 10, .nclasses = 3};
-  test_ref_model("mlp", &flat, 5, 2, OPT_ADAMW);
-  mt_cnn_set(ch, 2, 3, 6, 1, 0);
+  test_ref_model("mlp", &mhp, &flat, 5, 2, OPT_ADAMW);
+  const mt_model_hparams chp = cnn_hp(ch, 2, 3, 6, 1, 0);
   mt_data_spec img = {.ndim = 3, .shape = {1, 8, 8}, .sample_numel = 64, .nclasses = 3};
-  test_ref_model("cnn", &img, 3, 2, OPT_SGD_NESTEROV);
-  mt_gpt_set(2, 2, 4, 4, 1, 0);
+  test_ref_model("cnn", &chp, &img, 3, 2, OPT_SGD_NESTEROV);
+  const mt_model_hparams ghp = gpt_hp(2, 2, 4, 4, 1, 0);
   mt_data_spec tok = {.ndim = 1, .shape = {4}, .sample_numel = 4, .nclasses = 7, .tokens = 1};
-  test_ref_model("gpt", &tok, 3, 2, OPT_SGD_NESTEROV);
+  test_ref_model("gpt", &ghp, &tok, 3, 2, OPT_SGD_NESTEROV);
   test_optim();
   test_fd_mlp(0);
   test_fd_mlp(1);

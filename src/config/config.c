@@ -7,6 +7,7 @@
  * multi-line tracebacks). Options nobody read are errors, not warnings. */
 #include "config/mt_config.h"
 #include "core/core.h"
+#include "models/models.h"
 #include "mpitrain/mpitrain.h"
 
 #include <ctype.h>
@@ -227,44 +228,6 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   snprintf(help, sizeof(help), "Model: %s", names);
   PetscCall(opt_str(PetscOptionsObject, "-model", help, "mlp", c->model, sizeof(c->model), NULL));
   if (!mt_model_find(c->model)) bad("option -model: '%s' is not one of: %s", c->model, names);
-  PetscCall(opt_str(PetscOptionsObject, "-mlp_hidden", "MLP hidden layer sizes, comma-separated",
-                    "1024,1024", s, sizeof(s), NULL));
-  parse_int_list("-mlp_hidden", s, c->mlp_hidden, MT_MAX_HIDDEN, &c->mlp_nhidden);
-  PetscCall(opt_str(PetscOptionsObject, "-cnn_channels",
-                    "cnn: output channels of each conv block (conv, ReLU, 2x2 max-pool)", "32,64", s,
-                    sizeof(s), NULL));
-  parse_int_list("-cnn_channels", s, c->cnn_channels, 8, &c->cnn_nblocks);
-  PetscCall(opt_int(PetscOptionsObject, "-cnn_kernel", "cnn: odd kernel size (padding k/2)", 3, 1,
-                    31, &c->cnn_kernel));
-  if (c->cnn_kernel % 2 == 0) bad("option -cnn_kernel: %d must be odd (allowed: 1, 3, ..., 31)", c->cnn_kernel);
-  PetscCall(opt_int(PetscOptionsObject, "-cnn_hidden", "cnn: hidden units of the classifier", 128,
-                    1, 1 << 20, &c->cnn_hidden));
-  PetscCall(opt_bool(PetscOptionsObject, "-cnn_batchnorm",
-                     "cnn: BatchNorm2d after each convolution (running statistics; under ddp "
-                     "rank 0's are broadcast every step)", 0, &c->cnn_batchnorm));
-  PetscCall(opt_real(PetscOptionsObject, "-cnn_dropout",
-                     "cnn: dropout probability after the hidden layer", 0, 0, 0, 0.999999,
-                     &c->cnn_dropout));
-  PetscCall(opt_real(PetscOptionsObject, "-mlp_dropout",
-                     "mlp: dropout probability after each hidden layer", 0, 0, 0, 0.999999,
-                     &c->mlp_dropout));
-  PetscCall(opt_real(PetscOptionsObject, "-gpt_dropout",
-                     "gpt: dropout probability of the embedding and of the projections into the "
-                     "residual stream", 0, 0, 0, 0.999999, &c->gpt_dropout));
-  PetscCall(opt_int(PetscOptionsObject, "-gpt_layers", "gpt: transformer blocks", 4, 1, 1024,
-                    &c->gpt_layers));
-  PetscCall(opt_int(PetscOptionsObject, "-gpt_heads", "gpt: attention heads", 4, 1, 1024,
-                    &c->gpt_heads));
-  PetscCall(opt_int(PetscOptionsObject, "-gpt_embd", "gpt: embedding width (a multiple of heads)",
-                    128, 1, 1 << 16, &c->gpt_embd));
-  PetscCall(opt_int(PetscOptionsObject, "-gpt_block",
-                    "gpt: context length T; a token file's samples are windows of T + 1 tokens",
-                    64, 1, 1 << 16, &c->gpt_block));
-  static const char *const gelus[] = {"tanh", "erf", NULL};
-  PetscCall(opt_choice(PetscOptionsObject, "-gpt_gelu", "gpt: GELU form (tanh as GPT-2, or exact erf)",
-                       gelus, c->gpt_gelu, sizeof(c->gpt_gelu)));
-  if (c->gpt_embd % c->gpt_heads)
-    bad("option -gpt_embd: %d is not a multiple of -gpt_heads %d", c->gpt_embd, c->gpt_heads);
   PetscCall(opt_str(PetscOptionsObject, "-data_train", "Training data set (HDF5: /x, /y)", "",
                     c->data_train, sizeof(c->data_train), NULL));
   PetscCall(opt_str(PetscOptionsObject, "-data_val",
@@ -499,7 +462,6 @@ static void derive(mt_config *c) {
     }
   }
   if (!c->data_train[0]) bad("option -data_train: a training data file is required");
-  if (c->mlp_nhidden < 1 && !bad_[0]) bad("option -mlp_hidden: at least one hidden layer");
   if (c->micro_batch_size == 0) {
     if (c->batch_size % W)
       bad("option -batch_size: %d is not divisible by the number of ranks (%d)", c->batch_size, W);
@@ -573,9 +535,10 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   }
   derive(cfg);
   int err = bad_[0] ? mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_) : 0;
-  /* the model reads its own options before unknown ones are looked for */
-  const mt_model_ops *mo = mt_model_find(cfg->model);
-  if (!err && mo && mo->options) err = mo->options();
+  /* the models read their own options before unknown ones are looked for:
+   * every built-in's (an option of another built-in than -model is
+   * accepted and checked, as when they were read here), and -model's */
+  if (!err) err = mt_model_read_options(cfg->model);
   if (!err) err = mt_config_amp(cfg);
   if (!err) err = mt_config_dp(cfg);
   if (!err) err = mt_config_fsdp(cfg);
@@ -606,16 +569,11 @@ int mt_config_check_same(MPI_Comm comm, const mt_config *cfg) {
 }
 
 void mt_config_print(const mt_config *c, FILE *f) {
-  char hid[256] = "";
-  for (int i = 0; i < c->mlp_nhidden; i++) {
-    size_t k = strlen(hid);
-    snprintf(hid + k, sizeof(hid) - k, "%s%d", i ? "," : "", c->mlp_hidden[i]);
-  }
-  fprintf(f, "mpitrain %s: backend %s, precision %s, model %s%s%s%s, %d rank%s x %d thread%s\n",
-          MPITRAIN_VERSION, c->backend, c->dtype == MT_FP64 ? "fp64" : "fp32", c->model,
-          strcmp(c->model, "mlp") ? "" : " (hidden ",
-          strcmp(c->model, "mlp") ? "" : hid, strcmp(c->model, "mlp") ? "" : ")", c->world_size,
-          c->world_size > 1 ? "s" : "", c->threads, c->threads > 1 ? "s" : "");
+  fprintf(f, "mpitrain %s: backend %s, precision %s, model %s", MPITRAIN_VERSION, c->backend,
+          c->dtype == MT_FP64 ? "fp64" : "fp32", c->model);
+  mt_model_print(c->model, f, 0); /* the hyper-parameters its options read */
+  fprintf(f, ", %d rank%s x %d thread%s\n", c->world_size, c->world_size > 1 ? "s" : "",
+          c->threads, c->threads > 1 ? "s" : "");
   fprintf(f, "  data: train %s", c->data_train);
   for (int i = 0; i < c->nval; i++) fprintf(f, "%s%s", i ? ", " : "; val ", c->data_val[i]);
   fprintf(f, "\n  batch: global %d = micro %d x accumulation %d x ranks %d; epochs %d\n",
@@ -625,9 +583,7 @@ void mt_config_print(const mt_config *c, FILE *f) {
           "schedule %s warmup %d; clip_grad_norm %g; seed %llu\n",
           c->optimizer, c->lr, c->momentum, c->dampening, c->nesterov, c->weight_decay,
           c->lr_schedule, c->warmup_steps, c->clip_grad_norm, (unsigned long long)c->seed);
-  if (!strcmp(c->model, "cnn"))
-    fprintf(f, "  cnn: channels %d blocks, kernel %d, hidden %d, batchnorm %d, dropout %g\n",
-            c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden, c->cnn_batchnorm, c->cnn_dropout);
+  mt_model_print(c->model, f, 1);
   if (c->val_smoothing > 0 || c->early_stop_patience > 0 || c->restore_best)
     fprintf(f, "  validation: smoothing %g, early stop patience %d (min delta %g), restore best %d\n",
             c->val_smoothing, c->early_stop_patience, c->early_stop_min_delta, c->restore_best);

@@ -4,6 +4,7 @@
  * of. Every message names the option. */
 #include "config/mt_config.h"
 #include "core/core.h"
+#include "models/models.h"
 
 #include <petscsys.h>
 #include <string.h>
@@ -69,7 +70,10 @@ int mt_config_dp(mt_config *c) {
   MT_CHECK(c->dp_noise_multiplier >= 0 || c->dp_target_epsilon > 0, MT_ERR_OPTION,
            "option -dp_noise_multiplier: -backend %s needs -dp_noise_multiplier or "
            "-dp_target_epsilon", c->backend);
-  MT_CHECK(!c->cnn_batchnorm, MT_ERR_OPTION,
+  /* the cnn's -cnn_batchnorm as given, whatever -model (every built-in's
+   * options are read and checked; mt_model_read_options) */
+  const mt_model_hparams *cnn = mt_model_builtin_hparams(&mt_cnn_ops);
+  MT_CHECK(!cnn || !cnn->cnn.batchnorm, MT_ERR_OPTION,
            "option -cnn_batchnorm: batch norm mixes the samples of a batch, so per-sample "
            "gradients do not exist and DP-SGD cannot bound them (Opacus refuses it too); "
            "not available with -backend %s", c->backend);

@@ -15,14 +15,8 @@ typedef struct {
   /* -backend parsed once (mt_backend_parse): its strategy's MT_TRAIT_* and
    * the policies amp, dp and fsdp below */
   unsigned backend_traits;
-  char model[32];
-  int mlp_hidden[MT_MAX_HIDDEN];
-  int mlp_nhidden;
-  int cnn_channels[8];
-  int cnn_nblocks, cnn_kernel, cnn_hidden, cnn_batchnorm;
-  int gpt_layers, gpt_heads, gpt_embd, gpt_block;
-  double mlp_dropout, cnn_dropout, gpt_dropout;
-  char gpt_gelu[8];
+  char model[32]; /* its own options (-mlp_*, -cnn_*, -gpt_*, a user's) are
+                     the model's: mt_model_read_options, models/models.h */
   char data_train[MT_PATH_MAX];
   char data_val[MT_MAX_VAL][MT_PATH_MAX];
   int nval;

@@ -32,8 +32,7 @@ int mt_dmodel_alloc(mt_dmodel *d, void *p, size_t bytes) {
   return 0;
 }
 
-int mt_dmodel_create(mt_dmodel *d, const mt_model *host, int max_batch, const mt_config *c,
-                     mt_cuda_ctx *cx) {
+int mt_dmodel_create(mt_dmodel *d, const mt_model *host, int max_batch, mt_cuda_ctx *cx) {
   memset(d, 0, sizeof(*d));
   d->ops = mt_dmodel_find(host->ops);
   MT_CHECK(d->ops, MT_ERR_OPTION, "option -device cuda: model %s has no CUDA version (the built-in "
@@ -41,7 +40,7 @@ int mt_dmodel_create(mt_dmodel *d, const mt_model *host, int max_batch, const mt
   d->host = host;
   d->cx = cx;
   d->max_batch = max_batch;
-  int err = d->ops->setup(d, c);
+  int err = d->ops->setup(d);
   if (err) mt_dmodel_destroy(d);
   return err;
 }

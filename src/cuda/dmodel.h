@@ -6,7 +6,8 @@
  * saved models are the CPU's files) and computes forward and backward with
  * the kernels of cuda/kernels.h on device buffers, in float. It reads its
  * sizes from the table's shapes and the rest (heads, GELU form, dropout)
- * from the run's options.
+ * from the CPU model's hyper-parameters (mt_*_hparams_of, models/models.h),
+ * not from the run's configuration.
  *
  * Nothing waits for the GPU: every call queues work on the context's
  * stream; the loss sum and the hits of a forward go to device scalars that
@@ -14,9 +15,9 @@
 #ifndef MT_CUDA_DMODEL_H
 #define MT_CUDA_DMODEL_H
 
-#include "config/mt_config.h"
 #include "core/core.h"
 #include "cuda/kernels.h"
+#include "models/models.h"
 
 /* A batch in device memory: the mt_batch of the CPU with device arrays. */
 typedef struct {
@@ -55,7 +56,7 @@ typedef struct {
 
 typedef struct {
   const char *name; /* the CPU model's -model name                        */
-  int (*setup)(mt_dmodel *d, const mt_config *c);
+  int (*setup)(mt_dmodel *d);
   int (*forward)(mt_dmodel *d, const float *params, const mt_dbatch *b, const mt_dsums *s);
   /* ADDS the gradient of scale * sum of the last forward's losses */
   int (*backward)(mt_dmodel *d, const float *params, float *grads, float scale, int B);
@@ -110,8 +111,7 @@ static inline float *mt_dmodel_at(const mt_dmodel *d, const float *base, int gra
 const mt_dmodel_ops *mt_dmodel_find(const mt_model_ops *cpu);
 /* Makes the twin of host for batches of up to max_batch samples on cx (the
  * host model's own activations may be smaller: they are not used). */
-int mt_dmodel_create(mt_dmodel *d, const mt_model *host, int max_batch, const mt_config *c,
-                     mt_cuda_ctx *cx);
+int mt_dmodel_create(mt_dmodel *d, const mt_model *host, int max_batch, mt_cuda_ctx *cx);
 void mt_dmodel_destroy(mt_dmodel *d);
 
 extern const mt_dmodel_ops mt_dmodel_mlp;

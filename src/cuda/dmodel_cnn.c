@@ -37,19 +37,21 @@ static size_t pool_numel(const mt_pool2d_shape *s, int out) {
   return (size_t)s->C * (out ? (size_t)s->OH * s->OW : (size_t)s->H * s->W);
 }
 
-static int cnn_setup(mt_dmodel *d, const mt_config *c) {
+static int cnn_setup(mt_dmodel *d) {
   const mt_model *m = d->host;
+  const mt_cnn_hparams *hp = mt_cnn_hparams_of(m);
   const mt_param_table *tb = &m->params;
   dcnn *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "cnn on the device"));
   d->data = s;
+  MT_CHECK(hp, MT_ERR_STATE, "cnn on the device: the CPU model is not the built-in cnn");
   d->losses_per_sample = 1;
   const mt_data_spec *sp = &m->spec;
   s->C0 = sp->ndim == 3 ? (int)sp->shape[0] : 1;
   s->H0 = (int)sp->shape[sp->ndim - 2];
   s->W0 = (int)sp->shape[sp->ndim - 1];
   s->bn = m->buffers.n > 0;
-  s->drop = (float)c->cnn_dropout;
+  s->drop = (float)hp->dropout;
   const size_t B = (size_t)d->max_batch;
   int k = 0, C = s->C0, H = s->H0, W = s->W0;
   while (k < tb->n && tb->p[k].ndim == 4) {

@@ -57,22 +57,24 @@ static void free_acts(acts *a) {
   for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) cudaFree(f[i]);
 }
 
-static int gpt_setup(mt_dmodel *d, const mt_config *c) {
+static int gpt_setup(mt_dmodel *d) {
   const mt_model *m = d->host;
+  const mt_gpt_hparams *hp = mt_gpt_hparams_of(m);
   dgpt *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "gpt on the device"));
   d->data = s;
   MT_CHECK(m->params.n >= 4 && (m->params.n - 4) % NPER == 0 && (m->params.n - 4) / NPER <= MAXL,
            MT_ERR_STATE, "gpt on the device: %d tensors", m->params.n);
+  MT_CHECK(hp, MT_ERR_STATE, "gpt on the device: the CPU model is not the built-in gpt");
   s->L = (m->params.n - 4) / NPER;
   s->V = (int)m->params.p[WTE].shape[0];
   s->C = (int)m->params.p[WTE].shape[1];
   s->T = (int)m->params.p[WPE].shape[0];
-  s->NH = c->gpt_heads;
+  s->NH = hp->heads;
   MT_CHECK(s->NH > 0 && s->C % s->NH == 0, MT_ERR_OPTION,
            "option -gpt_heads: %d does not divide the width %d", s->NH, s->C);
-  s->gelu = !strcmp(c->gpt_gelu, "tanh") ? MT_GELU_TANH : MT_GELU_ERF;
-  s->drop = (float)c->gpt_dropout;
+  s->gelu = hp->gelu_tanh ? MT_GELU_TANH : MT_GELU_ERF;
+  s->drop = (float)hp->dropout;
   d->losses_per_sample = s->T; /* per token */
   const size_t N = (size_t)d->max_batch * s->T, C = (size_t)s->C;
   const size_t att = (size_t)d->max_batch * s->NH * s->T * s->T;

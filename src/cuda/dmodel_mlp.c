@@ -22,16 +22,18 @@ typedef struct {
   int B, dropped;
 } dmlp;
 
-static int mlp_setup(mt_dmodel *d, const mt_config *c) {
+static int mlp_setup(mt_dmodel *d) {
   const mt_model *m = d->host;
+  const mt_mlp_hparams *hp = mt_mlp_hparams_of(m);
   dmlp *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "mlp on the device"));
   d->data = s;
   MT_CHECK(m->params.n >= 2 && m->params.n % 2 == 0 && m->params.n / 2 <= MT_MAX_HIDDEN + 1,
            MT_ERR_STATE, "mlp on the device: %d tensors", m->params.n);
+  MT_CHECK(hp, MT_ERR_STATE, "mlp on the device: the CPU model is not the built-in mlp");
   s->nl = m->params.n / 2;
   s->regression = m->spec.ntargets > 0;
-  s->p = (float)c->mlp_dropout;
+  s->p = (float)hp->dropout;
   s->dim[0] = (int)m->params.p[0].shape[1];
   d->losses_per_sample = 1;
   const size_t B = (size_t)d->max_batch;

@@ -171,7 +171,7 @@ static int create(mt_trainer *t, int device, MPI_Comm group, MPI_Comm replicas) 
   MT_CALL(mt_gpu_alloc(&g->norm, sizeof(double), "the gradient norm"));
   CU(cudaMallocHost((void **)&g->sums_host, (size_t)k * sizeof(double)));
   for (int i = 0; i < 2; i++) MT_CALL(slot_init(&g->slots[i], m, t->max_batch));
-  MT_CALL(mt_dmodel_create(&g->dm, m, t->max_batch, c, &g->cx));
+  MT_CALL(mt_dmodel_create(&g->dm, m, t->max_batch, &g->cx));
   if (g->zero3) MT_CALL(mt_gpu_units_create(t)); /* the device model's hooks */
   if (m->buffers.total) {
     MT_CALL(mt_gpu_alloc(&g->buf, m->buffers.total * sizeof(float), "model buffers"));

@@ -26,26 +26,57 @@
 #include <string.h>
 
 #define MT_PURPOSE_INIT_CNN 3
-#define MAX_BLOCKS 8
+#define MAX_BLOCKS MT_CNN_MAX_BLOCKS
 #define BN_EPS 1e-5 /* as the model's type: (REAL)BN_EPS */
 #define BN_MOMENTUM 0.1
 #define DROPOUT_LAYER 64 /* the classifier's dropout in mt_model_dropout keys */
 
-static int channels_[MAX_BLOCKS] = {32, 64};
-static int nblocks_ = 2, kernel_ = 3, hidden_ = 128, batchnorm_ = 0;
-static double dropout_ = 0.0;
+/* -cnn_channels, -cnn_kernel, -cnn_hidden, -cnn_batchnorm and -cnn_dropout
+ * into hp (mt_model_read_options): the names, defaults, ranges and
+ * messages mt_config had. */
+static int cnn_read(mt_model_hparams *h) {
+  mt_cnn_hparams *hp = &h->cnn;
+  long kernel = 3, hidden = 128;
+  int err = mt_model_option_ints("-cnn_channels",
+                                 "cnn: output channels of each conv block (conv, ReLU, 2x2 max-pool)",
+                                 "32,64", hp->channels, MAX_BLOCKS, &hp->nblocks);
+  if (!err && hp->nblocks < 1)
+    err = MT_ERR(MT_ERR_OPTION, "option -cnn_channels: 1 to %d blocks", MAX_BLOCKS);
+  int e = mt_option_int("-cnn_kernel", "cnn: odd kernel size (padding k/2)", 3, 1, 31, &kernel);
+  if (!e && kernel % 2 == 0)
+    e = MT_ERR(MT_ERR_OPTION, "option -cnn_kernel: %ld must be odd (allowed: 1, 3, ..., 31)", kernel);
+  err = mt_first_err(err, e);
+  err = mt_first_err(err, mt_option_int("-cnn_hidden", "cnn: hidden units of the classifier", 128,
+                                         1, 1 << 20, &hidden));
+  err = mt_first_err(err, mt_model_option_bool("-cnn_batchnorm",
+                                               "cnn: BatchNorm2d after each convolution (running "
+                                               "statistics; under ddp rank 0's are broadcast every "
+                                               "step)", 0, &hp->batchnorm));
+  err = mt_first_err(err, mt_option_real("-cnn_dropout",
+                                         "cnn: dropout probability after the hidden layer", 0, 0,
+                                         0.999999, &hp->dropout));
+  hp->kernel = (int)kernel;
+  hp->hidden = (int)hidden;
+  return err;
+}
 
-int mt_cnn_set(const int *channels, int n, int kernel, int hidden, int batchnorm, double dropout) {
-  MT_CHECK(n >= 1 && n <= MAX_BLOCKS, MT_ERR_OPTION, "option -cnn_channels: 1 to %d blocks", MAX_BLOCKS);
-  MT_CHECK(kernel >= 1 && kernel % 2 == 1, MT_ERR_OPTION,
-           "option -cnn_kernel: %d must be odd (padding k/2 keeps the size)", kernel);
-  MT_CHECK(dropout >= 0 && dropout < 1, MT_ERR_OPTION, "option -cnn_dropout: %g is not in [0, 1)", dropout);
-  memcpy(channels_, channels, (size_t)n * sizeof(int));
-  nblocks_ = n;
-  kernel_ = kernel;
-  hidden_ = hidden;
-  batchnorm_ = batchnorm;
-  dropout_ = dropout;
+static void cnn_defaults(mt_model_hparams *h) {
+  *h = (mt_model_hparams){.cnn = {.channels = {32, 64}, .nblocks = 2, .kernel = 3, .hidden = 128,
+                                  .batchnorm = 0, .dropout = 0.0}};
+}
+
+static int cnn_check(const mt_cnn_hparams *hp) {
+  MT_CHECK(hp->nblocks >= 1 && hp->nblocks <= MAX_BLOCKS, MT_ERR_OPTION,
+           "option -cnn_channels: 1 to %d blocks", MAX_BLOCKS);
+  for (int l = 0; l < hp->nblocks; l++)
+    MT_CHECK(hp->channels[l] >= 1, MT_ERR_OPTION, "option -cnn_channels: %d is not a positive count",
+             hp->channels[l]);
+  MT_CHECK(hp->kernel >= 1 && hp->kernel % 2 == 1, MT_ERR_OPTION,
+           "option -cnn_kernel: %d must be odd (padding k/2 keeps the size)", hp->kernel);
+  MT_CHECK(hp->hidden >= 1, MT_ERR_OPTION, "option -cnn_hidden: %d is not a positive count",
+           hp->hidden);
+  MT_CHECK(hp->dropout >= 0 && hp->dropout < 1, MT_ERR_OPTION,
+           "option -cnn_dropout: %g is not in [0, 1)", hp->dropout);
   return 0;
 }
 
@@ -69,8 +100,29 @@ static int cnn_init(mt_model *m, float *params, uint64_t seed) {
   return 0;
 }
 
+static int cnn_setup_hp(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec,
+                        int max_batch) {
+  MT_CALL(cnn_check(&hp->cnn));
+  return m->dtype == MT_FP64 ? cnn_setup_f64(m, &hp->cnn, spec, max_batch)
+                             : cnn_setup(m, &hp->cnn, spec, max_batch);
+}
+
+/* The ops' options and setup: the registry's block of hyper-parameters */
+static int cnn_options(void) { return cnn_read(mt_model_builtin_hparams(&mt_cnn_ops)); }
+
 static int cnn_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
-  return m->dtype == MT_FP64 ? cnn_setup_f64(m, spec, max_batch) : cnn_setup(m, spec, max_batch);
+  return cnn_setup_hp(m, mt_model_builtin_hparams(&mt_cnn_ops), spec, max_batch);
+}
+
+const mt_cnn_hparams *mt_cnn_hparams_of(const mt_model *m) {
+  if (!m || m->ops != &mt_cnn_ops || !m->data) return NULL;
+  return m->dtype == MT_FP64 ? &((const cnn_f64 *)m->data)->hp : &((const cnn *)m->data)->hp;
+}
+
+static void cnn_print(const mt_model_hparams *h, FILE *f, int line) {
+  if (!line) return;
+  fprintf(f, "  cnn: channels %d blocks, kernel %d, hidden %d, batchnorm %d, dropout %g\n",
+          h->cnn.nblocks, h->cnn.kernel, h->cnn.hidden, h->cnn.batchnorm, h->cnn.dropout);
 }
 
 static double cnn_flops_dt(const mt_model *m) {
@@ -86,6 +138,7 @@ static void cnn_destroy_dt(mt_model *m) {
 
 const mt_model_ops mt_cnn_ops = {
     .name = "cnn",
+    .options = cnn_options,
     .setup = cnn_setup_dt,
     .init = cnn_init,
     .forward = cnn_forward,
@@ -95,4 +148,12 @@ const mt_model_ops mt_cnn_ops = {
     .forward64 = cnn_forward_f64,
     .backward64 = cnn_backward_f64,
     .backward_clipped = cnn_backward_clipped,
+};
+
+const mt_model_builtin mt_cnn_builtin = {
+    .ops = &mt_cnn_ops,
+    .defaults = cnn_defaults,
+    .setup = cnn_setup_hp,
+    .window = NULL,
+    .print = cnn_print,
 };

@@ -2,6 +2,7 @@
  * setup, forward, backward, flops and destroy. */
 
 typedef struct {
+  mt_cnn_hparams hp; /* what it was set up with (mt_cnn_hparams_of)          */
   int nb, C0, H0, W0, flat, hidden, classes, bn, pcls;
   int pconv[MAX_BLOCKS], pbn[MAX_BLOCKS]; /* parameter indices               */
   mt_conv2d conv[MAX_BLOCKS];
@@ -21,7 +22,8 @@ typedef struct {
   int B, train, dropped;
 } MT_T(cnn);
 
-static int MT_T(cnn_setup)(mt_model *m, const mt_data_spec *spec, int max_batch) {
+static int MT_T(cnn_setup)(mt_model *m, const mt_cnn_hparams *hp, const mt_data_spec *spec,
+                           int max_batch) {
   MT_T(cnn) *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "cnn"));
   m->data = s;
@@ -34,27 +36,29 @@ static int MT_T(cnn_setup)(mt_model *m, const mt_data_spec *spec, int max_batch)
   s->C0 = spec->ndim == 3 ? (int)spec->shape[0] : 1;
   s->H0 = (int)spec->shape[spec->ndim - 2];
   s->W0 = (int)spec->shape[spec->ndim - 1];
-  s->nb = nblocks_;
-  s->hidden = hidden_;
+  s->hp = *hp;
+  s->nb = hp->nblocks;
+  s->hidden = hp->hidden;
   s->classes = spec->nclasses;
-  s->bn = batchnorm_;
-  s->drop = (REAL)dropout_;
+  s->bn = hp->batchnorm;
+  s->drop = (REAL)hp->dropout;
+  const int kernel = hp->kernel;
   const int step = s->bn ? 4 : 3; /* modules per block in features */
   int C = s->C0, H = s->H0, W = s->W0;
   char name[MT_NAME_MAX];
   for (int l = 0; l < s->nb; l++) {
-    mt_conv2d_shape cs = {.B = max_batch, .IC = C, .H = H, .W = W, .OC = channels_[l],
-                          .KH = kernel_, .KW = kernel_, .stride_h = 1, .stride_w = 1,
-                          .pad_h = kernel_ / 2, .pad_w = kernel_ / 2, .dil_h = 1, .dil_w = 1,
+    mt_conv2d_shape cs = {.B = max_batch, .IC = C, .H = H, .W = W, .OC = hp->channels[l],
+                          .KH = kernel, .KW = kernel, .stride_h = 1, .stride_w = 1,
+                          .pad_h = kernel / 2, .pad_w = kernel / 2, .dil_h = 1, .dil_w = 1,
                           .groups = 1};
     MT_CALL(MT_T(mt_conv2d_init)(&s->conv[l], &cs, 1));
-    int64_t w[4] = {channels_[l], C, kernel_, kernel_}, b[1] = {channels_[l]};
+    int64_t w[4] = {hp->channels[l], C, kernel, kernel}, b[1] = {hp->channels[l]};
     s->pconv[l] = m->params.n;
     snprintf(name, sizeof(name), "features.%d.weight", step * l);
     MT_CALL(mt_param_table_add(&m->params, name, 4, w, l));
     snprintf(name, sizeof(name), "features.%d.bias", step * l);
     MT_CALL(mt_param_table_add(&m->params, name, 1, b, l));
-    C = channels_[l];
+    C = hp->channels[l];
     mt_pool2d_shape ps = {.B = max_batch, .C = C, .H = H, .W = W, .KH = 2, .KW = 2,
                           .stride_h = 2, .stride_w = 2};
     MT_CHECK(H >= 2 && W >= 2, MT_ERR_DATA, "model cnn: block %d gets %dx%d, too small to pool",

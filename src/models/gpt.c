@@ -21,17 +21,48 @@
 #define NPER 12 /* parameter tensors per block */
 #define LN_EPS ((REAL)1e-5)
 
-static int L_ = 4, NH_ = 4, C_ = 128, T_ = 64;
-static mt_gelu_kind gelu_ = MT_GELU_TANH;
-static double dropout_ = 0.0;
+/* -gpt_layers, -gpt_heads, -gpt_embd, -gpt_block, -gpt_gelu and
+ * -gpt_dropout into hp (mt_model_read_options): the names, defaults,
+ * ranges and messages mt_config had. */
+static int gpt_read(mt_model_hparams *h) {
+  mt_gpt_hparams *hp = &h->gpt;
+  static const char *const gelus[] = {"tanh", "erf", NULL};
+  long layers = 4, heads = 4, embd = 128, block = 64;
+  char gelu[8];
+  int err = mt_option_real("-gpt_dropout",
+                           "gpt: dropout probability of the embedding and of the projections into "
+                           "the residual stream", 0, 0, 0.999999, &hp->dropout);
+  err = mt_first_err(err, mt_option_int("-gpt_layers", "gpt: transformer blocks", 4, 1, 1024, &layers));
+  err = mt_first_err(err, mt_option_int("-gpt_heads", "gpt: attention heads", 4, 1, 1024, &heads));
+  err = mt_first_err(err, mt_option_int("-gpt_embd", "gpt: embedding width (a multiple of heads)",
+                                         128, 1, 1 << 16, &embd));
+  err = mt_first_err(err, mt_option_int("-gpt_block",
+                                         "gpt: context length T; a token file's samples are windows "
+                                         "of T + 1 tokens", 64, 1, 1 << 16, &block));
+  err = mt_first_err(err, mt_model_option_choice("-gpt_gelu",
+                                                 "gpt: GELU form (tanh as GPT-2, or exact erf)", gelus,
+                                                 gelu, sizeof(gelu)));
+  hp->layers = (int)layers, hp->heads = (int)heads, hp->embd = (int)embd, hp->block = (int)block;
+  hp->gelu_tanh = !strcmp(gelu, "tanh");
+  if (!err && hp->embd % hp->heads)
+    err = MT_ERR(MT_ERR_OPTION, "option -gpt_embd: %d is not a multiple of -gpt_heads %d", hp->embd,
+                 hp->heads);
+  return err;
+}
 
-int mt_gpt_set(int layers, int heads, int embd, int block, int gelu_tanh, double dropout) {
-  MT_CHECK(embd % heads == 0, MT_ERR_OPTION, "option -gpt_embd: %d is not a multiple of -gpt_heads %d",
-           embd, heads);
-  MT_CHECK(dropout >= 0 && dropout < 1, MT_ERR_OPTION, "option -gpt_dropout: %g is not in [0, 1)", dropout);
-  L_ = layers, NH_ = heads, C_ = embd, T_ = block;
-  gelu_ = gelu_tanh ? MT_GELU_TANH : MT_GELU_ERF;
-  dropout_ = dropout;
+static void gpt_defaults(mt_model_hparams *h) {
+  *h = (mt_model_hparams){.gpt = {.layers = 4, .heads = 4, .embd = 128, .block = 64,
+                                  .gelu_tanh = 1, .dropout = 0.0}};
+}
+
+static int gpt_check(const mt_gpt_hparams *hp) {
+  MT_CHECK(hp->layers >= 1 && hp->heads >= 1 && hp->embd >= 1 && hp->block >= 1, MT_ERR_OPTION,
+           "option -gpt_layers, -gpt_heads, -gpt_embd, -gpt_block: %d, %d, %d, %d are not all "
+           "positive", hp->layers, hp->heads, hp->embd, hp->block);
+  MT_CHECK(hp->embd % hp->heads == 0, MT_ERR_OPTION,
+           "option -gpt_embd: %d is not a multiple of -gpt_heads %d", hp->embd, hp->heads);
+  MT_CHECK(hp->dropout >= 0 && hp->dropout < 1, MT_ERR_OPTION,
+           "option -gpt_dropout: %g is not in [0, 1)", hp->dropout);
   return 0;
 }
 
@@ -81,9 +112,27 @@ static int gpt_init(mt_model *m, float *params, uint64_t seed) {
   return 0;
 }
 
-static int gpt_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
-  return m->dtype == MT_FP64 ? gpt_setup_f64(m, spec, max_batch) : gpt_setup(m, spec, max_batch);
+static int gpt_setup_hp(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec,
+                        int max_batch) {
+  MT_CALL(gpt_check(&hp->gpt));
+  return m->dtype == MT_FP64 ? gpt_setup_f64(m, &hp->gpt, spec, max_batch)
+                             : gpt_setup(m, &hp->gpt, spec, max_batch);
 }
+
+/* The ops' options and setup: the registry's block of hyper-parameters */
+static int gpt_options(void) { return gpt_read(mt_model_builtin_hparams(&mt_gpt_ops)); }
+
+static int gpt_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
+  return gpt_setup_hp(m, mt_model_builtin_hparams(&mt_gpt_ops), spec, max_batch);
+}
+
+const mt_gpt_hparams *mt_gpt_hparams_of(const mt_model *m) {
+  if (!m || m->ops != &mt_gpt_ops || !m->data) return NULL;
+  return m->dtype == MT_FP64 ? &((const gpt_f64 *)m->data)->hp : &((const gpt *)m->data)->hp;
+}
+
+/* a token data set's samples are windows of -gpt_block + 1 tokens */
+static int gpt_window(const mt_model_hparams *h) { return h->gpt.block; }
 
 static double gpt_flops_dt(const mt_model *m) {
   return m->dtype == MT_FP64 ? gpt_flops_f64(m) : gpt_flops(m);
@@ -98,6 +147,7 @@ static void gpt_destroy_dt(mt_model *m) {
 
 const mt_model_ops mt_gpt_ops = {
     .name = "gpt",
+    .options = gpt_options,
     .setup = gpt_setup_dt,
     .init = gpt_init,
     .forward = gpt_forward,
@@ -106,4 +156,12 @@ const mt_model_ops mt_gpt_ops = {
     .destroy = gpt_destroy_dt,
     .forward64 = gpt_forward_f64,
     .backward64 = gpt_backward_f64,
+};
+
+const mt_model_builtin mt_gpt_builtin = {
+    .ops = &mt_gpt_ops,
+    .defaults = gpt_defaults,
+    .setup = gpt_setup_hp,
+    .window = gpt_window,
+    .print = NULL,
 };

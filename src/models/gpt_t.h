@@ -8,7 +8,9 @@ typedef struct {
 } MT_T(block_acts);
 
 typedef struct {
+  mt_gpt_hparams hp; /* what it was set up with (mt_gpt_hparams_of)          */
   int L, NH, C, T, V, maxB;
+  mt_gelu_kind gelu;
   MT_T(block_acts) a[64], d[64]; /* activations and their gradients      */
   REAL *enc, *denc, *lnf, *lnf_mean, *lnf_rstd, *dlnf, *logits, *dlogits;
   int32_t *inp, *tgt;       /* (B,T) inputs and targets                  */
@@ -37,13 +39,17 @@ static void MT_T(free_acts)(MT_T(block_acts) *a) {
   for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) mt_free(f[i]);
 }
 
-static int MT_T(gpt_setup)(mt_model *m, const mt_data_spec *spec, int max_batch) {
+static int MT_T(gpt_setup)(mt_model *m, const mt_gpt_hparams *hp, const mt_data_spec *spec,
+                           int max_batch) {
   MT_T(gpt) *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "gpt"));
   m->data = s;
   MT_CHECK(spec->tokens, MT_ERR_DATA, "model gpt needs a token data set (/tokens; see mt-data text)");
-  MT_CHECK(L_ <= 64, MT_ERR_OPTION, "option -gpt_layers: at most 64");
-  s->L = L_, s->NH = NH_, s->C = C_, s->T = (int)spec->sample_numel, s->V = spec->nclasses;
+  MT_CHECK(hp->layers <= 64, MT_ERR_OPTION, "option -gpt_layers: at most 64");
+  s->hp = *hp;
+  s->L = hp->layers, s->NH = hp->heads, s->C = hp->embd, s->T = (int)spec->sample_numel;
+  s->V = spec->nclasses;
+  s->gelu = hp->gelu_tanh ? MT_GELU_TANH : MT_GELU_ERF;
   s->maxB = max_batch;
   const int C = s->C;
   MT_CALL(add(m, "transformer.wte.weight", 2, s->V, C, 0));
@@ -73,7 +79,7 @@ static int MT_T(gpt_setup)(mt_model *m, const mt_data_spec *spec, int max_batch)
     MT_CALL(mt_calloc(f[i], n[i], sizeof(REAL), "gpt activations"));
   MT_CALL(mt_calloc(&s->inp, N, sizeof(int32_t), "gpt inputs"));
   MT_CALL(mt_calloc(&s->tgt, N, sizeof(int32_t), "gpt targets"));
-  s->drop = (REAL)dropout_;
+  s->drop = (REAL)hp->dropout;
   if (s->drop > 0) {
     MT_CALL(mt_calloc(&s->mask_enc, N * C, 1, "gpt dropout masks"));
     for (int l = 0; l < s->L; l++) {
@@ -119,7 +125,7 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
     mt_residual_forward(a->res2, res, a->attproj, (int64_t)N * C);
     mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(bidx(l, LN2W)), PW(bidx(l, LN2B)), N, C, LN_EPS);
     MT_CALL(mt_linear_forward(a->fch, a->ln2, PW(bidx(l, FCW)), PW(bidx(l, FCB)), N, C, 4 * C));
-    mt_gelu_forward(a->fch_gelu, a->fch, (int64_t)N * 4 * C, gelu_);
+    mt_gelu_forward(a->fch_gelu, a->fch, (int64_t)N * 4 * C, s->gelu);
     MT_CALL(mt_linear_forward(a->fcproj, a->fch_gelu, PW(bidx(l, FCPW)), PW(bidx(l, FCPB)), N, 4 * C, C));
     if (s->dropped) MT_T(mt_model_dropout)(a->fcproj, s->mask_fc[l], s->drop, bt, 2 + 2 * l, row);
     mt_residual_forward(a->res3, a->res2, a->fcproj, (int64_t)N * C);
@@ -180,7 +186,7 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, (int64_t)N * C);
     MT_CALL(mt_linear_backward(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj, a->fch_gelu,
                                PW(bidx(l, FCPW)), N, 4 * C, C));
-    mt_gelu_backward(d->fch, d->fch_gelu, a->fch, (int64_t)N * 4 * C, gelu_);
+    mt_gelu_backward(d->fch, d->fch_gelu, a->fch, (int64_t)N * 4 * C, s->gelu);
     MT_CALL(mt_linear_backward(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, a->ln2,
                                PW(bidx(l, FCW)), N, C, 4 * C));
     mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,

@@ -19,16 +19,30 @@
 
 #define MT_PURPOSE_INIT 2
 
-static int hidden_[MT_MAX_HIDDEN] = {1024, 1024};
-static int nhidden_ = 2;
-static double dropout_ = 0.0;
+/* -mlp_hidden and -mlp_dropout into hp (mt_model_read_options): the names,
+ * defaults, ranges and messages mt_config had. */
+static int mlp_read(mt_model_hparams *h) {
+  mt_mlp_hparams *hp = &h->mlp;
+  int err = mt_model_option_ints("-mlp_hidden", "MLP hidden layer sizes, comma-separated",
+                                 "1024,1024", hp->hidden, MT_MAX_HIDDEN, &hp->nhidden);
+  if (!err && hp->nhidden < 1) err = MT_ERR(MT_ERR_OPTION, "option -mlp_hidden: at least one hidden layer");
+  err = mt_first_err(err, mt_option_real("-mlp_dropout", "mlp: dropout probability after each hidden layer",
+                                         0, 0, 0.999999, &hp->dropout));
+  return err;
+}
 
-int mt_mlp_set(const int *sizes, int n, double dropout) {
-  MT_CHECK(n >= 1 && n <= MT_MAX_HIDDEN, MT_ERR_OPTION, "option -mlp_hidden: 1 to %d layers", MT_MAX_HIDDEN);
-  MT_CHECK(dropout >= 0 && dropout < 1, MT_ERR_OPTION, "option -mlp_dropout: %g is not in [0, 1)", dropout);
-  memcpy(hidden_, sizes, (size_t)n * sizeof(int));
-  nhidden_ = n;
-  dropout_ = dropout;
+static void mlp_defaults(mt_model_hparams *h) {
+  *h = (mt_model_hparams){.mlp = {.hidden = {1024, 1024}, .nhidden = 2, .dropout = 0.0}};
+}
+
+static int mlp_check(const mt_mlp_hparams *hp) {
+  MT_CHECK(hp->nhidden >= 1 && hp->nhidden <= MT_MAX_HIDDEN, MT_ERR_OPTION,
+           "option -mlp_hidden: 1 to %d layers", MT_MAX_HIDDEN);
+  for (int i = 0; i < hp->nhidden; i++)
+    MT_CHECK(hp->hidden[i] >= 1, MT_ERR_OPTION, "option -mlp_hidden: %d is not a positive size",
+             hp->hidden[i]);
+  MT_CHECK(hp->dropout >= 0 && hp->dropout < 1, MT_ERR_OPTION,
+           "option -mlp_dropout: %g is not in [0, 1)", hp->dropout);
   return 0;
 }
 
@@ -41,8 +55,30 @@ static int mlp_init(mt_model *m, float *params, uint64_t seed) {
 #define MT_TEMPLATE "models/mlp_t.h"
 #include "core/real_t.h"
 
+static int mlp_setup_hp(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec,
+                        int max_batch) {
+  MT_CALL(mlp_check(&hp->mlp));
+  return m->dtype == MT_FP64 ? mlp_setup_f64(m, &hp->mlp, spec, max_batch)
+                             : mlp_setup(m, &hp->mlp, spec, max_batch);
+}
+
+/* The ops' options and setup: the registry's block of hyper-parameters */
+static int mlp_options(void) { return mlp_read(mt_model_builtin_hparams(&mt_mlp_ops)); }
+
 static int mlp_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
-  return m->dtype == MT_FP64 ? mlp_setup_f64(m, spec, max_batch) : mlp_setup(m, spec, max_batch);
+  return mlp_setup_hp(m, mt_model_builtin_hparams(&mt_mlp_ops), spec, max_batch);
+}
+
+const mt_mlp_hparams *mt_mlp_hparams_of(const mt_model *m) {
+  if (!m || m->ops != &mt_mlp_ops || !m->data) return NULL;
+  return m->dtype == MT_FP64 ? &((const mlp_f64 *)m->data)->hp : &((const mlp *)m->data)->hp;
+}
+
+static void mlp_print(const mt_model_hparams *h, FILE *f, int line) {
+  if (line) return;
+  fprintf(f, " (hidden ");
+  for (int i = 0; i < h->mlp.nhidden; i++) fprintf(f, "%s%d", i ? "," : "", h->mlp.hidden[i]);
+  fprintf(f, ")");
 }
 
 static double mlp_flops_dt(const mt_model *m) {
@@ -58,6 +94,7 @@ static void mlp_destroy_dt(mt_model *m) {
 
 const mt_model_ops mt_mlp_ops = {
     .name = "mlp",
+    .options = mlp_options,
     .setup = mlp_setup_dt,
     .init = mlp_init,
     .forward = mlp_forward,
@@ -67,4 +104,12 @@ const mt_model_ops mt_mlp_ops = {
     .forward64 = mlp_forward_f64,
     .backward64 = mlp_backward_f64,
     .backward_clipped = mlp_backward_clipped,
+};
+
+const mt_model_builtin mt_mlp_builtin = {
+    .ops = &mt_mlp_ops,
+    .defaults = mlp_defaults,
+    .setup = mlp_setup_hp,
+    .window = NULL,
+    .print = mlp_print,
 };

@@ -2,6 +2,7 @@
  * setup, forward, backward, flops and destroy. */
 
 typedef struct {
+  mt_mlp_hparams hp;       /* what it was set up with (mt_mlp_hparams_of)    */
   int nl;                  /* linear layers                                  */
   int dim[MT_MAX_HIDDEN + 2]; /* dim[0] input, dim[l+1] output of layer l    */
   REAL *act[MT_MAX_HIDDEN + 1];  /* (B, dim[l+1]) outputs (post-ReLU)          */
@@ -17,18 +18,20 @@ typedef struct {
   int B, dropped;          /* dropped: the last forward applied dropout      */
 } MT_T(mlp);
 
-static int MT_T(mlp_setup)(mt_model *m, const mt_data_spec *spec, int max_batch) {
+static int MT_T(mlp_setup)(mt_model *m, const mt_mlp_hparams *hp, const mt_data_spec *spec,
+                           int max_batch) {
   MT_T(mlp) *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "mlp"));
   m->data = s;
   MT_CHECK(!spec->tokens && (spec->nclasses >= 2 || spec->ntargets > 0), MT_ERR_DATA,
            "model mlp needs inputs /x and class labels or float targets /y (this data set "
            "holds %s)", spec->tokens ? "/tokens" : "neither");
-  s->nl = nhidden_ + 1;
-  s->p = (REAL)dropout_;
+  s->hp = *hp;
+  s->nl = hp->nhidden + 1;
+  s->p = (REAL)hp->dropout;
   s->regression = spec->ntargets > 0;
   s->dim[0] = (int)spec->sample_numel;
-  for (int i = 0; i < nhidden_; i++) s->dim[i + 1] = hidden_[i];
+  for (int i = 0; i < hp->nhidden; i++) s->dim[i + 1] = hp->hidden[i];
   s->dim[s->nl] = s->regression ? spec->ntargets : spec->nclasses;
   for (int l = 0; l < s->nl; l++) {
     char name[MT_NAME_MAX];

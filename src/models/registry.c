@@ -3,21 +3,68 @@
 #include "models/models.h"
 #include "nn/nn.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_MODELS 32
+#define NBUILTINS 3
 static const mt_model_ops *models_[MAX_MODELS];
 static int nmodels_;
+/* the built-ins, each with its block of hyper-parameters (mt_model_hparams):
+ * the defaults, then what its options op read */
+static struct {
+  const mt_model_builtin *b;
+  mt_model_hparams hp;
+} builtin_[NBUILTINS];
 
 static void builtins(void) {
   if (nmodels_) return;
-  models_[nmodels_++] = &mt_mlp_ops;
-  models_[nmodels_++] = &mt_cnn_ops;
-  models_[nmodels_++] = &mt_gpt_ops;
+  const mt_model_builtin *const b[NBUILTINS] = {&mt_mlp_builtin, &mt_cnn_builtin, &mt_gpt_builtin};
+  for (int i = 0; i < NBUILTINS; i++) {
+    builtin_[i].b = b[i];
+    b[i]->defaults(&builtin_[i].hp);
+    models_[nmodels_++] = b[i]->ops;
+  }
+}
+
+const mt_model_builtin *mt_model_builtin_of(const mt_model_ops *ops) {
+  builtins();
+  for (int i = 0; ops && i < NBUILTINS; i++)
+    if (builtin_[i].b->ops == ops) return builtin_[i].b;
+  return NULL;
+}
+
+mt_model_hparams *mt_model_builtin_hparams(const mt_model_ops *ops) {
+  builtins();
+  for (int i = 0; ops && i < NBUILTINS; i++)
+    if (builtin_[i].b->ops == ops) return &builtin_[i].hp;
+  return NULL;
+}
+
+int mt_model_read_options(const char *name) {
+  builtins();
+  int err = 0;
+  for (int i = 0; i < NBUILTINS; i++) err = mt_first_err(err, builtin_[i].b->ops->options());
+  const mt_model_ops *ops = mt_model_find(name);
+  if (ops && !mt_model_builtin_of(ops) && ops->options) err = mt_first_err(err, ops->options());
+  return err;
+}
+
+int mt_model_window(const char *name) {
+  const mt_model_builtin *b = mt_model_builtin_of(mt_model_find(name));
+  if (!b || !b->window) b = &mt_gpt_builtin;
+  return b->window(mt_model_builtin_hparams(b->ops));
+}
+
+void mt_model_print(const char *name, FILE *f, int line) {
+  const mt_model_builtin *b = mt_model_builtin_of(mt_model_find(name));
+  if (b && b->print) b->print(mt_model_builtin_hparams(b->ops), f, line);
 }
 
 const mt_model_ops *mt_model_find(const char *name) {
@@ -56,18 +103,18 @@ int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, m
   return mt_model_create_as(name, spec, max_batch, MT_FP32, out);
 }
 
-int mt_model_create_as(const char *name, const mt_data_spec *spec, int max_batch, mt_dtype dtype,
-                       mt_model **out) {
-  builtins();
-  *out = NULL;
-  const mt_model_ops *ops = NULL;
-  for (int i = 0; i < nmodels_; i++)
-    if (!strcmp(models_[i]->name, name)) ops = models_[i];
+/* A model of ops: set up by ops->setup, or, given hp, by its built-in's
+ * setup from hp. */
+static int create(const mt_model_ops *ops, const mt_model_hparams *hp, const char *name,
+                  const mt_data_spec *spec, int max_batch, mt_dtype dtype, mt_model **out) {
   MT_CHECK(ops, MT_ERR_OPTION, "option -model: unknown model '%s'", name);
   MT_CHECK(dtype == MT_FP32 || (dtype == MT_FP64 && ops->forward64 && ops->backward64),
            MT_ERR_OPTION,
            "option -precision fp64: model %s has no double-precision operations (forward64 and "
            "backward64 in its mt_model_ops); run it with -precision fp32", name);
+  const mt_model_builtin *b = hp ? mt_model_builtin_of(ops) : NULL;
+  MT_CHECK(!hp || b, MT_ERR_ARG, "model %s: hyper-parameters are given to the built-in models only",
+           name);
   mt_model *m;
   MT_CALL(mt_calloc(&m, 1, sizeof(*m), "model"));
   m->ops = ops;
@@ -75,11 +122,26 @@ int mt_model_create_as(const char *name, const mt_data_spec *spec, int max_batch
   m->max_batch = max_batch;
   m->dtype = dtype;
   *out = m;
-  MT_CALL(ops->setup(m, spec, max_batch));
+  MT_CALL(b ? b->setup(m, hp, spec, max_batch) : ops->setup(m, spec, max_batch));
   if (m->buffers.total)
     MT_CALL(mt_calloc(&m->buf, m->buffers.total, sizeof(float), "model buffers"));
   if (m->buffers.total && dtype == MT_FP64)
     MT_CALL(mt_calloc(&m->buf64, m->buffers.total, sizeof(double), "model buffers"));
+  return 0;
+}
+
+int mt_model_create_as(const char *name, const mt_data_spec *spec, int max_batch, mt_dtype dtype,
+                       mt_model **out) {
+  *out = NULL;
+  MT_CALL(create(mt_model_find(name), NULL, name, spec, max_batch, dtype, out));
+  return 0;
+}
+
+int mt_model_create_hp(const char *name, const mt_model_hparams *hp, const mt_data_spec *spec,
+                       int max_batch, mt_dtype dtype, mt_model **out) {
+  *out = NULL;
+  MT_CHECK(hp, MT_ERR_ARG, "mt_model_create_hp: no hyper-parameters");
+  MT_CALL(create(mt_model_find(name), hp, name, spec, max_batch, dtype, out));
   return 0;
 }
 
@@ -123,6 +185,67 @@ int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint6
     for (size_t i = 0; i < q->numel; i++) p[i] = (2.0f * mt_randu(key, i) - 1.0f) * bound;
   }
   return 0;
+}
+
+/* ------------------------------------------ the built-ins' options readers */
+
+static int parse_long(const char *s, long *v) {
+  char *end;
+  errno = 0;
+  while (isspace((unsigned char)*s)) s++;
+  if (!*s) return -1;
+  *v = strtol(s, &end, 10);
+  return errno || *end ? -1 : 0;
+}
+
+int mt_model_option_ints(const char *name, const char *help, const char *def, int *v, int max,
+                         int *n) {
+  char s[4096], buf[512];
+  *n = 0;
+  MT_CALL(mt_option_string(name, help, def, s, sizeof(s)));
+  MT_CHECK(strlen(s) < sizeof(buf), MT_ERR_OPTION, "option %s: value too long", name);
+  memcpy(buf, s, strlen(s) + 1);
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    long x;
+    MT_CHECK(*n < max, MT_ERR_OPTION, "option %s: more than %d values", name, max);
+    MT_CHECK(!parse_long(tok, &x) && x >= 1 && x <= (1L << 20), MT_ERR_OPTION,
+             "option %s: '%s' is not a positive integer (allowed: 1..%ld)", name, tok, 1L << 20);
+    v[(*n)++] = (int)x;
+  }
+  return 0;
+}
+
+int mt_model_option_bool(const char *name, const char *help, int def, int *out) {
+  char s[64];
+  *out = def;
+  MT_CALL(mt_option_string(name, help, def ? "1" : "0", s, sizeof(s)));
+  if (!s[0] || !strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") ||
+      !strcasecmp(s, "on")) /* given without a value: on */
+    *out = 1;
+  else if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") ||
+           !strcasecmp(s, "off"))
+    *out = 0;
+  else
+    return MT_ERR(MT_ERR_OPTION,
+                  "option %s: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, on, off)",
+                  name, s);
+  return 0;
+}
+
+int mt_model_option_choice(const char *name, const char *help, const char *const *choices,
+                           char *out, size_t len) {
+  char s[256], all[256] = "";
+  snprintf(out, len, "%s", choices[0]);
+  MT_CALL(mt_option_string(name, help, choices[0], s, sizeof(s)));
+  for (int i = 0; choices[i]; i++) {
+    if (!strcmp(s, choices[i]) && strlen(s) < len) {
+      memcpy(out, s, strlen(s) + 1);
+      return 0;
+    }
+    size_t k = strlen(all);
+    snprintf(all + k, sizeof(all) - k, "%s%s", i ? ", " : "", choices[i]);
+  }
+  return MT_ERR(MT_ERR_OPTION, "option %s: '%s' is not one of: %s", name, s, all);
 }
 
 #define MT_TEMPLATE "models/registry_t.h"

@@ -27,9 +27,12 @@ static int grow_curve(mt_trainer *t) {
 
 static int open_data(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL, c->gpt_block));
+  /* the model's options were read with the configuration: it knows its
+   * window before it is made, and the data layer is told only the number */
+  t->window = mt_model_window(c->model);
+  MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL, t->window));
   for (int i = 0; i < c->nval; i++) {
-    MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec, c->gpt_block));
+    MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec, t->window));
     t->nval_open = i + 1;
   }
   t->steps_per_epoch = mt_sampler_train_steps(t->train.n, c->batch_size, c->max_train_steps);
@@ -73,11 +76,8 @@ static int setup_optimizer(mt_trainer *t) {
 /* Model(s) of this rank, parameters initialised from the seed, buffers. */
 static int create_model(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  MT_CALL(mt_mlp_set(c->mlp_hidden, c->mlp_nhidden, c->mlp_dropout));
-  MT_CALL(mt_cnn_set(c->cnn_channels, c->cnn_nblocks, c->cnn_kernel, c->cnn_hidden,
-                     c->cnn_batchnorm, c->cnn_dropout));
-  MT_CALL(mt_gpt_set(c->gpt_layers, c->gpt_heads, c->gpt_embd, c->gpt_block,
-                     !strcmp(c->gpt_gelu, "tanh"), c->gpt_dropout));
+  /* the model takes the hyper-parameters its options op read
+   * (mt_model_read_options, with the configuration) */
   /* activations for one training micro-batch; evaluation goes in pieces of
    * this size (validate.c). On a GPU the device twin holds them (gpu.c):
    * the CPU model keeps its table, spec and buffers with activations for

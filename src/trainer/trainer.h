@@ -20,6 +20,7 @@ typedef struct {
   mt_dataset train;
   mt_dataset val[MT_MAX_VAL];
   int nval_open;
+  int window; /* a token data set's window T, the model's (mt_model_window) */
   mt_model *model;
   mt_backend *backend;
   /* -precision: the element type of every flat buffer of the run (params,

@@ -158,7 +158,7 @@ int mt_eval_setup(mt_trainer *t) {
                  c->data_train);
   MT_CALL(mt_agree(w, err));
   for (int i = 0; i < c->ntest; i++) {
-    MT_CALL(mt_dataset_open(&t->test[i], c->data_test[i], w, &t->train.spec, c->gpt_block));
+    MT_CALL(mt_dataset_open(&t->test[i], c->data_test[i], w, &t->train.spec, t->window));
     t->ntest_open = i + 1;
     MT_CALL(mt_agree(w, mt_loader_create(&t->test_loader[i], &t->test[i], c->val_batch_size,
                                          c->prefetch)));
