@@ -12,6 +12,7 @@
  *  - Poisson membership has rate q; the default delta. */
 #include "core/core.h"
 #include "models/models.h"
+#include "model_hparams.h"
 #include "optim/dpsgd.h"
 #include "testutil.h"
 
@@ -20,26 +21,6 @@
 #include <string.h>
 
 #define B 7
-
-/* Hyper-parameters of the built-in models, given here rather than read
- * from their options (mt_model_create_hp). */
-static mt_model_hparams mlp_hp(const int *sizes, int n, double dropout) {
-  mt_model_hparams h = {.mlp = {.nhidden = n, .dropout = dropout}};
-  memcpy(h.mlp.hidden, sizes, (size_t)n * sizeof(int));
-  return h;
-}
-static mt_model_hparams cnn_hp(const int *channels, int n, int kernel, int hidden, int batchnorm,
-                               double dropout) {
-  mt_model_hparams h = {.cnn = {.nblocks = n, .kernel = kernel, .hidden = hidden,
-                                .batchnorm = batchnorm, .dropout = dropout}};
-  memcpy(h.cnn.channels, channels, (size_t)n * sizeof(int));
-  return h;
-}
-static mt_model_hparams gpt_hp(int layers, int heads, int embd, int block, int gelu_tanh,
-                               double dropout) {
-  return (mt_model_hparams){.gpt = {.layers = layers, .heads = heads, .embd = embd, .block = block,
-                                    .gelu_tanh = gelu_tanh, .dropout = dropout}};
-}
 
 static double norm2(const float *g, size_t n) {
   double s = 0;

@@ -22,6 +22,7 @@
 #define MT_NN_GENERIC
 #include "core/core.h"
 #include "models/models.h"
+#include "model_hparams.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -34,26 +35,6 @@
 #define MARGIN 0.02 /* distance from a kink, 20 steps: no difference crosses one */
 
 static tu_ref R; /* refs/f64_models.txt */
-
-/* Hyper-parameters of the built-in models, given here rather than read
- * from their options (mt_model_create_hp). */
-static mt_model_hparams mlp_hp(const int *sizes, int n, double dropout) {
-  mt_model_hparams h = {.mlp = {.nhidden = n, .dropout = dropout}};
-  memcpy(h.mlp.hidden, sizes, (size_t)n * sizeof(int));
-  return h;
-}
-static mt_model_hparams cnn_hp(const int *channels, int n, int kernel, int hidden, int batchnorm,
-                               double dropout) {
-  mt_model_hparams h = {.cnn = {.nblocks = n, .kernel = kernel, .hidden = hidden,
-                                .batchnorm = batchnorm, .dropout = dropout}};
-  memcpy(h.cnn.channels, channels, (size_t)n * sizeof(int));
-  return h;
-}
-static mt_model_hparams gpt_hp(int layers, int heads, int embd, int block, int gelu_tanh,
-                               double dropout) {
-  return (mt_model_hparams){.gpt = {.layers = layers, .heads = heads, .embd = embd, .block = block,
-                                    .gelu_tanh = gelu_tanh, .dropout = dropout}};
-}
 
 static double *zeros(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 

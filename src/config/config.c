@@ -41,25 +41,6 @@ static PetscErrorCode opt_str(PetscOptionItems *PetscOptionsObject, const char *
   PetscFunctionReturn(0);
 }
 
-static int parse_long(const char *s, long *v) {
-  char *end;
-  errno = 0;
-  while (isspace((unsigned char)*s)) s++;
-  if (!*s) return -1;
-  *v = strtol(s, &end, 10);
-  if (errno || *end) return -1;
-  return 0;
-}
-
-static int parse_double(const char *s, double *v) {
-  char *end;
-  errno = 0;
-  while (isspace((unsigned char)*s)) s++;
-  if (!*s) return -1;
-  *v = strtod(s, &end);
-  if (errno || *end || !isfinite(*v)) return -1;
-  return 0;
-}
 
 static PetscErrorCode opt_int(PetscOptionItems *PetscOptionsObject, const char *name,
                               const char *help, long def, long lo, long hi, int *out) {
@@ -67,7 +48,7 @@ static PetscErrorCode opt_int(PetscOptionItems *PetscOptionsObject, const char *
   snprintf(d, sizeof(d), "%ld", def);
   PetscCall(opt_str(PetscOptionsObject, name, help, d, s, sizeof(s), NULL));
   long v;
-  if (parse_long(s, &v)) {
+  if (mt_parse_long(s, &v)) {
     bad("option %s: '%s' is not an integer (allowed: %ld..%ld)", name, s, lo, hi);
     v = def;
   } else if (v < lo || v > hi) {
@@ -87,7 +68,7 @@ static PetscErrorCode opt_real(PetscOptionItems *PetscOptionsObject, const char 
   PetscCall(opt_str(PetscOptionsObject, name, help, d, s, sizeof(s), NULL));
   double v;
   const char *lb = lo_open ? "(" : "[";
-  if (parse_double(s, &v)) {
+  if (mt_parse_double(s, &v)) {
     bad("option %s: '%s' is not a number (allowed: %s%g, %g])", name, s, lb, lo, hi);
     v = def;
   } else if (v < lo || (lo_open && v == lo) || v > hi) {
@@ -152,7 +133,7 @@ static void parse_int_list(const char *name, const char *s, int *v, int max, int
       bad("option %s: more than %d values", name, max);
       return;
     }
-    if (parse_long(tok, &x) || x < 1 || x > (1L << 20)) {
+    if (mt_parse_long(tok, &x) || x < 1 || x > (1L << 20)) {
       bad("option %s: '%s' is not a positive integer (allowed: 1..%ld)", name, tok, 1L << 20);
       return;
     }

@@ -18,6 +18,10 @@ size_t mt_alloc_bytes(void);
 
 /* 64-bit FNV-1a hash of bytes. */
 uint64_t mt_hash_bytes(const void *p, size_t n, uint64_t h);
+/* A whole decimal integer / a finite number, the whole of s (leading blanks
+ * allowed): 0, or -1 when s is not one (options.c; the option readers'). */
+int mt_parse_long(const char *s, long *v);
+int mt_parse_double(const char *s, double *v);
 /* Hash of the names and values read through mt_option_* so far. */
 uint64_t mt_option_hash(void);
 

@@ -3,6 +3,7 @@
  * help line under -help. */
 #include "core/core.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <petscsys.h>
@@ -60,5 +61,25 @@ int mt_option_real(const char *name, const char *help, double def, double lo, do
   MT_CHECK(v >= lo && v <= hi, MT_ERR_OPTION, "option %s: %g is out of range (allowed: [%g, %g])",
            name, v, lo, hi);
   *out = v;
+  return 0;
+}
+
+int mt_parse_long(const char *s, long *v) {
+  char *end;
+  errno = 0;
+  while (isspace((unsigned char)*s)) s++;
+  if (!*s) return -1;
+  *v = strtol(s, &end, 10);
+  if (errno || *end) return -1;
+  return 0;
+}
+
+int mt_parse_double(const char *s, double *v) {
+  char *end;
+  errno = 0;
+  while (isspace((unsigned char)*s)) s++;
+  if (!*s) return -1;
+  *v = strtod(s, &end);
+  if (errno || *end || !isfinite(*v)) return -1;
   return 0;
 }

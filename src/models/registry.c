@@ -189,15 +189,6 @@ int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint6
 
 /* ------------------------------------------ the built-ins' options readers */
 
-static int parse_long(const char *s, long *v) {
-  char *end;
-  errno = 0;
-  while (isspace((unsigned char)*s)) s++;
-  if (!*s) return -1;
-  *v = strtol(s, &end, 10);
-  return errno || *end ? -1 : 0;
-}
-
 int mt_model_option_ints(const char *name, const char *help, const char *def, int *v, int max,
                          int *n) {
   char s[4096], buf[512];
@@ -208,7 +199,7 @@ int mt_model_option_ints(const char *name, const char *help, const char *def, in
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     long x;
     MT_CHECK(*n < max, MT_ERR_OPTION, "option %s: more than %d values", name, max);
-    MT_CHECK(!parse_long(tok, &x) && x >= 1 && x <= (1L << 20), MT_ERR_OPTION,
+    MT_CHECK(!mt_parse_long(tok, &x) && x >= 1 && x <= (1L << 20), MT_ERR_OPTION,
              "option %s: '%s' is not a positive integer (allowed: 1..%ld)", name, tok, 1L << 20);
     v[(*n)++] = (int)x;
   }
