@@ -20,6 +20,7 @@ configs="1x1 1x2 2x1"
 per_rank_batch=0
 peak=265
 run_timeout=600
+baseline=""
 mt_data=""
 hidden="1024,1024"
 batch=128
@@ -44,6 +45,10 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --peak GFLOPS     fp32 peak per core for the limit column (default $peak)
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
   --timeout S       limit for one run in seconds (default $run_timeout)
+  --baseline PATH   a second mpitrain (e.g. built from the commit before a
+                    change), run right after MPITRAIN in every repeat: its
+                    medians and MPITRAIN/baseline in a table of their own
+                    (--settings none leaves PyTorch out)
 Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments).
 EOF
 }
@@ -61,6 +66,7 @@ while [ $# -gt 0 ]; do
 	--peak) peak=$2; shift 2 ;;
 	--mt-data) mt_data=$2; shift 2 ;;
 	--timeout) run_timeout=$2; shift 2 ;;
+	--baseline) baseline=$2; shift 2 ;;
 	-h|--help) usage; exit 0 ;;
 	-*) echo "$0: unknown option $1" >&2; usage >&2; exit 2 ;;
 	*) pos+=("$1"); shift ;;
@@ -104,7 +110,10 @@ elif [ ! -x "$mpitrain" ]; then
 	echo "# $mpitrain not found: PyTorch only"
 fi
 
-"$python" -c 'import torch' 2>/dev/null || { echo "$0: $python cannot import torch" >&2; exit 1; }
+[ "$settings" = none ] && settings=""
+[ -z "$baseline" ] || [ -x "$baseline" ] || { echo "$0: --baseline $baseline is not executable" >&2; exit 1; }
+[ -z "$settings" ] || "$python" -c 'import torch' 2>/dev/null ||
+	{ echo "$0: $python cannot import torch" >&2; exit 1; }
 
 # ---- one run of each -------------------------------------------------------
 # Prints samples/s or nothing; the full log stays in $tmp.
@@ -158,6 +167,7 @@ for c in $configs; do
 	r=${c%x*}; t=${c#*x}
 	case "$r$t" in ''|*[!0-9]*) echo "$0: bad configuration $c (want RANKSxTHREADS)" >&2; exit 2 ;; esac
 	: >"$tmp/$c.mpitrain"
+	: >"$tmp/$c.baseline"
 	for s in $settings; do : >"$tmp/$c.torch-$s"; done
 	for i in $(seq 1 "$repeats"); do
 		line="# $c run $i:"
@@ -166,6 +176,12 @@ for c in $configs; do
 			v=$(run_mpitrain "$r" "$t" "$log")
 			if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.mpitrain"; else fail "mpitrain $c" "$log"; fi
 			line="$line mpitrain=${v:-fail}"
+			if [ -n "$baseline" ]; then
+				log="$tmp/log.$c.baseline.$i"
+				v=$(mpitrain=$baseline run_mpitrain "$r" "$t" "$log")
+				if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.baseline"; else fail "baseline $c" "$log"; fi
+				line="$line baseline=${v:-fail}"
+			fi
 		fi
 		for s in $settings; do
 			log="$tmp/log.$c.torch-$s.$i"
@@ -232,3 +248,14 @@ for c in $configs; do
 			"$(spread "$tmp/$c.torch-$s")" "$(cat "$tmp/$c.blas-$s" 2>/dev/null || echo '?')"
 	done
 done
+if [ -n "$baseline" ] && [ $have_mt = 1 ]; then
+	echo
+	echo "# mpitrain against the baseline $baseline, interleaved in the same run (samples/s):"
+	printf "%-7s %10s %14s %10s %14s %8s\n" config mpitrain "min-max" baseline "min-max" ratio
+	for c in $configs; do
+		a=$(median "$tmp/$c.mpitrain"); b=$(median "$tmp/$c.baseline"); ratio="-"
+		[ "$a" != "-" ] && [ "$b" != "-" ] && ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
+		printf "%-7s %10s %14s %10s %14s %8s\n" "$c" "$a" "$(spread "$tmp/$c.mpitrain")" "$b" \
+			"$(spread "$tmp/$c.baseline")" "$ratio"
+	done
+fi

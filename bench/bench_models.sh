@@ -26,6 +26,7 @@ settings="default blas1"
 configs="1x1 1x2 2x1"
 peak=265
 run_timeout=600
+baseline=""
 goal_cnn=2.0
 goal_gpt=1.3
 
@@ -47,6 +48,10 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --configs "C.."   RANKSxTHREADS list (default "$configs")
   --peak GFLOPS     fp32 peak per core for the %lim columns (default $peak)
   --timeout S       limit for one run in seconds (default $run_timeout)
+  --baseline PATH   a second mpitrain (e.g. built from the commit before a
+                    change), run right after MPITRAIN in every repeat: its
+                    medians and MPITRAIN/baseline in a table of their own
+                    (--settings none leaves PyTorch out)
 Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments).
 EOF
 }
@@ -65,6 +70,7 @@ while [ $# -gt 0 ]; do
 	--configs) configs=$2; shift 2 ;;
 	--peak) peak=$2; shift 2 ;;
 	--timeout) run_timeout=$2; shift 2 ;;
+	--baseline) baseline=$2; shift 2 ;;
 	-h|--help) usage; exit 0 ;;
 	-*) echo "$0: unknown option $1" >&2; usage >&2; exit 2 ;;
 	*) pos+=("$1"); shift ;;
@@ -80,7 +86,10 @@ for m in $models; do
 	case "$m" in cnn|gpt) ;; *) echo "$0: unknown model $m" >&2; exit 2 ;; esac
 done
 [ -x "$mpitrain" ] || { echo "$0: $mpitrain is not executable (build with scripts/build.sh)" >&2; exit 1; }
-"$python" -c 'import torch, h5py' 2>/dev/null || { echo "$0: $python cannot import torch and h5py" >&2; exit 1; }
+[ "$settings" = none ] && settings=""
+[ -z "$baseline" ] || [ -x "$baseline" ] || { echo "$0: --baseline $baseline is not executable" >&2; exit 1; }
+[ -z "$settings" ] || "$python" -c 'import torch, h5py' 2>/dev/null ||
+	{ echo "$0: $python cannot import torch and h5py" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_models.XXXXXX") || exit 1
@@ -162,6 +171,7 @@ for m in $models; do
 		r=${c%x*}; t=${c#*x}
 		case "$r$t" in ''|*[!0-9]*) echo "$0: bad configuration $c" >&2; exit 2 ;; esac
 		: >"$tmp/$m.$c.mpitrain"
+		: >"$tmp/$m.$c.baseline"
 		for s in $settings; do : >"$tmp/$m.$c.torch-$s"; done
 		for i in $(seq 1 "$repeats"); do
 			line="# $m $c run $i (load $(cut -d' ' -f1 /proc/loadavg)):"
@@ -169,6 +179,12 @@ for m in $models; do
 			v=$(run_mpitrain "$m" "$r" "$t" "$log")
 			if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.mpitrain"; else fail "mpitrain $m $c" "$log"; fi
 			line="$line mpitrain=${v:-fail}"
+			if [ -n "$baseline" ]; then
+				log="$tmp/log.$m.$c.baseline.$i"
+				v=$(mpitrain=$baseline run_mpitrain "$m" "$r" "$t" "$log")
+				if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.baseline"; else fail "baseline $m $c" "$log"; fi
+				line="$line baseline=${v:-fail}"
+			fi
 			for s in $settings; do
 				log="$tmp/log.$m.$c.torch-$s.$i"
 				v=$(run_torch "$m" "$r" "$t" "$s" "$log")
@@ -227,3 +243,16 @@ for m in $models; do
 		done
 	done
 done
+if [ -n "$baseline" ]; then
+	echo
+	echo "# mpitrain against the baseline $baseline, interleaved in the same run:"
+	printf "%-4s %-7s %10s %14s %10s %14s %8s\n" model config mpitrain "min-max" baseline "min-max" ratio
+	for m in $models; do
+		for c in $configs; do
+			a=$(median "$tmp/$m.$c.mpitrain"); b=$(median "$tmp/$m.$c.baseline"); ratio="-"
+			[ "$a" != "-" ] && [ "$b" != "-" ] && ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
+			printf "%-4s %-7s %10s %14s %10s %14s %8s\n" "$m" "$c" "$a" "$(spread "$tmp/$m.$c.mpitrain")" \
+				"$b" "$(spread "$tmp/$m.$c.baseline")" "$ratio"
+		done
+	done
+fi
