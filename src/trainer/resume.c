@@ -80,7 +80,7 @@ static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {
   void *data[3];
   const int k = mt_optimizer_state(t->optim, names, data, 3);
   for (int i = 0; i < k; i++) bufs[n++] = (mt_ckpt_buf){names[i], data[i]};
-  if (t->best_params) bufs[n++] = (mt_ckpt_buf){"best_params", t->best_params};
+  if (mt_best_params(t)) bufs[n++] = (mt_ckpt_buf){"best_params", mt_best_params(t)};
   *ts = (mt_ckpt_tensors){&t->model->params, bufs, n,
                           t->owner->sharded ? mt_ckpt_shard(o.lo, o.lo + o.n)
                                             : mt_ckpt_replicated(),
@@ -201,7 +201,7 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
    * is exact) */
   const size_t nb = t->model->buffers.total;
   MT_CALL(put_values(t, st, "model_buffers", mt_trainer_model_buf(t), nb));
-  if (t->best_buf) MT_CALL(put_values(t, st, "best_buffers", t->best_buf, nb));
+  if (mt_best_buf(t)) MT_CALL(put_values(t, st, "best_buffers", mt_best_buf(t), nb));
   MT_CALL(mt_amp_state_put(t, st)); /* the loss scaler */
   if (t->privacy->put_state) MT_CALL(t->privacy->put_state(t, st)); /* its accountant */
   return 0;
@@ -327,7 +327,7 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err && n == MT_BEST_STATE_N) mt_best_unpack(t, d);
   const size_t nb = t->model->buffers.total;
   if (!err) err = get_values(t, &st, "model_buffers", mt_trainer_model_buf(t), nb);
-  if (!err && t->best_buf) err = get_values(t, &st, "best_buffers", t->best_buf, nb);
+  if (!err && mt_best_buf(t)) err = get_values(t, &st, "best_buffers", mt_best_buf(t), nb);
   if (!err) err = mt_amp_state_get(t, &st);
   if (!err && t->privacy->get_state) err = t->privacy->get_state(t, &st, path);
   if (!err)

@@ -386,7 +386,7 @@ int mt_trainer_run(mt_trainer *t) {
   MT_CALL(mt_profile_init());
   if (c->epochs == 0) MT_CALL(evaluate_only(t));
   /* a run restarted after its early stop does not train on */
-  int early = c->early_stop_patience > 0 && t->bad_epochs >= c->early_stop_patience;
+  int early = c->early_stop_patience > 0 && mt_best_bad_epochs(t) >= c->early_stop_patience;
   for (int epoch = t->start_epoch; epoch < c->epochs && !early; epoch++) {
     t->epoch = epoch;
     double train_loss = 0, secs = 1;
@@ -434,7 +434,7 @@ int mt_trainer_run(mt_trainer *t) {
     done = epoch + 1;
     if (t->sched.kind == MT_LR_PLATEAU) {
       int reduced = 0;
-      MT_CALL(mt_lr_plateau_step(&t->sched, t->smooth_loss, &reduced));
+      MT_CALL(mt_lr_plateau_step(&t->sched, mt_best_smooth_loss(t), &reduced));
       if (reduced)
         mt_print0("epoch %d/%d: validation loss plateaued, lr now %.4g\n", epoch + 1, c->epochs,
                   t->sched.plateau.lr);

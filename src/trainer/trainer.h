@@ -24,7 +24,7 @@ typedef struct {
   mt_model *model;
   mt_backend *backend;
   /* -precision: the element type of every flat buffer of the run (params,
-   * grads, tgrads, mom, the AdamW state, best_params, the model buffers)
+   * grads, tgrads, the optimizer state, the best-model copy, the model buffers)
    * and its size; state.c holds the few operations that depend on it */
   mt_dtype dtype;
   size_t esz;
@@ -54,19 +54,8 @@ typedef struct {
   int64_t start_step;
   double start_epoch_loss, elapsed_before, run_start, last_checkpoint;
   int stopped; /* a signal made the run checkpoint and stop               */
-  /* evaluation passes (validate.c): test sets, the training set's
-   * evaluation loader (-outputs train), this rank's tallies */
-  mt_dataset test[MT_MAX_VAL];
-  int ntest_open;
-  mt_loader *test_loader[MT_MAX_VAL], *train_eval_loader;
-  int64_t eval_samples;
-  double eval_seconds;
-  /* smoothed validation loss, best model, early stop (best.c) */
-  double smooth_loss; /* NAN before the first validation                  */
-  double best_loss;   /* lowest smoothed loss so far (INFINITY: none)      */
-  int best_epoch;     /* 1-based epoch of best_loss, 0: none               */
-  int bad_epochs;     /* epochs since the last improvement                 */
-  void *best_params, *best_buf; /* with -restore_best: the best model      */
+  struct mt_eval *eval; /* test sets, evaluation loaders, tallies (validate.c) */
+  struct mt_best *best; /* smoothed loss, best model, early stop (best.c) */
   struct mt_amp *amp; /* mixed precision (trainer/amp.h), NULL for fp32  */
   const struct mt_privacy_ops *privacy; /* the step's policy (step.h)     */
   struct mt_dp *dp; /* DP-SGD state (dp.c), NULL unless -backend *-dp     */
@@ -180,6 +169,13 @@ int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop);
 int mt_best_restore(mt_trainer *t);
 void mt_best_pack(const mt_trainer *t, double *v);
 void mt_best_unpack(mt_trainer *t, const double *v);
+/* What the epoch loop and checkpoints read of it: the smoothed validation
+ * loss (NAN before the first), the epochs without improvement, and with
+ * -restore_best the kept copy (the owned part) and its buffers (else NULL). */
+double mt_best_smooth_loss(const mt_trainer *t);
+int mt_best_bad_epochs(const mt_trainer *t);
+void *mt_best_params(const mt_trainer *t);
+void *mt_best_buf(const mt_trainer *t);
 
 /* Profiling (profile.c): PETSc logging events for -log_view and rank 0's
  * per-epoch shares of the epoch's time, GFLOP/s against -peak_gflops per

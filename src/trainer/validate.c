@@ -11,6 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The state only this file reads and writes (t->eval). */
+struct mt_eval {
+  mt_dataset test[MT_MAX_VAL]; /* -data_test                                */
+  int ntest_open;
+  mt_loader *test_loader[MT_MAX_VAL], *train_loader; /* -outputs train's pass */
+  int64_t samples; /* this rank's evaluated samples and their seconds       */
+  double seconds;
+};
+
 /* This rank's per-sample outputs of one pass, as columns; loss and logits
  * in the run's type (-precision: float or double). */
 typedef struct {
@@ -126,8 +135,8 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   res->loss = v[2] > 0 ? v[0] / v[2] : 0;
   res->acc = d->spec.ntargets ? NAN : v[2] > 0 ? v[1] / v[2] : 0; /* regression: none */
   res->count = (int64_t)v[2];
-  t->eval_samples += rows;
-  t->eval_seconds += mt_now() - t0;
+  t->eval->samples += rows;
+  t->eval->seconds += mt_now() - t0;
   mt_ev_end(MT_EV_VALID);
   return 0;
 }
@@ -150,6 +159,7 @@ static int write_outs(mt_trainer *t, const outs *o, const char *name, const char
 }
 
 int mt_eval_setup(mt_trainer *t) {
+  MT_CALL(mt_calloc(&t->eval, 1, sizeof(*t->eval), "evaluation state"));
   const mt_config *c = t->cfg;
   MPI_Comm w = t->comm->world;
   int err = 0;
@@ -158,22 +168,23 @@ int mt_eval_setup(mt_trainer *t) {
                  c->data_train);
   MT_CALL(mt_agree(w, err));
   for (int i = 0; i < c->ntest; i++) {
-    MT_CALL(mt_dataset_open(&t->test[i], c->data_test[i], w, &t->train.spec, t->window));
-    t->ntest_open = i + 1;
-    MT_CALL(mt_agree(w, mt_loader_create(&t->test_loader[i], &t->test[i], c->val_batch_size,
+    MT_CALL(mt_dataset_open(&t->eval->test[i], c->data_test[i], w, &t->train.spec, t->window));
+    t->eval->ntest_open = i + 1;
+    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->test_loader[i], &t->eval->test[i], c->val_batch_size,
                                          c->prefetch)));
   }
   if (c->outputs & MT_OUTPUTS_TRAIN)
-    MT_CALL(mt_agree(w, mt_loader_create(&t->train_eval_loader, &t->train, c->val_batch_size,
+    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->train_loader, &t->train, c->val_batch_size,
                                          c->prefetch)));
   return 0;
 }
 
 void mt_eval_destroy(mt_trainer *t) {
-  for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->test_loader[i]);
-  mt_loader_destroy(&t->train_eval_loader);
-  for (int i = 0; i < t->ntest_open; i++) mt_dataset_close(&t->test[i]);
-  t->ntest_open = 0;
+  if (!t->eval) return;
+  for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->eval->test_loader[i]);
+  mt_loader_destroy(&t->eval->train_loader);
+  for (int i = 0; i < t->eval->ntest_open; i++) mt_dataset_close(&t->eval->test[i]);
+  mt_free(&t->eval);
 }
 
 int mt_validate(mt_trainer *t, int set, int epoch, double *loss, double *acc, int64_t *count) {
@@ -201,7 +212,7 @@ int mt_eval_train(mt_trainer *t, int epoch) {
   outs o;
   memset(&o, 0, sizeof(o));
   result r;
-  int err = pass(t, &t->train, t->train_eval_loader, c->max_val_steps, &o, &r);
+  int err = pass(t, &t->train, t->eval->train_loader, c->max_val_steps, &o, &r);
   if (!err) {
     mt_print0("epoch %d/%d train (evaluation pass) %s: loss %.4f accuracy %.4f (%lld samples)\n",
               epoch + 1, c->epochs, c->data_train, r.loss, r.acc, (long long)r.count);
@@ -223,7 +234,7 @@ int mt_eval_test(mt_trainer *t, int epochs_done) {
     outs o;
     memset(&o, 0, sizeof(o));
     result r;
-    int err = pass(t, &t->test[i], t->test_loader[i], 0, want ? &o : NULL, &r);
+    int err = pass(t, &t->eval->test[i], t->eval->test_loader[i], 0, want ? &o : NULL, &r);
     if (!err) {
       mt_print0("test[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", i, c->data_test[i],
                 r.loss, r.acc, (long long)r.count);
@@ -233,7 +244,7 @@ int mt_eval_test(mt_trainer *t, int epochs_done) {
     if (!err && want) {
       char name[64];
       snprintf(name, sizeof(name), "test%d", i);
-      err = write_outs(t, &o, name, "test", i, &t->test[i], epochs_done);
+      err = write_outs(t, &o, name, "test", i, &t->eval->test[i], epochs_done);
     }
     outs_free(&o);
     MT_CALL(err);
@@ -247,8 +258,8 @@ int mt_eval_report(mt_trainer *t) {
   const int size = t->comm->size, n = 3;
   char host[MT_VALUE_STR_MAX] = "";
   if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
-  mt_value mine[3] = {mt_value_str(host), mt_value_i64(t->eval_samples),
-                      mt_value_f64(t->eval_seconds)};
+  mt_value mine[3] = {mt_value_str(host), mt_value_i64(t->eval->samples),
+                      mt_value_f64(t->eval->seconds)};
   mt_value *all = NULL;
   int err = mt_calloc(&all, (size_t)size * n, sizeof(mt_value), "per-rank values");
   MT_CALL(mt_agree(t->comm->world, err));
