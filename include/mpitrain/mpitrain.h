@@ -435,7 +435,11 @@ typedef struct {
 
 /* Which device kernels step an optimizer under -device cuda (built-ins
  * only); a user's optimizer has none and is refused there. */
-typedef enum { MT_OPTIM_DEVICE_NONE = 0, MT_OPTIM_DEVICE_SGD, MT_OPTIM_DEVICE_ADAMW } mt_optim_device;
+typedef enum {
+  MT_OPTIM_DEVICE_NONE = 0,
+  MT_OPTIM_DEVICE_SGD,
+  MT_OPTIM_DEVICE_ADAMW
+} mt_optim_device;
 
 /* An optimizer's operations on flat buffers of o->dtype with the layout of
  * a parameter table (or of one contiguous range of it: an fsdp shard). */

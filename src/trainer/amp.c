@@ -158,7 +158,7 @@ int mt_amp_after_reduce(mt_trainer *t, int *skip) {
   struct mt_amp *a = t->amp;
   *skip = 0;
   if (!a) return 0;
-  mt_owned o; /* the whole gradient, or under fsdp this rank's shard */
+  mt_owned o; /* the whole gradient, or this rank's shard when sharded */
   mt_trainer_owned(t, &o);
   const size_t n = o.n;
   float *g = o.grads;

@@ -2,7 +2,7 @@
  * -memory_limit_mb, and what was measured after training.
  *
  * Parameters and gradients are the buffers the rank owns (the whole layout,
- * or its shard under fsdp); the optimizer state and the model's
+ * or its shard when sharded, own.h); the optimizer state and the model's
  * activations are measured with the allocator's counter around their
  * allocation (mt_alloc_bytes); the owner's (own.h) gathered units are
  * forecast from the units' sizes and measured as the resident pages of its
@@ -69,7 +69,7 @@ int mt_memory_report(mt_trainer *t) {
   const double unit = om.largest_unit;
   /* ZeRO's formula: (parameters + gradients + optimizer state) / N plus
    * the largest unit, gathered, and its gradient (N the ranks that shard,
-   * 1 unless fsdp). -fsdp_prefetch 1 holds a second unit of each; a unit
+   * 1 unless sharded). -fsdp_prefetch 1 holds a second unit of each; a unit
    * whose parameters serve twice (gpt's tied embedding and head) keeps its
    * gradient through the backward, and a unit's edge pages stay. */
   double per_elem = o.n ? p.optim / ((double)o.n * esz) : 0;

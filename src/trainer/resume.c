@@ -67,8 +67,8 @@ int mt_trainer_signal(void) { return (int)stop_signal_; }
 /* --------------------------------------------------------------- tensors */
 
 /* The flat buffers of this run: parameters, optimizer state and (with
- * -restore_best) the best parameters; at most TENSOR_BUFS. Under fsdp each
- * rank writes and reads its shard of them. Their type is the run's
+ * -restore_best) the best parameters; at most TENSOR_BUFS. Sharded (own.h),
+ * each rank writes and reads its shard of them. Their type is the run's
  * (-precision): float32 or float64 tensors in the file. */
 #define TENSOR_BUFS 6
 static int tensors(mt_trainer *t, mt_ckpt_buf *bufs, mt_ckpt_tensors *ts) {

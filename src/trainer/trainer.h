@@ -82,16 +82,17 @@ int mt_memory_forecast(mt_trainer *t);
 int mt_memory_report(mt_trainer *t);
 
 /* What this rank's optimizer steps and its checkpoints hold: the whole
- * layout, or under fsdp the shard [lo, lo + n) with its table (offsets from
- * lo). */
+ * layout, or when sharded (own.h) the shard [lo, lo + n) with its table
+ * (offsets from lo). */
 typedef struct {
   const mt_param_table *table;
   void *params, *grads; /* of t->dtype */
   size_t lo, n;
 } mt_owned;
 void mt_trainer_owned(const mt_trainer *t, mt_owned *o);
-/* fsdp: the whole model in t->params for an evaluation or a save, and its
- * release (no-ops without shards). Collective. */
+/* The whole model in t->params (and on a GPU, gathered there) for an
+ * evaluation or a save, and its release (no-ops when replicated on the
+ * CPU). Collective. */
 int mt_trainer_params_whole(mt_trainer *t);
 int mt_trainer_params_release(mt_trainer *t);
 /* fsdp: the ranks of a sharding group (hybrid_shard: -fsdp_node_size, or
@@ -132,7 +133,7 @@ void mt_compute_sum_grads(mt_trainer *t);
  *    grads in t's type, st->logits or st->logits64; scale rounded to float
  *    for fp32);
  *  mt_trainer_clip: clipping by value (max_value > 0) and then by global
- *    norm (max_norm > 0) of n gradients, the norm given (>= 0, fsdp's) or
+ *    norm (max_norm > 0) of n gradients, the norm given (>= 0: the sharded owner's) or
  *    computed (< 0). */
 void *mt_flat_at(const mt_trainer *t, void *buf, size_t i);
 MPI_Datatype mt_flat_mpi(const mt_trainer *t);
