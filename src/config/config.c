@@ -181,15 +181,14 @@ static void parse_outputs(const char *s, int *mask) {
   }
 }
 
-static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
-  static const char *const splits[] = {"batch", "gemm", NULL};
-  static const char *const schedules[] = {"constant", "step",   "multistep", "cosine",
-                                           "linear",   "onecycle", "plateau",  NULL};
+/* read_all's parts, in the order -help lists them; each within read_all's
+ * PetscOptionsBegin/End. */
+
+/* The backend, the model and the data: what is trained on what, how long,
+ * in which batches, and what validation decides. */
+static PetscErrorCode read_run(PetscOptionItems *PetscOptionsObject, mt_config *c, int *micro) {
   char s[MT_PATH_MAX * MT_MAX_VAL];
   PetscBool set;
-  int seed = 0, micro = 0;
-
-  PetscOptionsBegin(comm, NULL, "mpitrain options", "mpitrain");
   char names[512], help[600];
   mt_backend_names(names, sizeof(names));
   snprintf(help, sizeof(help), "Training backend: %s", names);
@@ -248,7 +247,7 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                     128, 1, 1 << 24, &c->batch_size));
   PetscCall(opt_int(PetscOptionsObject, "-micro_batch_size",
                     "Samples per rank per micro-step (0: batch_size / ranks, no accumulation)", 0, 0,
-                    1 << 24, &micro));
+                    1 << 24, micro));
   PetscCall(opt_int(PetscOptionsObject, "-val_batch_size", "Validation samples per rank per step",
                     500, 1, 1 << 24, &c->val_batch_size));
   PetscCall(opt_int(PetscOptionsObject, "-max_train_steps_per_epoch",
@@ -257,6 +256,12 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   PetscCall(opt_int(PetscOptionsObject, "-max_val_steps_per_epoch",
                     "Validate on at most this many steps per set (0: all)", 0, 0, INT_MAX,
                     &c->max_val_steps));
+  PetscFunctionReturn(0);
+}
+
+/* The optimizer and its hyper-parameters. */
+static PetscErrorCode read_optimizer(PetscOptionItems *PetscOptionsObject, mt_config *c) {
+  char names[512], help[600];
   mt_optimizer_names(names, sizeof(names));
   snprintf(help, sizeof(help), "Optimizer: %s", names);
   PetscCall(opt_str(PetscOptionsObject, "-optimizer", help, "sgd", c->optimizer,
@@ -284,6 +289,15 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
                      &c->adam_eps));
   PetscCall(opt_bool(PetscOptionsObject, "-adam_amsgrad", "adamw: AMSGrad variant", 0,
                      &c->adam_amsgrad));
+  PetscFunctionReturn(0);
+}
+
+/* The learning-rate schedule and gradient clipping. */
+static PetscErrorCode read_schedule(PetscOptionItems *PetscOptionsObject, mt_config *c) {
+  static const char *const schedules[] = {"constant", "step",   "multistep", "cosine",
+                                           "linear",   "onecycle", "plateau",  NULL};
+  char s[MT_PATH_MAX * MT_MAX_VAL];
+  PetscBool set;
   PetscCall(opt_choice(PetscOptionsObject, "-lr_schedule", "Learning-rate schedule", schedules,
                        c->lr_schedule, sizeof(c->lr_schedule)));
   PetscCall(opt_int(PetscOptionsObject, "-warmup_steps", "Linear warm-up steps (any schedule)", 0,
@@ -323,6 +337,15 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   PetscCall(opt_real(PetscOptionsObject, "-clip_grad_value",
                      "Clip every gradient element to [-v, v] (0: off)", 0, 0, 0, 1e30,
                      &c->clip_grad_value));
+  PetscFunctionReturn(0);
+}
+
+/* Seed and threads; logging, files written, checkpoints and restart;
+ * ddp's communication; test sets and per-sample outputs. */
+static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_config *c) {
+  static const char *const splits[] = {"batch", "gemm", NULL};
+  char s[MT_PATH_MAX * MT_MAX_VAL];
+  int seed = 0;
   PetscCall(opt_int(PetscOptionsObject, "-seed", "Seed of initialisation and data order", 42, 0,
                     INT_MAX, &seed));
   c->seed = (uint64_t)seed;
@@ -398,6 +421,16 @@ static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
   PetscCall(opt_bool(PetscOptionsObject, "-outputs_logits",
                      "Add each sample's logits to the outputs (class data only)", 0,
                      &c->outputs_logits));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode read_all(MPI_Comm comm, mt_config *c) {
+  int micro = 0;
+  PetscOptionsBegin(comm, NULL, "mpitrain options", "mpitrain");
+  PetscCall(read_run(PetscOptionsObject, c, &micro));
+  PetscCall(read_optimizer(PetscOptionsObject, c));
+  PetscCall(read_schedule(PetscOptionsObject, c));
+  PetscCall(read_outputs(PetscOptionsObject, c));
   PetscOptionsEnd();
   c->micro_batch_size = micro;
   PetscFunctionReturn(0);
