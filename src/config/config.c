@@ -6,6 +6,7 @@
  * line naming the option and the allowed range (PETSc's own messages are
  * multi-line tracebacks). Options nobody read are errors, not warnings. */
 #include "config/mt_config.h"
+#include "backends/backends.h"
 #include "core/core.h"
 #include "models/models.h"
 #include "mpitrain/mpitrain.h"
@@ -200,6 +201,7 @@ static PetscErrorCode read_run(PetscOptionItems *PetscOptionsObject, mt_config *
     mt_error_clear();
   } else {
     c->backend_traits = spec.ops->traits;
+    c->backend_fp64 = mt_backend_has_dtype(spec.ops, MT_FP64);
     c->amp = spec.amp;
     c->dp = spec.dp;
     c->fsdp = (spec.ops->traits & MT_TRAIT_SHARDED) != 0;

@@ -106,10 +106,7 @@ int mt_config_precision(mt_config *c) {
   MT_CHECK(!c->fsdp, MT_ERR_OPTION,
            "option -precision fp64: -backend %s shards fp32 buffers only; use -backend ddp",
            c->backend);
-  mt_backend_spec spec;
-  MT_CALL(mt_backend_parse(c->backend, &spec));
-  const mt_backend_ops *b = spec.ops;
-  MT_CHECK(b->sync_params64 && b->reduce_grads64, MT_ERR_OPTION,
+  MT_CHECK(c->backend_fp64, MT_ERR_OPTION,
            "option -precision fp64: backend %s has no double-precision operations "
            "(sync_params64, reduce_grads64 in its mt_backend_ops)", c->backend);
   const mt_model_ops *m = mt_model_find(c->model);

@@ -15,6 +15,7 @@ typedef struct {
   /* -backend parsed once (mt_backend_parse): its strategy's MT_TRAIT_* and
    * the policies amp, dp and fsdp below */
   unsigned backend_traits;
+  int backend_fp64; /* the strategy has double operations (mt_backend_has_dtype) */
   char model[32]; /* its own options (-mlp_*, -cnn_*, -gpt_*, a user's) are
                      the model's: mt_model_read_options, models/models.h */
   char data_train[MT_PATH_MAX];
