@@ -209,13 +209,13 @@ static int hb_setup(mt_optimizer *o) {
 }
 
 static int hb_step(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
-                   size_t lo, double lr, int first_step, int all_decay) {
+                   size_t lo, double lr, long step, int all_decay) {
   (void)all_decay;
   float *p = params, *buf = (float *)o->data + lo;
   const float *g = grads, mu = (float)o->hp.momentum, a = (float)lr;
   for (int i = 0; i < tab->n; i++) /* the tensors (the padding between them stays) */
     for (size_t k = tab->p[i].offset; k < tab->p[i].offset + tab->p[i].numel; k++) {
-      buf[k] = first_step ? g[k] : mu * buf[k] + g[k];
+      buf[k] = step == 0 ? g[k] : mu * buf[k] + g[k];
       p[k] -= a * buf[k];
     }
   return 0;

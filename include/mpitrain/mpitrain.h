@@ -453,11 +453,12 @@ typedef struct {
   int (*setup)(mt_optimizer *o);
   /* One step over the tensors of tab, whose offsets index params and grads
    * (a range's table: offsets from its start) and the state from element
-   * lo on. first_step: no step was taken before (a restart from a
-   * checkpoint that holds the state is not a first step). all_decay = 0
-   * exempts 1-d tensors (decay == 0 in tab) from weight decay. */
+   * lo on. step: the optimizer steps taken before this one (0: the first,
+   * which has no state yet; AdamW's bias correction counts step + 1); the
+   * ranges of one global step all get the same. all_decay = 0 exempts 1-d
+   * tensors (decay == 0 in tab) from weight decay. */
   int (*step)(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
-              size_t lo, double lr, int first_step, int all_decay);
+              size_t lo, double lr, long step, int all_decay);
   /* The k-th state buffer (k = 0, 1, ...): its name in checkpoints
    * (PyTorch's state key, e.g. "exp_avg") and its o->n elements; returns 0
    * past the last. */
@@ -471,8 +472,6 @@ struct mt_optimizer {
   mt_optim_hparams hp;
   mt_dtype dtype; /* of params, grads and the state                      */
   size_t n;       /* elements of each state buffer                       */
-  long step;      /* steps taken (AdamW's bias correction counts them);
-                     saved in checkpoints                                */
   void *data;     /* implementation state                                */
 };
 
@@ -487,7 +486,7 @@ void mt_optimizer_names(char *buf, size_t len);
 int mt_optimizer_create(const char *name, const mt_optim_hparams *hp, mt_dtype dtype, size_t n,
                         mt_optimizer **o);
 int mt_optimizer_step(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
-                      size_t lo, double lr, int first_step, int all_decay);
+                      size_t lo, double lr, long step, int all_decay);
 /* The state buffers: names[i], data[i] for i < the count returned (at most
  * max). */
 int mt_optimizer_state(mt_optimizer *o, const char **names, void **data, int max);

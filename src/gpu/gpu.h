@@ -57,7 +57,7 @@ int mt_gpu_step_micro(mt_trainer *t, const mt_batch *b, int k, int last, double 
 int mt_gpu_step_reduce(mt_trainer *t);
 int mt_gpu_after_reduce(mt_trainer *t, int *skip);
 int mt_gpu_clip(mt_trainer *t);
-int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay);
+int mt_gpu_optim_step(mt_trainer *t, double lr, long step, int all_decay);
 int mt_gpu_step_end(mt_trainer *t, double *loss_sum);
 /* An evaluation forward of batch b on the device (mt_compute without a
  * backward): st's sums and outputs and the per-sample losses (may be NULL)

@@ -133,7 +133,7 @@ static int clip_norm_sharded(mt_trainer *t, float *gs, size_t ns) {
 }
 
 /* -fsdp_cpu_offload: the CPU optimizer on the shard's host state. */
-static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
+static int host_step(mt_trainer *t, double lr, long step, int all_decay) {
   struct mt_gpu *g = t->gpu;
   const size_t lo = g->lo, ns = g->hi - g->lo;
   CU(cudaMemcpyAsync(g->gshard_host, g->gshard, ns * sizeof(float), cudaMemcpyDeviceToHost,
@@ -141,7 +141,7 @@ static int host_step(mt_trainer *t, double lr, int first_step, int all_decay) {
   MT_CALL(mt_gpu_sync(g, "the gradient shard"));
   float *p = (float *)t->params + lo;
   /* the shard's piece of the host state */
-  MT_CALL(mt_optimizer_step(t->optim, &g->slice, p, g->gshard_host, lo, lr, first_step,
+  MT_CALL(mt_optimizer_step(t->optim, &g->slice, p, g->gshard_host, lo, lr, step,
                             all_decay));
   CU(cudaMemcpyAsync(g->pshard, p, ns * sizeof(float), cudaMemcpyHostToDevice, g->stream));
   return 0;
@@ -194,21 +194,20 @@ int mt_gpu_clip(mt_trainer *t) {
   return 0;
 }
 
-int mt_gpu_optim_step(mt_trainer *t, double lr, int first_step, int all_decay) {
+int mt_gpu_optim_step(mt_trainer *t, double lr, long step, int all_decay) {
   struct mt_gpu *g = t->gpu;
   float *gs = g->gshard, *ps = g->pshard;
   const mt_optimizer *o = t->optim;
   if (g->offload) {
-    MT_CALL(host_step(t, lr, first_step, all_decay));
+    MT_CALL(host_step(t, lr, step, all_decay));
   } else if (o->ops->device == MT_OPTIM_DEVICE_ADAMW) {
     const mt_adamw_hparams h = mt_optim_adamw_hparams(&o->hp);
+    g->adam.step = step; /* the bias correction: the kernel makes it step + 1 */
     MT_CALL(mt_cuda_adamw_step(&g->stable, ps, gs, &g->adam, &h, all_decay, lr, g->stream));
-    t->optim->step++; /* the host object counts the device's steps too */
   } else {
     const mt_sgd_hparams h = mt_optim_sgd_hparams(&o->hp);
-    MT_CALL(mt_cuda_sgd_step(&g->stable, ps, gs, g->mom, first_step, &h, all_decay, lr,
+    MT_CALL(mt_cuda_sgd_step(&g->stable, ps, gs, g->mom, step == 0, &h, all_decay, lr,
                              g->stream));
-    t->optim->step++;
   }
   if (g->sharded && g->nccl) { /* in place: rank r's shard at params + r * per */
     MT_CALL(gather(t, g->params, "ncclAllGather of the parameters"));
@@ -276,6 +275,5 @@ int mt_gpu_optim_upload(mt_trainer *t) {
     CU(cudaMemcpyAsync(dev[i], host[i] + g->lo, (g->hi - g->lo) * sizeof(float),
                        cudaMemcpyHostToDevice, g->stream));
   MT_CALL(mt_gpu_sync(g, "the optimizer state's copy to the device"));
-  g->adam.step = t->optim->step; /* AdamW's bias correction on the device */
   return 0;
 }

@@ -23,7 +23,8 @@ mt_sgd_hparams mt_optim_sgd_hparams(const mt_optim_hparams *hp) {
 }
 
 static int sgd_step(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
-                    size_t lo, double lr, int first_step, int all_decay) {
+                    size_t lo, double lr, long step, int all_decay) {
+  const int first_step = step == 0; /* the momentum buffer starts as the gradient */
   const mt_sgd_hparams h = mt_optim_sgd_hparams(&o->hp);
   if (o->dtype == MT_FP64)
     return mt_sgd_step_f64(tab, params, grads, o->data ? (double *)o->data + lo : NULL,
@@ -87,21 +88,20 @@ static int adamw_setup(mt_optimizer *o) {
   } while (0)
 
 static int adamw_step(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
-                      size_t lo, double lr, int first_step, int all_decay) {
-  (void)first_step; /* the bias correction counts o->step */
+                      size_t lo, double lr, long step, int all_decay) {
   adamw_data *d = o->data;
   const mt_adamw_hparams h = adamw_h(o);
   MT_CHECK(lo <= o->n, MT_ERR_ARG, "AdamW: a range from %zu of %zu elements", lo, o->n);
   if (o->dtype == MT_FP64) {
     mt_adamw_state_f64 s = d->s64;
     ADAMW_PIECE(s, lo);
-    s.step = o->step;
+    s.step = step; /* the step makes it step + 1 */
     MT_CALL(mt_adamw_step_f64(tab, params, grads, &s, &h, all_decay, lr));
     return 0;
   }
   mt_adamw_state s = d->s;
   ADAMW_PIECE(s, lo);
-  s.step = o->step;
+  s.step = step; /* the step makes it step + 1 */
   MT_CALL(mt_adamw_step(tab, params, grads, &s, &h, all_decay, lr));
   return 0;
 }
@@ -189,7 +189,7 @@ int mt_optimizer_create(const char *name, const mt_optim_hparams *hp, mt_dtype d
   }
   mt_optimizer *o;
   MT_CALL(mt_calloc(&o, 1, sizeof(*o), "optimizer"));
-  *o = (mt_optimizer){ops, *hp, dtype, n, 0, NULL};
+  *o = (mt_optimizer){ops, *hp, dtype, n, NULL};
   int err = ops->setup(o);
   if (err) {
     mt_optimizer_destroy(&o);
@@ -200,13 +200,11 @@ int mt_optimizer_create(const char *name, const mt_optim_hparams *hp, mt_dtype d
 }
 
 int mt_optimizer_step(mt_optimizer *o, const mt_param_table *tab, void *params, const void *grads,
-                      size_t lo, double lr, int first_step, int all_decay) {
+                      size_t lo, double lr, long step, int all_decay) {
   MT_CHECK(lo + tab->total <= o->n, MT_ERR_ARG,
            "optimizer %s: a step over [%zu, %zu) of a state of %zu elements", o->ops->name, lo,
            lo + tab->total, o->n);
-  MT_CALL(o->ops->step(o, tab, params, grads, lo, lr, first_step, all_decay));
-  o->step++;
-  return 0;
+  return o->ops->step(o, tab, params, grads, lo, lr, step, all_decay);
 }
 
 int mt_optimizer_state(mt_optimizer *o, const char **names, void **data, int max) {

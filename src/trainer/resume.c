@@ -187,7 +187,9 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
   MT_CALL(mt_ckpt_state_set_f64(st, "epoch_loss_partial", epoch_loss));
   MT_CALL(mt_ckpt_state_set_f64(st, "elapsed_seconds", elapsed));
   MT_CALL(mt_ckpt_state_set_str(st, "optimizer", c->optimizer));
-  MT_CALL(mt_ckpt_state_set_i64(st, "adam_step", t->optim->step)); /* the optimizer's steps */
+  /* the optimizer's steps (AdamW's bias correction): the schedule's count,
+   * which the restart restores from global_step and the loss scaler */
+  MT_CALL(mt_ckpt_state_set_i64(st, "adam_step", mt_amp_lr_step(t)));
   double lr[MT_LR_STATE_N];
   mt_lr_state_pack(&t->sched, lr);
   MT_CALL(mt_ckpt_state_set_f64s(st, "lr_schedule_state", lr, MT_LR_STATE_N));
@@ -312,8 +314,6 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) t->global_step = (long)v;
   if (!err) err = mt_ckpt_state_get_f64(&st, "epoch_loss_partial", &t->start_epoch_loss);
   if (!err) err = mt_ckpt_state_get_f64(&st, "elapsed_seconds", &t->elapsed_before);
-  if (!err) err = mt_ckpt_state_get_i64(&st, "adam_step", &v);
-  if (!err) t->optim->step = (long)v;
   const double *d;
   size_t n;
   if (!err) err = mt_ckpt_state_get_f64s(&st, "lr_schedule_state", &d, &n);

@@ -91,10 +91,10 @@ static int cpu_clip(mt_trainer *t) {
   return 0;
 }
 
-static int cpu_optim(mt_trainer *t, double lr, int first_step, int all_decay) {
+static int cpu_optim(mt_trainer *t, double lr, long step, int all_decay) {
   mt_owned o;
   mt_trainer_owned(t, &o);
-  return mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, first_step, all_decay);
+  return mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, step, all_decay);
 }
 
 static int cpu_end(mt_trainer *t, double *loss_sum) {
@@ -110,7 +110,7 @@ typedef struct {
   int (*reduce)(mt_trainer *t);
   int (*after_reduce)(mt_trainer *t, int *skip);
   int (*clip)(mt_trainer *t);
-  int (*optim)(mt_trainer *t, double lr, int first_step, int all_decay);
+  int (*optim)(mt_trainer *t, double lr, long step, int all_decay);
   int (*end)(mt_trainer *t, double *loss_sum);
 } place_ops;
 
@@ -178,7 +178,8 @@ int mt_step(mt_trainer *t, double *loss_sum) {
   const long lr_step = mt_amp_lr_step(t);
   const double lr = mt_lr_at(&t->sched, lr_step);
   mt_ev_begin(MT_EV_OPTIM);
-  if (!skip) MT_CALL(pl->optim(t, lr, lr_step == 0, !c->weight_decay_skip_1d));
+  /* the optimizer's steps so far: the schedule's (skipped steps are none) */
+  if (!skip) MT_CALL(pl->optim(t, lr, lr_step, !c->weight_decay_skip_1d));
   mt_ev_end(MT_EV_OPTIM);
   MT_CALL(pl->end(t, loss_sum)); /* the model buffers agreed */
   MT_CALL(HOOK(t, after_step));
