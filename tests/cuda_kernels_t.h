@@ -18,7 +18,8 @@ static void MT_T(test_gemm)(void) {
       REAL *A = MT_T(cu_rand)(na, &st, 1), *B = MT_T(cu_rand)(nb, &st, 1), *C = MT_T(cu_rand)(nc, &st, 1);
       REAL *Ad = cu_dev(A, na * sizeof(REAL)), *Bd = cu_dev(B, nb * sizeof(REAL));
       REAL *Cd = cu_dev(C, nc * sizeof(REAL));
-      CHECK(MT_T(mt_gemm)(ta, tb, M, N, K, (REAL)0.75, A, lda, B, ldb, (REAL)0.5, C, ldc) == 0,
+      CHECK(MT_T(mt_gemm)(ta, tb, M, N, K, (REAL)0.75, A, lda, B, ldb, (REAL)0.5, C, ldc,
+                          NULL) == 0,
             "CPU gemm");
       CU_CALL(MT_T(mt_cuda_gemm)(ta, tb, M, N, K, (REAL)0.75, Ad, lda, Bd, ldb, (REAL)0.5, Cd, ldc,
                                  &cu_cx),
@@ -46,7 +47,7 @@ static void MT_T(test_gemm_batched)(void) {
     REAL *Cd = cu_dev(C, nc * sizeof(REAL));
     for (int64_t i = 0; i < batch; i++)
       MT_T(mt_gemm)('N', 'T', M, N, K, (REAL)1.5, A + i * sA, K, B + i * sB, K, (REAL)-1, C + i * sC,
-                    N);
+                    N, NULL);
     CU_CALL(MT_T(mt_cuda_gemm_batched)('N', 'T', M, N, K, (REAL)1.5, Ad, K, sA, Bd, K, sB, (REAL)-1,
                                        Cd, N, sC, (int)batch, &cu_cx),
             "batched gemm launched");
@@ -58,8 +59,10 @@ static void MT_T(test_gemm_batched)(void) {
   }
 }
 
-/* linear forward and backward on one shape, bias or not */
-static void MT_T(linear_case)(int B, int IC, int OC, int bias, const char *tag, double tol) {
+/* linear forward and backward on one shape, bias or not; the CPU's under
+ * pol (NULL: fp32), the device's under cu_cx */
+static void MT_T(linear_case)(int B, int IC, int OC, int bias, const char *tag, double tol,
+                              const mt_nn_policy *pol) {
   uint64_t st = (uint64_t)(B * 131 + IC * 7 + OC);
   const size_t ni = (size_t)B * IC, nw = (size_t)OC * IC, no = (size_t)B * OC;
   REAL *x = MT_T(cu_rand)(ni, &st, 1), *w = MT_T(cu_rand)(nw, &st, 1), *b = MT_T(cu_rand)(OC, &st, 1);
@@ -70,7 +73,7 @@ static void MT_T(linear_case)(int B, int IC, int OC, int bias, const char *tag, 
   REAL *outd = cu_dev(out, no * sizeof(REAL)), *dxd = cu_dev(dx, ni * sizeof(REAL));
   REAL *dwd = cu_dev(dw, nw * sizeof(REAL)), *dbd = cu_dev(db, OC * sizeof(REAL));
   char what[160];
-  CHECK(MT_T(mt_linear_forward)(out, x, w, bias ? b : NULL, B, IC, OC) == 0, "CPU linear");
+  CHECK(MT_T(mt_linear_forward)(out, x, w, bias ? b : NULL, B, IC, OC, pol) == 0, "CPU linear");
   CU_CALL(MT_T(mt_cuda_linear_forward)(outd, xd, wd, bias ? bd : NULL, B, IC, OC, &cu_cx),
           "linear forward launched");
   snprintf(what, sizeof(what), "linear forward %s B=%d IC=%d OC=%d%s", tag, B, IC, OC,
@@ -79,7 +82,7 @@ static void MT_T(linear_case)(int B, int IC, int OC, int bias, const char *tag, 
   /* all three gradients, then again without dinp and db (dw only) */
   for (int all = 1; all >= 0; all--) {
     CHECK(MT_T(mt_linear_backward)(all ? dx : NULL, dw, all && bias ? db : NULL, dy, x, w, B, IC,
-                                   OC) == 0,
+                                   OC, pol) == 0,
           "CPU linear backward");
     CU_CALL(MT_T(mt_cuda_linear_backward)(all ? dxd : NULL, dwd, all && bias ? dbd : NULL, dyd, xd,
                                           wd, B, IC, OC, &cu_cx),
@@ -105,7 +108,8 @@ static void MT_T(test_linear)(void) {
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
       for (int bias = 0; bias < 2; bias++)
         MT_T(linear_case)(shapes[i][0], shapes[i][1], shapes[i][2], bias,
-                          lt ? "(cuBLASLt bias)" : "(GEMM + bias kernel)", TOLR(1e-5, 1e-12));
+                          lt ? "(cuBLASLt bias)" : "(GEMM + bias kernel)", TOLR(1e-5, 1e-12),
+                          NULL);
   }
   cu_cx.use_lt = 1;
 }

@@ -176,7 +176,7 @@ static void MT_T(test_conv)(void) {
                          .KW = q[6], .stride_h = q[7], .stride_w = q[8], .pad_h = q[9], .pad_w = q[10],
                          .dil_h = q[11], .dil_w = q[12], .groups = q[13]};
     mt_conv2d c;
-    if (MT_T(mt_conv2d_init)(&c, &s, bias)) {
+    if (MT_T(mt_conv2d_init)(&c, &s, bias, NULL)) {
       CHECK(0, "CPU conv2d init: %s", mt_error_message());
       mt_error_clear();
       continue;
@@ -283,12 +283,12 @@ static void MT_T(test_attention)(void) {
     REAL *dxd = UP(dx, ni), *scrd = UP(scr, na);
     char what[128];
     snprintf(what, sizeof(what), "attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    CHECK(MT_T(mt_attention_forward)(y, pre, att, x, B, T, C, NH) == 0, "CPU attention");
+    CHECK(MT_T(mt_attention_forward)(y, pre, att, x, B, T, C, NH, NULL) == 0, "CPU attention");
     CU_CALL(MT_T(mt_cuda_attention_forward)(yd, pred, attd, xd, B, T, C, NH, &cu_cx), "%s launched", what);
     MT_T(cu_close)(yd, y, no, TOLR(1e-5, 1e-12), what);
     MT_T(cu_close)(pred, pre, na, TOLR(1e-5, 1e-12), "attention preatt (0 above the diagonal)");
     MT_T(cu_close)(attd, att, na, TOLR(1e-6, 1e-13), "attention att (causal softmax)");
-    CHECK(MT_T(mt_attention_backward)(dx, scr, dy, x, att, B, T, C, NH) == 0, "CPU backward");
+    CHECK(MT_T(mt_attention_backward)(dx, scr, dy, x, att, B, T, C, NH, NULL) == 0, "CPU backward");
     CU_CALL(MT_T(mt_cuda_attention_backward)(dxd, scrd, dyd, xd, attd, B, T, C, NH, &cu_cx),
             "attention backward launched");
     MT_T(cu_close)(dxd, dx, ni, TOLR(1e-5, 1e-12), "attention backward: dq, dk, dv (adds)");

@@ -149,9 +149,9 @@ static void test_gemm_lowp(void) {
       float *C = cu_copy(C0, nc);
       float *Ad = cu_dev(A, na * 4), *Bd = cu_dev(B, nb * 4), *Cd = cu_dev(C0, nc * 4);
       uint16_t *a16 = cu_dev(NULL, na * 2), *b16 = cu_dev(NULL, nb * 2);
-      mt_nn_set_precision((mt_precision)prec, 0);
-      CHECK(mt_gemm(ta, tb, M, N, K, 0.5f, A, ac, B, bc, 0.25f, C, N) == 0, "CPU %s gemm", pn);
-      mt_nn_set_precision(MT_PREC_FP32, 0);
+      const mt_nn_policy o1 = mt_nn_policy_make((mt_precision)prec, 0);
+      const mt_nn_policy o2 = mt_nn_policy_make((mt_precision)prec, 1);
+      CHECK(mt_gemm(ta, tb, M, N, K, 0.5f, A, ac, B, bc, 0.25f, C, N, &o1) == 0, "CPU %s gemm", pn);
       /* the operands converted on the device, the GEMM on 16-bit inputs */
       CU_CALL(prec == MT_PREC_BF16 ? mt_cuda_f32_to_bf16(a16, Ad, na, 0) : mt_cuda_f32_to_fp16(a16, Ad, na, 0),
               "convert");
@@ -171,9 +171,7 @@ static void test_gemm_lowp(void) {
       /* O2: the output rounded too; every value on the 16-bit grid */
       memcpy(C, C0, nc * 4);
       cu_put(Cd, C0, nc * 4);
-      mt_nn_set_precision((mt_precision)prec, 1);
-      CHECK(mt_gemm(ta, tb, M, N, K, 0.5f, A, ac, B, bc, 0.25f, C, N) == 0, "CPU O2 gemm");
-      mt_nn_set_precision(MT_PREC_FP32, 0);
+      CHECK(mt_gemm(ta, tb, M, N, K, 0.5f, A, ac, B, bc, 0.25f, C, N, &o2) == 0, "CPU O2 gemm");
       cu_cx.round_outputs = 1;
       CU_CALL(mt_cuda_gemm(ta, tb, M, N, K, 0.5f, Ad, ac, Bd, bc, 0.25f, Cd, N, &cu_cx), "launched");
       cu_cx.round_outputs = 0;
@@ -197,13 +195,12 @@ static void test_linear_lowp(void) {
       char tag[64];
       snprintf(tag, sizeof(tag), "(%s, %s)", mt_precision_name((mt_precision)prec),
                lt ? "cuBLASLt bias" : "GEMM + bias kernel");
-      mt_nn_set_precision((mt_precision)prec, 0);
+      const mt_nn_policy pol = mt_nn_policy_make((mt_precision)prec, 0);
       cu_cx.prec = prec;
       cu_cx.use_lt = lt;
-      linear_case(37, 65, 33, 1, tag, 1e-4);
-      linear_case(300, 7, 513, 1, tag, 1e-4);
+      linear_case(37, 65, 33, 1, tag, 1e-4, &pol);
+      linear_case(300, 7, 513, 1, tag, 1e-4, &pol);
     }
-  mt_nn_set_precision(MT_PREC_FP32, 0);
   cu_cx.prec = MT_PREC_FP32;
   cu_cx.use_lt = 1;
 }

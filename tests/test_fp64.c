@@ -136,14 +136,14 @@ static void test_gemm(void) {
                  (tb == 'N' ? B[k * ldb + j] : B[j * ldb + k]);
           want[i * ldc + j] = alpha * s + beta * C0[i * ldc + j];
         }
-      int rc = mt_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      int rc = mt_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
       CHECK(rc == 0, "mt_gemm_f64 %c%c pad %d returns 0", ta, tb, pad);
       CHECK_CLOSE_D(C, want, (size_t)nc, 1e-14, "mt_gemm_f64 %c%c pad %d (beta %g) vs naive", ta,
                     tb, pad, beta);
       free(A), free(B), free(C), free(C0), free(want);
     }
   double a = 1, b = 1, c = 0;
-  CHECK(mt_gemm('X', 'N', 1, 1, 1, 1.0, &a, 1, &b, 1, 0.0, &c, 1) == MT_ERR_ARG,
+  CHECK(mt_gemm('X', 'N', 1, 1, 1, 1.0, &a, 1, &b, 1, 0.0, &c, 1, NULL) == MT_ERR_ARG,
         "mt_gemm_f64 refuses an op other than N and T");
   mt_error_clear();
 }
@@ -157,7 +157,7 @@ typedef struct {
 
 static void lin_fwd(void *p) {
   lin_ctx *x = p;
-  mt_linear_forward(x->out, x->inp, x->w, x->b, x->B, x->IC, x->OC);
+  mt_linear_forward(x->out, x->inp, x->w, x->b, x->B, x->IC, x->OC, NULL);
 }
 
 static void test_linear(void) {
@@ -166,10 +166,11 @@ static void test_linear(void) {
                ref("lin", "b", OC), B, IC, OC};
   double *dout = ref("lin", "dout", B * OC), *dinp = zeros(B * IC), *dw = zeros(OC * IC),
          *db = zeros(OC);
-  CHECK(mt_linear_forward(x.out, x.inp, x.w, x.b, B, IC, OC) == 0, "linear forward returns 0");
+  CHECK(mt_linear_forward(x.out, x.inp, x.w, x.b, B, IC, OC, NULL) == 0,
+        "linear forward returns 0");
   cmp("lin", "out", x.out, B * OC, 1);
   for (int k = 1; k <= 2; k++) {
-    mt_linear_backward(dinp, dw, db, dout, x.inp, x.w, B, IC, OC);
+    mt_linear_backward(dinp, dw, db, dout, x.inp, x.w, B, IC, OC, NULL);
     cmp("lin", "dinp", dinp, B * IC, k);
     cmp("lin", "dw", dw, OC * IC, k);
     cmp("lin", "db", db, OC, k);
@@ -177,7 +178,7 @@ static void test_linear(void) {
   memset(dinp, 0, (size_t)(B * IC) * sizeof(double));
   memset(dw, 0, (size_t)(OC * IC) * sizeof(double));
   memset(db, 0, (size_t)OC * sizeof(double));
-  mt_linear_backward(dinp, dw, db, dout, x.inp, x.w, B, IC, OC);
+  mt_linear_backward(dinp, dw, db, dout, x.inp, x.w, B, IC, OC, NULL);
   lin_loss l = {lin_fwd, &x, x.out, dout, B * OC};
   fd_check(dinp, x.inp, B * IC, layer_loss, &l, "linear dinp");
   fd_check(dw, x.w, OC * IC, layer_loss, &l, "linear dw");
@@ -334,7 +335,8 @@ static void test_conv(const char *tag) {
                        cfg(tag, 10), cfg(tag, 11), cfg(tag, 12), cfg(tag, 13), 0, 0};
   const int bias = cfg(tag, 14);
   mt_conv2d c;
-  CHECK(mt_conv2d_init_f64(&c, &s, bias) == 0 && c.s.OH == cfg(tag, 15) && c.s.OW == cfg(tag, 16),
+  CHECK(mt_conv2d_init_f64(&c, &s, bias, NULL) == 0 && c.s.OH == cfg(tag, 15) &&
+            c.s.OW == cfg(tag, 16),
         "conv2d %s: shape %dx%d", tag, c.s.OH, c.s.OW);
   const int64_t ni = (int64_t)s.B * s.IC * s.H * s.W, no = (int64_t)s.B * s.OC * c.s.OH * c.s.OW;
   const int64_t nw = (int64_t)s.OC * (s.IC / s.groups) * s.KH * s.KW;
@@ -378,7 +380,7 @@ static void test_conv(const char *tag) {
   mt_error_clear();
   mt_conv2d_free(&c);
   mt_conv2d cf;
-  if (mt_conv2d_init(&cf, &s, bias) == 0) {
+  if (mt_conv2d_init(&cf, &s, bias, NULL) == 0) {
     CHECK(mt_conv2d_forward(x.out, x.inp, x.w, x.b, s.B, &cf) == MT_ERR_ARG,
           "conv2d %s: the double forward refuses a convolution made for float", tag);
     mt_error_clear();
@@ -561,24 +563,24 @@ enum { AB = 2, AT = 5, AC = 8, ANH = 2 };
 
 static void att_fwd(void *p) {
   att_ctx *x = p;
-  mt_attention_forward(x->out, x->pre, x->att, x->inp, AB, AT, AC, ANH);
+  mt_attention_forward(x->out, x->pre, x->att, x->inp, AB, AT, AC, ANH, NULL);
 }
 
 static void test_attention(void) {
   const int64_t ni = AB * AT * 3 * AC, no = AB * AT * AC, na = AB * ANH * AT * AT;
   att_ctx x = {zeros(no), zeros(na), zeros(na), ref("att", "inp", ni)};
   double *dout = ref("att", "dout", no), *dinp = zeros(ni);
-  CHECK(mt_attention_forward(x.out, x.pre, x.att, x.inp, AB, AT, AC, ANH) == 0,
+  CHECK(mt_attention_forward(x.out, x.pre, x.att, x.inp, AB, AT, AC, ANH, NULL) == 0,
         "attention forward returns 0");
   cmp("att", "out", x.out, no, 1);
   cmp("att", "att", x.att, na, 1);
   for (int k = 1; k <= 2; k++) {
-    CHECK(mt_attention_backward(dinp, x.pre, dout, x.inp, x.att, AB, AT, AC, ANH) == 0,
+    CHECK(mt_attention_backward(dinp, x.pre, dout, x.inp, x.att, AB, AT, AC, ANH, NULL) == 0,
           "attention backward returns 0");
     cmp("att", "dinp", dinp, ni, k);
   }
   memset(dinp, 0, (size_t)ni * sizeof(double));
-  mt_attention_backward(dinp, x.pre, dout, x.inp, x.att, AB, AT, AC, ANH);
+  mt_attention_backward(dinp, x.pre, dout, x.inp, x.att, AB, AT, AC, ANH, NULL);
   lin_loss l = {att_fwd, &x, x.out, dout, no};
   fd_check(dinp, x.inp, ni, layer_loss, &l, "attention dinp");
   free(x.out), free(x.pre), free(x.att), free(x.inp), free(dout), free(dinp);

@@ -338,7 +338,7 @@ static double mlp_away_from_kinks(const mt_model *m, double *p, const float *x, 
     snprintf(wn, sizeof(wn), "layers.%d.weight", 2 * l);
     snprintf(bn, sizeof(bn), "layers.%d.bias", 2 * l);
     double *z = zeros((size_t)B * hid[l]), *bias = param(m, p, bn);
-    mt_linear_forward(z, a, param(m, p, wn), bias, B, in, hid[l]);
+    mt_linear_forward(z, a, param(m, p, wn), bias, B, in, hid[l], NULL);
     margin = fmin(margin, center_gaps(z, bias, B, hid[l], 1, hid[l], 1));
     mt_relu_forward(z, z, (int64_t)B * hid[l]);
     free(a);
@@ -399,7 +399,7 @@ static double cnn_away_from_kinks(const mt_model *m, double *p, const float *xf,
     snprintf(n4, sizeof(n4), "features.%d.bias", 4 * l + 1);
     mt_conv2d_shape cs = {B, C, H, W, ch[l], 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
     mt_conv2d cv;
-    mt_conv2d_init_f64(&cv, &cs, 1);
+    mt_conv2d_init_f64(&cv, &cs, 1, NULL);
     const int HW = H * W, O = ch[l];
     double *z = zeros((size_t)B * O * HW), *v = zeros((size_t)B * O * HW);
     double mean[3], rstd[3], rm[3] = {0}, rv[3] = {1, 1, 1};
@@ -430,7 +430,7 @@ static double cnn_away_from_kinks(const mt_model *m, double *p, const float *xf,
     C = O, H = ps.OH, W = ps.OW;
   }
   double *h = zeros((size_t)B * 4), *bias = param(m, p, "classifier.1.bias");
-  mt_linear_forward(h, x, param(m, p, "classifier.1.weight"), bias, B, C * H * W, 4);
+  mt_linear_forward(h, x, param(m, p, "classifier.1.weight"), bias, B, C * H * W, 4, NULL);
   margin = fmin(margin, center_gaps(h, bias, B, 4, 1, 4, 1));
   free(h), free(x);
   return margin;

@@ -144,7 +144,7 @@ static void test_conv_ref(const char *tag, int extra) {
   const int bias = cfg_int(&r, 14), B = s.B;
   mt_conv2d c;
   s.B += extra;
-  int rc = mt_conv2d_init(&c, &s, bias);
+  int rc = mt_conv2d_init(&c, &s, bias, NULL);
   s.B = B;
   CHECK(rc == 0, "%s init returns 0 (%s)", what, rc ? mt_error_message() : "");
   if (rc) {
@@ -217,7 +217,7 @@ static void test_conv_fd(mt_conv2d_shape s, uint64_t seed) {
   char what[128];
   snprintf(what, sizeof(what), "conv2d B=%d %d->%d %dx%d k%dx%d s%d p%d d%d g%d", s.B, s.IC, s.OC,
            s.H, s.W, s.KH, s.KW, s.stride_h, s.pad_h, s.dil_h, s.groups);
-  if (mt_conv2d_init(&c, &s, 1)) {
+  if (mt_conv2d_init(&c, &s, 1, NULL)) {
     CHECK(0, "%s init: %s", what, mt_error_message());
     mt_error_clear();
     return;
@@ -242,15 +242,15 @@ static int thread_work(float *o, float *p, float *a, mt_conv2d *c, const mt_conv
                        const float *x, const float *w, const float *dy, const float *q,
                        const float *dq, int B, int T, int C, int NH) {
   mt_conv2d own;
-  int e = c ? 0 : mt_conv2d_init(&own, s, 0);
+  int e = c ? 0 : mt_conv2d_init(&own, s, 0, NULL);
   mt_conv2d *cv = c ? c : &own;
   const int64_t ni = (int64_t)s->B * s->IC * s->H * s->W, nw = (int64_t)s->OC * s->IC * 9;
   const int64_t no = (int64_t)s->B * s->OC * s->H * s->W, ao = (int64_t)B * T * C;
   if (!e) e = mt_conv2d_forward(o, x, w, NULL, s->B, cv);
   if (!e) e = mt_conv2d_backward(o + no, o + no + ni, NULL, dy, x, w, s->B, cv);
   if (!c) mt_conv2d_free(&own);
-  if (!e) e = mt_attention_forward(o + no + ni + nw, p, a, q, B, T, C, NH);
-  if (!e) e = mt_attention_backward(o + no + ni + nw + ao, p, dq, q, a, B, T, C, NH);
+  if (!e) e = mt_attention_forward(o + no + ni + nw, p, a, q, B, T, C, NH, NULL);
+  if (!e) e = mt_attention_backward(o + no + ni + nw + ao, p, dq, q, a, B, T, C, NH, NULL);
   return e;
 }
 
@@ -264,7 +264,7 @@ static void test_in_threads(void) {
   float *q = rnd(ai, &rng, 1), *dq = rnd(ai / 3, &rng, 1), *o[3], *p[3], *a[3];
   for (int i = 0; i < 3; i++) o[i] = zeros(n), p[i] = zeros(aa), a[i] = zeros(aa);
   mt_conv2d c0;
-  int rc[3] = {mt_conv2d_init(&c0, &s, 0), -1, -1};
+  int rc[3] = {mt_conv2d_init(&c0, &s, 0, NULL), -1, -1};
   if (!rc[0]) rc[0] = thread_work(o[0], p[0], a[0], &c0, &s, x, w, dy, q, dq, B, T, C, NH);
 #pragma omp parallel num_threads(2)
   for (int t = 1; t <= 2; t++) /* each thread its share; a team of one does both */
@@ -285,8 +285,8 @@ static void test_conv_args(void) {
   const char *why[3] = {"groups not dividing IC", "kernel larger than input", "stride 0"};
   for (int i = 0; i < 3; i++) {
     mt_conv2d c;
-    CHECK(mt_conv2d_init(&c, &bad[i], 0) == MT_ERR_ARG && c.impl == NULL, "conv2d init refuses %s",
-          why[i]);
+    CHECK(mt_conv2d_init(&c, &bad[i], 0, NULL) == MT_ERR_ARG && c.impl == NULL,
+          "conv2d init refuses %s", why[i]);
     mt_error_clear();
   }
 }
@@ -700,7 +700,7 @@ typedef struct {
 
 static double att_loss(void *p) {
   att_ctx *x = p;
-  mt_attention_forward(x->out, x->pre, x->att, x->inp, x->B, x->T, x->C, x->NH);
+  mt_attention_forward(x->out, x->pre, x->att, x->inp, x->B, x->T, x->C, x->NH, NULL);
   return wsum(x->out, x->R, (int64_t)x->B * x->T * x->C);
 }
 
@@ -712,23 +712,25 @@ static void test_attention(int B, int T, int C, int NH) {
   const int64_t ni = (int64_t)B * T * 3 * C, no = (int64_t)B * T * C, na = (int64_t)B * NH * T * T;
   float *inp = tu_ref_floats(&r, "inp", ni), *dout = tu_ref_floats(&r, "dout", no);
   float *out = zeros(no), *pre = zeros(na), *att = zeros(na), *dinp = zeros(ni);
-  CHECK(mt_attention_forward(out, pre, att, inp, B, T, C, NH) == 0, "%s forward returns 0", what);
+  CHECK(mt_attention_forward(out, pre, att, inp, B, T, C, NH, NULL) == 0, "%s forward returns 0",
+        what);
   cmp(&r, "out", out, no, REF_TOL, what);
   cmp(&r, "preatt", pre, na, REF_TOL, what);
   cmp(&r, "att", att, na, REF_TOL, what);
   /* the forward's preatt serves as the scratch */
-  CHECK(mt_attention_backward(dinp, pre, dout, inp, att, B, T, C, NH) == 0, "%s backward returns 0",
-        what);
+  CHECK(mt_attention_backward(dinp, pre, dout, inp, att, B, T, C, NH, NULL) == 0,
+        "%s backward returns 0", what);
   cmp(&r, "dinp", dinp, ni, REF_TOL, what);
-  mt_attention_backward(dinp, pre, dout, inp, att, B, T, C, NH);
+  mt_attention_backward(dinp, pre, dout, inp, att, B, T, C, NH, NULL);
   cmp2(&r, "dinp", dinp, ni, what);
   att_ctx x = {out, pre, att, inp, dout, B, T, C, NH};
   memset(dinp, 0, (size_t)ni * sizeof(float));
   att_loss(&x);
-  mt_attention_backward(dinp, pre, dout, inp, att, B, T, C, NH);
+  mt_attention_backward(dinp, pre, dout, inp, att, B, T, C, NH, NULL);
   fd_check(dinp, inp, ni, 0.05f, 1, att_loss, &x, "%s: dinp", what);
   CHECK(
-      mt_attention_forward(out, pre, att, inp, B, T, C, NH + 1 + (C % (NH + 1) == 0)) == MT_ERR_ARG,
+      mt_attention_forward(out, pre, att, inp, B, T, C, NH + 1 + (C % (NH + 1) == 0), NULL) ==
+          MT_ERR_ARG,
       "%s refuses C not divisible by NH", what);
   mt_error_clear();
   free(inp), free(dout), free(out), free(pre), free(att), free(dinp);

@@ -55,7 +55,7 @@ static void gemm_case(char ta, char tb, int64_t M, int64_t N, int64_t K, float a
     for (int64_t j = 0; j < N; j++)
       want[i * N + j] = alpha * naive_elem(ta, tb, i, j, K, A, lda, B, ldb) +
                         (beta != 0 ? (double)beta * C0[i * ldc + j] : 0.0);
-  int rc = mt_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  int rc = mt_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
   int pad_ok = 1;
   for (int64_t i = 0; i < M; i++) {
     for (int64_t j = 0; j < N; j++) got[i * N + j] = C[i * ldc + j];
@@ -79,7 +79,7 @@ static void gemm_case(char ta, char tb, int64_t M, int64_t N, int64_t K, float a
 static void gemm_beta0_nan(void) {
   float A[6] = {1, 2, 3, 4, 5, 6}, B[6] = {1, -1, 2, 0.5f, 0, 3}, C[4];
   for (int i = 0; i < 4; i++) C[i] = NAN;
-  int rc = mt_gemm('N', 'N', 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 2);
+  int rc = mt_gemm('N', 'N', 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 2, NULL);
   float want[4] = {1 + 4 + 0, -1 + 1 + 9, 4 + 10 + 0, -4 + 2.5f + 18};
   CHECK(rc == 0 && tu_rel_err_f(C, want, 4) <= REF_TOL, "gemm beta=0 ignores NaN already in C");
 }
@@ -158,16 +158,16 @@ static void test_linear_ref(int B, int IC, int OC) {
   float *db = calloc((size_t)OC, sizeof(float));
   double *twice = malloc((size_t)(B * IC + OC * IC + OC + B * OC) * sizeof(double));
 
-  CHECK(mt_linear_forward(out, inp, w, b, B, IC, OC) == 0, "%s forward returns 0", what);
+  CHECK(mt_linear_forward(out, inp, w, b, B, IC, OC, NULL) == 0, "%s forward returns 0", what);
   CHECK_CLOSE_REF(out, rout, REF_TOL, "%s forward", what);
-  CHECK(mt_linear_backward(dinp, dw, db, dout, inp, w, B, IC, OC) == 0,
+  CHECK(mt_linear_backward(dinp, dw, db, dout, inp, w, B, IC, OC, NULL) == 0,
         "%s backward returns 0", what);
   CHECK_CLOSE_REF(dinp, rdinp, REF_TOL, "%s backward dinp", what);
   CHECK_CLOSE_REF(dw, rdw, REF_TOL, "%s backward dw", what);
   CHECK_CLOSE_REF(db, rdb, REF_TOL, "%s backward db", what);
 
   /* a second call adds: twice the reference */
-  mt_linear_backward(dinp, dw, db, dout, inp, w, B, IC, OC);
+  mt_linear_backward(dinp, dw, db, dout, inp, w, B, IC, OC, NULL);
   for (int64_t i = 0; i < rdinp->n; i++) twice[i] = 2 * rdinp->v[i];
   CHECK_ERR(tu_rel_err_fd(dinp, twice, (size_t)rdinp->n), REF_TOL, "%s backward adds: dinp", what);
   for (int64_t i = 0; i < rdw->n; i++) twice[i] = 2 * rdw->v[i];
@@ -177,10 +177,10 @@ static void test_linear_ref(int B, int IC, int OC) {
 
   /* dinp and db may be NULL; the bias may be NULL */
   memset(dw, 0, (size_t)OC * IC * sizeof(float));
-  CHECK(mt_linear_backward(NULL, dw, NULL, dout, inp, w, B, IC, OC) == 0,
+  CHECK(mt_linear_backward(NULL, dw, NULL, dout, inp, w, B, IC, OC, NULL) == 0,
         "%s backward with dinp = db = NULL returns 0", what);
   CHECK_CLOSE_REF(dw, rdw, REF_TOL, "%s backward dw alone", what);
-  CHECK(mt_linear_forward(out, inp, w, NULL, B, IC, OC) == 0, "%s forward, no bias", what);
+  CHECK(mt_linear_forward(out, inp, w, NULL, B, IC, OC, NULL) == 0, "%s forward, no bias", what);
   for (int i = 0; i < B; i++)
     for (int o = 0; o < OC; o++) twice[i * OC + o] = rout->v[i * OC + o] - b[o];
   CHECK_ERR(tu_rel_err_fd(out, twice, (size_t)B * OC), REF_TOL, "%s forward without bias", what);
@@ -196,7 +196,7 @@ typedef struct {
 
 static double linear_loss(void *p) {
   linear_ctx *c = p;
-  mt_linear_forward(c->out, c->inp, c->w, c->b, c->B, c->IC, c->OC);
+  mt_linear_forward(c->out, c->inp, c->w, c->b, c->B, c->IC, c->OC, NULL);
   return weighted_sum(c->out, c->R, (int64_t)c->B * c->OC);
 }
 
@@ -218,7 +218,7 @@ static void test_linear_fd(int B, int IC, int OC, uint64_t seed) {
   float *dw = calloc((size_t)nw, sizeof(float));
   float *db = calloc((size_t)OC, sizeof(float));
   double *g = malloc((size_t)(ni > nw ? ni : nw) * sizeof(double));
-  mt_linear_backward(dinp, dw, db, c.R, c.inp, c.w, B, IC, OC);
+  mt_linear_backward(dinp, dw, db, c.R, c.inp, c.w, B, IC, OC, NULL);
   /* the loss is affine in each argument: central differences are exact up
    * to rounding, so a large step keeps the rounding error small */
   const float h = 0.25f;

@@ -74,8 +74,10 @@ typedef struct {
   /* settings */
   int prec;          /* mt_precision of mt_cuda_gemm's operands (float):
                         MT_PREC_FP32 (default), MT_PREC_BF16 or
-                        MT_PREC_FP16, as mt_nn_set_precision on the CPU */
-  int round_outputs; /* O2: GEMM outputs rounded to prec as well (0)     */
+                        MT_PREC_FP16, as mt_nn_policy.compute on the CPU
+                        (nn/lowp.h) */
+  int round_outputs; /* O2: GEMM outputs rounded to prec as well (0), as
+                        mt_nn_policy.round_outputs                      */
   int use_lt;        /* 1 (default): linear forward with a bias through
                         cuBLASLt's bias epilogue; 0: GEMM + bias kernel  */
   int check;         /* 1 (default): the calls that validate data

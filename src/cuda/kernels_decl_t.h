@@ -2,8 +2,9 @@
  * plain names) and REAL = double (MT_T: name_f64); included twice by
  * kernels.h through core/real_t.h. Each mirrors the CPU function named in
  * its comment (nn/nn_decl_t.h): same arguments, same order, same meaning,
- * device pointers, then the stream or the context. Scalars that scale
- * values have the buffers' type, as on the CPU. */
+ * device pointers, then the stream or the context (which also stands for
+ * the CPU's last argument, the policy: cx->prec, cx->round_outputs).
+ * Scalars that scale values have the buffers' type, as on the CPU. */
 
 /* ------------------------------------------------------------- GEMM */
 

@@ -149,7 +149,7 @@ static int create(mt_trainer *t, int device, MPI_Comm group, MPI_Comm replicas) 
   g->cx.check = 0;
   /* O1 autocast on the device: bf16/fp16 operands, fp32 accumulation */
   /* O2 also rounds GEMM outputs, in training and evaluation alike (the
-   * CPU's mt_amp_policy sets it for the run) */
+   * CPU's mt_amp_policy sets t->policy for the run) */
   if (c->amp) g->cx.prec = c->amp_dtype;
   g->cx.round_outputs = c->amp == 2;
   const mt_model *m = t->model;

@@ -101,17 +101,19 @@ static int cnn_init(mt_model *m, float *params, uint64_t seed) {
 }
 
 static int cnn_setup_hp(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec,
-                        int max_batch) {
+                        int max_batch, const mt_nn_policy *pol) {
   MT_CALL(cnn_check(&hp->cnn));
-  return m->dtype == MT_FP64 ? cnn_setup_f64(m, &hp->cnn, spec, max_batch)
-                             : cnn_setup(m, &hp->cnn, spec, max_batch);
+  return m->dtype == MT_FP64 ? cnn_setup_f64(m, &hp->cnn, spec, max_batch, pol)
+                             : cnn_setup(m, &hp->cnn, spec, max_batch, pol);
 }
 
-/* The ops' options and setup: the registry's block of hyper-parameters */
+/* The ops' options and setup: the registry's block of hyper-parameters, no
+ * policy (fp32; the trainer makes the model with its own through
+ * mt_model_create_policy) */
 static int cnn_options(void) { return cnn_read(mt_model_builtin_hparams(&mt_cnn_ops)); }
 
 static int cnn_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
-  return cnn_setup_hp(m, mt_model_builtin_hparams(&mt_cnn_ops), spec, max_batch);
+  return cnn_setup_hp(m, mt_model_builtin_hparams(&mt_cnn_ops), spec, max_batch, NULL);
 }
 
 const mt_cnn_hparams *mt_cnn_hparams_of(const mt_model *m) {

@@ -3,6 +3,7 @@
 
 typedef struct {
   mt_cnn_hparams hp; /* what it was set up with (mt_cnn_hparams_of)          */
+  const mt_nn_policy *pol; /* how its layers compute (nn/lowp.h; NULL: fp32) */
   int nb, C0, H0, W0, flat, hidden, classes, bn, pcls;
   int pconv[MAX_BLOCKS], pbn[MAX_BLOCKS]; /* parameter indices               */
   mt_conv2d conv[MAX_BLOCKS];
@@ -23,7 +24,7 @@ typedef struct {
 } MT_T(cnn);
 
 static int MT_T(cnn_setup)(mt_model *m, const mt_cnn_hparams *hp, const mt_data_spec *spec,
-                           int max_batch) {
+                           int max_batch, const mt_nn_policy *pol) {
   MT_T(cnn) *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "cnn"));
   m->data = s;
@@ -37,6 +38,7 @@ static int MT_T(cnn_setup)(mt_model *m, const mt_cnn_hparams *hp, const mt_data_
   s->H0 = (int)spec->shape[spec->ndim - 2];
   s->W0 = (int)spec->shape[spec->ndim - 1];
   s->hp = *hp;
+  s->pol = pol;
   s->nb = hp->nblocks;
   s->hidden = hp->hidden;
   s->classes = spec->nclasses;
@@ -51,7 +53,7 @@ static int MT_T(cnn_setup)(mt_model *m, const mt_cnn_hparams *hp, const mt_data_
                           .KH = kernel, .KW = kernel, .stride_h = 1, .stride_w = 1,
                           .pad_h = kernel / 2, .pad_w = kernel / 2, .dil_h = 1, .dil_w = 1,
                           .groups = 1};
-    MT_CALL(MT_T(mt_conv2d_init)(&s->conv[l], &cs, 1));
+    MT_CALL(MT_T(mt_conv2d_init)(&s->conv[l], &cs, 1, pol)); /* its precision fixed now */
     int64_t w[4] = {hp->channels[l], C, kernel, kernel}, b[1] = {hp->channels[l]};
     s->pconv[l] = m->params.n;
     snprintf(name, sizeof(name), "features.%d.weight", step * l);
@@ -173,12 +175,12 @@ static int MT_T(cnn_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   const int k = s->pcls;
   MT_CALL(mt_model_unit_use(m, s->nb, 0));
   MT_CALL(mt_linear_forward(s->h, in, MT_T(P)(m, params, k), MT_T(P)(m, params, k + 1), B, s->flat,
-                            s->hidden));
+                            s->hidden, s->pol));
   mt_relu_forward(s->h, s->h, (int64_t)B * s->hidden);
   if (s->dropped) MT_T(mt_model_dropout)(s->h, s->mask, s->drop, bt, DROPOUT_LAYER, s->hidden);
   MT_CALL(mt_model_unit_use(m, s->nb + 1, 0));
   MT_CALL(mt_linear_forward(s->logits, s->h, MT_T(P)(m, params, k + 2), MT_T(P)(m, params, k + 3),
-                            B, s->hidden, s->classes));
+                            B, s->hidden, s->classes, s->pol));
   int64_t correct = 0;
   double sum = mt_softmax_xent_forward(s->probs, losses, &correct, s->logits, s->y, B, s->classes);
   st->loss_sum += sum;
@@ -212,7 +214,7 @@ static int MT_T(cnn_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   const REAL *last = s->p[s->nb - 1];
   REAL *dlast = s->dp[s->nb - 1];
   MT_CALL(mt_linear_backward(s->dh, MT_T(G)(m, grads, k + 2), MT_T(G)(m, grads, k + 3), s->dlogits,
-                             s->h, MT_T(P)(m, params, k + 2), B, s->hidden, s->classes));
+                             s->h, MT_T(P)(m, params, k + 2), B, s->hidden, s->classes, s->pol));
   mt_model_unit_done(m, s->nb + 1);
   /* h is after ReLU and dropout: positive exactly where both kept it */
   if (s->dropped) MT_T(mt_model_dropout_backward)(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
@@ -220,7 +222,7 @@ static int MT_T(cnn_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   memset(dlast, 0, (size_t)B * s->flat * sizeof(REAL));
   MT_CALL(mt_model_unit_use(m, s->nb, 1));
   MT_CALL(mt_linear_backward(dlast, MT_T(G)(m, grads, k), MT_T(G)(m, grads, k + 1), s->dh, last,
-                             MT_T(P)(m, params, k), B, s->flat, s->hidden));
+                             MT_T(P)(m, params, k), B, s->flat, s->hidden, s->pol));
   mt_model_unit_done(m, s->nb);
   for (int l = s->nb - 1; l >= 0; l--) {
     mt_pool2d_shape ps = s->pool[l];
@@ -277,13 +279,13 @@ static int MT_T(cnn_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
   for (int i = 0; i < B; i++) norms[i] = 0;
   mt_dp_linear_norms2(norms, s->dlogits, s->classes, s->h, s->hidden, B);
   MT_CALL(mt_gemm('N', 'N', B, s->hidden, s->classes, (REAL)1, s->dlogits, s->classes,
-                  MT_T(P)(m, params, k + 2), s->hidden, (REAL)1, s->dh, s->hidden));
+                  MT_T(P)(m, params, k + 2), s->hidden, (REAL)1, s->dh, s->hidden, s->pol));
   if (s->dropped) MT_T(mt_model_dropout_backward)(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
   mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
   mt_dp_linear_norms2(norms, s->dh, s->hidden, last, s->flat, B);
   memset(dlast, 0, (size_t)B * s->flat * sizeof(REAL));
   MT_CALL(mt_gemm('N', 'N', B, s->flat, s->hidden, (REAL)1, s->dh, s->hidden,
-                  MT_T(P)(m, params, k), s->flat, (REAL)1, dlast, s->flat));
+                  MT_T(P)(m, params, k), s->flat, (REAL)1, dlast, s->flat, s->pol));
   for (int l = s->nb - 1; l >= 0; l--) { /* the convolutions' output gradients */
     MT_T(block_backward)(s, l, B);
     if (l == 0) break;
@@ -317,9 +319,9 @@ static int MT_T(cnn_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
     for (int j = 0; j < s->hidden; j++) dhi[j] *= c;
   }
   MT_CALL(mt_linear_backward(NULL, MT_T(G)(m, grads, k + 2), MT_T(G)(m, grads, k + 3), s->dlogits,
-                             s->h, MT_T(P)(m, params, k + 2), B, s->hidden, s->classes));
+                             s->h, MT_T(P)(m, params, k + 2), B, s->hidden, s->classes, s->pol));
   MT_CALL(mt_linear_backward(NULL, MT_T(G)(m, grads, k), MT_T(G)(m, grads, k + 1), s->dh, last,
-                             MT_T(P)(m, params, k), B, s->flat, s->hidden));
+                             MT_T(P)(m, params, k), B, s->flat, s->hidden, s->pol));
   return 0;
 }
 #endif

@@ -113,17 +113,19 @@ static int gpt_init(mt_model *m, float *params, uint64_t seed) {
 }
 
 static int gpt_setup_hp(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec,
-                        int max_batch) {
+                        int max_batch, const mt_nn_policy *pol) {
   MT_CALL(gpt_check(&hp->gpt));
-  return m->dtype == MT_FP64 ? gpt_setup_f64(m, &hp->gpt, spec, max_batch)
-                             : gpt_setup(m, &hp->gpt, spec, max_batch);
+  return m->dtype == MT_FP64 ? gpt_setup_f64(m, &hp->gpt, spec, max_batch, pol)
+                             : gpt_setup(m, &hp->gpt, spec, max_batch, pol);
 }
 
-/* The ops' options and setup: the registry's block of hyper-parameters */
+/* The ops' options and setup: the registry's block of hyper-parameters, no
+ * policy (fp32; the trainer makes the model with its own through
+ * mt_model_create_policy) */
 static int gpt_options(void) { return gpt_read(mt_model_builtin_hparams(&mt_gpt_ops)); }
 
 static int gpt_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
-  return gpt_setup_hp(m, mt_model_builtin_hparams(&mt_gpt_ops), spec, max_batch);
+  return gpt_setup_hp(m, mt_model_builtin_hparams(&mt_gpt_ops), spec, max_batch, NULL);
 }
 
 const mt_gpt_hparams *mt_gpt_hparams_of(const mt_model *m) {

@@ -9,6 +9,7 @@ typedef struct {
 
 typedef struct {
   mt_gpt_hparams hp; /* what it was set up with (mt_gpt_hparams_of)          */
+  const mt_nn_policy *pol; /* how its GEMMs compute (nn/lowp.h; NULL: fp32)  */
   int L, NH, C, T, V, maxB;
   mt_gelu_kind gelu;
   MT_T(block_acts) a[64], d[64]; /* activations and their gradients      */
@@ -40,13 +41,14 @@ static void MT_T(free_acts)(MT_T(block_acts) *a) {
 }
 
 static int MT_T(gpt_setup)(mt_model *m, const mt_gpt_hparams *hp, const mt_data_spec *spec,
-                           int max_batch) {
+                           int max_batch, const mt_nn_policy *pol) {
   MT_T(gpt) *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "gpt"));
   m->data = s;
   MT_CHECK(spec->tokens, MT_ERR_DATA, "model gpt needs a token data set (/tokens; see mt-data text)");
   MT_CHECK(hp->layers <= 64, MT_ERR_OPTION, "option -gpt_layers: at most 64");
   s->hp = *hp;
+  s->pol = pol;
   s->L = hp->layers, s->NH = hp->heads, s->C = hp->embd, s->T = (int)spec->sample_numel;
   s->V = spec->nclasses;
   s->gelu = hp->gelu_tanh ? MT_GELU_TANH : MT_GELU_ERF;
@@ -118,15 +120,19 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
     MT_T(block_acts) *a = &s->a[l];
     MT_CALL(mt_model_unit_use(m, l + 1, 0));
     mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, res, PW(bidx(l, LN1W)), PW(bidx(l, LN1B)), N, C, LN_EPS);
-    MT_CALL(mt_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C, 3 * C));
-    MT_CALL(mt_attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH));
-    MT_CALL(mt_linear_forward(a->attproj, a->atty, PW(bidx(l, PROJW)), PW(bidx(l, PROJB)), N, C, C));
+    MT_CALL(mt_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C, 3 * C,
+                              s->pol));
+    MT_CALL(mt_attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH, s->pol));
+    MT_CALL(mt_linear_forward(a->attproj, a->atty, PW(bidx(l, PROJW)), PW(bidx(l, PROJB)), N, C, C,
+                              s->pol));
     if (s->dropped) MT_T(mt_model_dropout)(a->attproj, s->mask_att[l], s->drop, bt, 1 + 2 * l, row);
     mt_residual_forward(a->res2, res, a->attproj, (int64_t)N * C);
     mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(bidx(l, LN2W)), PW(bidx(l, LN2B)), N, C, LN_EPS);
-    MT_CALL(mt_linear_forward(a->fch, a->ln2, PW(bidx(l, FCW)), PW(bidx(l, FCB)), N, C, 4 * C));
+    MT_CALL(mt_linear_forward(a->fch, a->ln2, PW(bidx(l, FCW)), PW(bidx(l, FCB)), N, C, 4 * C,
+                              s->pol));
     mt_gelu_forward(a->fch_gelu, a->fch, (int64_t)N * 4 * C, s->gelu);
-    MT_CALL(mt_linear_forward(a->fcproj, a->fch_gelu, PW(bidx(l, FCPW)), PW(bidx(l, FCPB)), N, 4 * C, C));
+    MT_CALL(mt_linear_forward(a->fcproj, a->fch_gelu, PW(bidx(l, FCPW)), PW(bidx(l, FCPB)), N,
+                              4 * C, C, s->pol));
     if (s->dropped) MT_T(mt_model_dropout)(a->fcproj, s->mask_fc[l], s->drop, bt, 2 + 2 * l, row);
     mt_residual_forward(a->res3, a->res2, a->fcproj, (int64_t)N * C);
     res = a->res3;
@@ -134,7 +140,7 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   MT_CALL(mt_model_unit_use(m, s->L + 1, 0));
   mt_layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s->L, 0)), PW(lnf_idx(s->L, 1)), N, C, LN_EPS);
   MT_CALL(mt_model_unit_use(m, 0, 0));
-  MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V)); /* tied head */
+  MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V, s->pol)); /* tied head */
   double sum = 0;
   int64_t count = 0, hits = 0;
   /* per-token losses land in dlogits' first N values, reused by backward */
@@ -170,7 +176,7 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   /* logits held the softmax after forward (probs == logits) */
   mt_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (REAL)T, N, V);
   MT_CALL(mt_model_unit_use(m, 0, 1));
-  MT_CALL(mt_linear_backward(s->dlnf, GW(WTE), NULL, s->dlogits, s->lnf, PW(WTE), N, C, V));
+  MT_CALL(mt_linear_backward(s->dlnf, GW(WTE), NULL, s->dlogits, s->lnf, PW(WTE), N, C, V, s->pol));
   const REAL *last = s->L ? s->a[s->L - 1].res3 : s->enc;
   REAL *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
   MT_CALL(mt_model_unit_use(m, s->L + 1, 1));
@@ -185,19 +191,19 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     mt_residual_backward(d->res2, d->fcproj, d->res3, (int64_t)N * C);
     if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, (int64_t)N * C);
     MT_CALL(mt_linear_backward(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj, a->fch_gelu,
-                               PW(bidx(l, FCPW)), N, 4 * C, C));
+                               PW(bidx(l, FCPW)), N, 4 * C, C, s->pol));
     mt_gelu_backward(d->fch, d->fch_gelu, a->fch, (int64_t)N * 4 * C, s->gelu);
     MT_CALL(mt_linear_backward(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, a->ln2,
-                               PW(bidx(l, FCW)), N, C, 4 * C));
+                               PW(bidx(l, FCW)), N, C, 4 * C, s->pol));
     mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
                           PW(bidx(l, LN2W)), a->ln2_mean, a->ln2_rstd, N, C);
     mt_residual_backward(dres, d->attproj, d->res2, (int64_t)N * C);
     if (s->dropped) MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, (int64_t)N * C);
     MT_CALL(mt_linear_backward(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj, a->atty,
-                               PW(bidx(l, PROJW)), N, C, C));
-    MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH));
+                               PW(bidx(l, PROJW)), N, C, C, s->pol));
+    MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH, s->pol));
     MT_CALL(mt_linear_backward(d->ln1, GW(bidx(l, QKVW)), GW(bidx(l, QKVB)), d->qkv, a->ln1,
-                               PW(bidx(l, QKVW)), N, C, 3 * C));
+                               PW(bidx(l, QKVW)), N, C, 3 * C, s->pol));
     mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
                           PW(bidx(l, LN1W)), a->ln1_mean, a->ln1_rstd, N, C);
     mt_model_unit_done(m, l + 1);

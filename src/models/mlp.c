@@ -56,17 +56,19 @@ static int mlp_init(mt_model *m, float *params, uint64_t seed) {
 #include "core/real_t.h"
 
 static int mlp_setup_hp(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec,
-                        int max_batch) {
+                        int max_batch, const mt_nn_policy *pol) {
   MT_CALL(mlp_check(&hp->mlp));
-  return m->dtype == MT_FP64 ? mlp_setup_f64(m, &hp->mlp, spec, max_batch)
-                             : mlp_setup(m, &hp->mlp, spec, max_batch);
+  return m->dtype == MT_FP64 ? mlp_setup_f64(m, &hp->mlp, spec, max_batch, pol)
+                             : mlp_setup(m, &hp->mlp, spec, max_batch, pol);
 }
 
-/* The ops' options and setup: the registry's block of hyper-parameters */
+/* The ops' options and setup: the registry's block of hyper-parameters, no
+ * policy (fp32; the trainer makes the model with its own through
+ * mt_model_create_policy) */
 static int mlp_options(void) { return mlp_read(mt_model_builtin_hparams(&mt_mlp_ops)); }
 
 static int mlp_setup_dt(mt_model *m, const mt_data_spec *spec, int max_batch) {
-  return mlp_setup_hp(m, mt_model_builtin_hparams(&mt_mlp_ops), spec, max_batch);
+  return mlp_setup_hp(m, mt_model_builtin_hparams(&mt_mlp_ops), spec, max_batch, NULL);
 }
 
 const mt_mlp_hparams *mt_mlp_hparams_of(const mt_model *m) {

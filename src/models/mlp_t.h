@@ -3,6 +3,7 @@
 
 typedef struct {
   mt_mlp_hparams hp;       /* what it was set up with (mt_mlp_hparams_of)    */
+  const mt_nn_policy *pol; /* how its GEMMs compute (nn/lowp.h; NULL: fp32)  */
   int nl;                  /* linear layers                                  */
   int dim[MT_MAX_HIDDEN + 2]; /* dim[0] input, dim[l+1] output of layer l    */
   REAL *act[MT_MAX_HIDDEN + 1];  /* (B, dim[l+1]) outputs (post-ReLU)          */
@@ -19,7 +20,7 @@ typedef struct {
 } MT_T(mlp);
 
 static int MT_T(mlp_setup)(mt_model *m, const mt_mlp_hparams *hp, const mt_data_spec *spec,
-                           int max_batch) {
+                           int max_batch, const mt_nn_policy *pol) {
   MT_T(mlp) *s;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "mlp"));
   m->data = s;
@@ -27,6 +28,7 @@ static int MT_T(mlp_setup)(mt_model *m, const mt_mlp_hparams *hp, const mt_data_
            "model mlp needs inputs /x and class labels or float targets /y (this data set "
            "holds %s)", spec->tokens ? "/tokens" : "neither");
   s->hp = *hp;
+  s->pol = pol;
   s->nl = hp->nhidden + 1;
   s->p = (REAL)hp->dropout;
   s->regression = spec->ntargets > 0;
@@ -80,7 +82,8 @@ static int MT_T(mlp_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   for (int l = 0; l < s->nl; l++) {
     MT_CALL(mt_model_unit_use(m, l, 0));
     const REAL *b = params + m->params.p[2 * l + 1].offset;
-    MT_CALL(mt_linear_forward(s->act[l], in, MT_T(W)(m, params, l), b, B, s->dim[l], s->dim[l + 1]));
+    MT_CALL(mt_linear_forward(s->act[l], in, MT_T(W)(m, params, l), b, B, s->dim[l], s->dim[l + 1],
+                              s->pol));
     if (l < s->nl - 1) {
       mt_relu_forward(s->act[l], s->act[l], (int64_t)B * s->dim[l + 1]);
       if (s->dropped) MT_T(mt_model_dropout)(s->act[l], s->mask[l], s->p, bt, l, s->dim[l + 1]);
@@ -135,7 +138,7 @@ static int MT_T(mlp_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     MT_CALL(mt_model_unit_use(m, l, 1));
     REAL *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
     MT_CALL(mt_linear_backward(l ? s->dact[l - 1] : NULL, dw, db, dout, in, MT_T(W)(m, params, l), B,
-                               s->dim[l], s->dim[l + 1]));
+                               s->dim[l], s->dim[l + 1], s->pol));
     mt_model_unit_done(m, l);
   }
   return 0;
@@ -174,7 +177,7 @@ static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
     mt_dp_linear_norms2(norms, dout, OC, l ? s->act[l - 1] : s->x, IC, B);
     if (l)
       MT_CALL(mt_gemm('N', 'N', B, IC, OC, (REAL)1, dout, OC, MT_T(W)(m, params, l), IC, (REAL)1,
-                      s->dact[l - 1], IC));
+                      s->dact[l - 1], IC, s->pol));
   }
   for (int i = 0; i < B; i++) {
     norms[i] = sqrt(norms[i]);
@@ -191,7 +194,7 @@ static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
     const REAL *in = l ? s->act[l - 1] : s->x;
     REAL *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
     MT_CALL(mt_linear_backward(NULL, dw, db, s->dact[l], in, MT_T(W)(m, params, l), B, s->dim[l],
-                               s->dim[l + 1]));
+                               s->dim[l + 1], s->pol));
   }
   return 0;
 }

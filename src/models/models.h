@@ -8,6 +8,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The layers' compute-precision policy (nn/lowp.h). */
+typedef struct mt_nn_policy mt_nn_policy;
+
 extern const mt_model_ops mt_mlp_ops;
 extern const mt_model_ops mt_cnn_ops;
 extern const mt_model_ops mt_gpt_ops;
@@ -51,14 +54,17 @@ typedef union {
 } mt_model_hparams;
 
 /* A built-in model beside its ops: its default hyper-parameters, a setup
- * from an explicit block of them (ops->setup is this with the registry's
- * block), the token window it reads a token data set in (NULL: it takes
- * no tokens) and its part of the configuration printed at start (line 0:
- * what follows the model's name on the first line; 1: lines of its own). */
+ * from an explicit block of them and the compute-precision policy its
+ * layers follow (ops->setup is this with the registry's block and no
+ * policy: fp32), the token window it reads a token data set in (NULL: it
+ * takes no tokens) and its part of the configuration printed at start
+ * (line 0: what follows the model's name on the first line; 1: lines of
+ * its own). */
 typedef struct {
   const mt_model_ops *ops;
   void (*defaults)(mt_model_hparams *hp);
-  int (*setup)(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec, int max_batch);
+  int (*setup)(mt_model *m, const mt_model_hparams *hp, const mt_data_spec *spec, int max_batch,
+               const mt_nn_policy *pol);
   int (*window)(const mt_model_hparams *hp);
   void (*print)(const mt_model_hparams *hp, FILE *f, int line);
 } mt_model_builtin;
@@ -87,6 +93,17 @@ int mt_model_read_options(const char *name);
  * built-in. hp is checked as the options are. */
 int mt_model_create_hp(const char *name, const mt_model_hparams *hp, const mt_data_spec *spec,
                        int max_batch, mt_dtype dtype, mt_model **m);
+
+/* As mt_model_create_as, the layers of a built-in model computing under
+ * the policy pol (nn/lowp.h; NULL: fp32): the model keeps the pointer and
+ * passes it to each GEMM, linear layer and attention it calls, and its
+ * convolutions fix their precision from it when they are made, so pol is
+ * given here, not later. pol must outlive the model; its weight cache may
+ * be filled and cleared between the model's calls (the trainer does, per
+ * step). A user's model never sees pol (mt_model_ops has no place for
+ * it) and computes as it always does. */
+int mt_model_create_policy(const char *name, const mt_data_spec *spec, int max_batch,
+                           mt_dtype dtype, const mt_nn_policy *pol, mt_model **m);
 
 /* The token window T (samples of T + 1 tokens) of a token data set read
  * for the model named name, known before the model is made: a built-in's

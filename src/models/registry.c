@@ -103,16 +103,18 @@ int mt_model_create(const char *name, const mt_data_spec *spec, int max_batch, m
   return mt_model_create_as(name, spec, max_batch, MT_FP32, out);
 }
 
-/* A model of ops: set up by ops->setup, or, given hp, by its built-in's
- * setup from hp. */
-static int create(const mt_model_ops *ops, const mt_model_hparams *hp, const char *name,
-                  const mt_data_spec *spec, int max_batch, mt_dtype dtype, mt_model **out) {
+/* A model of ops: a built-in set up by its built-in's setup from hp (NULL:
+ * the registry's block, what ops->setup reads) under pol, any other model
+ * by ops->setup. */
+static int create(const mt_model_ops *ops, const mt_model_hparams *hp, const mt_nn_policy *pol,
+                  const char *name, const mt_data_spec *spec, int max_batch, mt_dtype dtype,
+                  mt_model **out) {
   MT_CHECK(ops, MT_ERR_OPTION, "option -model: unknown model '%s'", name);
   MT_CHECK(dtype == MT_FP32 || (dtype == MT_FP64 && ops->forward64 && ops->backward64),
            MT_ERR_OPTION,
            "option -precision fp64: model %s has no double-precision operations (forward64 and "
            "backward64 in its mt_model_ops); run it with -precision fp32", name);
-  const mt_model_builtin *b = hp ? mt_model_builtin_of(ops) : NULL;
+  const mt_model_builtin *b = mt_model_builtin_of(ops);
   MT_CHECK(!hp || b, MT_ERR_ARG, "model %s: hyper-parameters are given to the built-in models only",
            name);
   mt_model *m;
@@ -122,7 +124,8 @@ static int create(const mt_model_ops *ops, const mt_model_hparams *hp, const cha
   m->max_batch = max_batch;
   m->dtype = dtype;
   *out = m;
-  MT_CALL(b ? b->setup(m, hp, spec, max_batch) : ops->setup(m, spec, max_batch));
+  MT_CALL(b ? b->setup(m, hp ? hp : mt_model_builtin_hparams(ops), spec, max_batch, pol)
+            : ops->setup(m, spec, max_batch));
   if (m->buffers.total)
     MT_CALL(mt_calloc(&m->buf, m->buffers.total, sizeof(float), "model buffers"));
   if (m->buffers.total && dtype == MT_FP64)
@@ -133,7 +136,14 @@ static int create(const mt_model_ops *ops, const mt_model_hparams *hp, const cha
 int mt_model_create_as(const char *name, const mt_data_spec *spec, int max_batch, mt_dtype dtype,
                        mt_model **out) {
   *out = NULL;
-  MT_CALL(create(mt_model_find(name), NULL, name, spec, max_batch, dtype, out));
+  MT_CALL(create(mt_model_find(name), NULL, NULL, name, spec, max_batch, dtype, out));
+  return 0;
+}
+
+int mt_model_create_policy(const char *name, const mt_data_spec *spec, int max_batch,
+                           mt_dtype dtype, const mt_nn_policy *pol, mt_model **out) {
+  *out = NULL;
+  MT_CALL(create(mt_model_find(name), NULL, pol, name, spec, max_batch, dtype, out));
   return 0;
 }
 
@@ -141,7 +151,7 @@ int mt_model_create_hp(const char *name, const mt_model_hparams *hp, const mt_da
                        int max_batch, mt_dtype dtype, mt_model **out) {
   *out = NULL;
   MT_CHECK(hp, MT_ERR_ARG, "mt_model_create_hp: no hyper-parameters");
-  MT_CALL(create(mt_model_find(name), hp, name, spec, max_batch, dtype, out));
+  MT_CALL(create(mt_model_find(name), hp, NULL, name, spec, max_batch, dtype, out));
   return 0;
 }
 

@@ -2,7 +2,7 @@
  * (attention.c). */
 
 int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *inp, int B, int T,
-                               int C, int NH) {
+                               int C, int NH, const mt_nn_policy *pol) {
   // inp is (B,T,3C); preatt and att are (B,NH,T,T); out is (B,T,C)
   MT_CHECK(B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0, MT_ERR_ARG,
            "attention: C=%d must be a positive multiple of NH=%d (B=%d, T=%d)", C, NH, B, T);
@@ -18,7 +18,7 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
       REAL *pre = preatt + ((int64_t)b * NH + h) * TT;
       REAL *a = att + ((int64_t)b * NH + h) * TT;
       /* pre (T,T) = scale * q k^T */
-      if (MT_T(mt_gemm)('N', 'T', T, T, hs, scale, q, C3, k, C3, (REAL)0, pre, T)) {
+      if (MT_T(mt_gemm)('N', 'T', T, T, hs, scale, q, C3, k, C3, (REAL)0, pre, T, pol)) {
 #pragma omp atomic write
         err = 1;
       }
@@ -37,7 +37,7 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
       }
       /* out_h (T,hs) = att v */
       if (MT_T(mt_gemm)('N', 'N', T, hs, T, (REAL)1, a, T, v, C3, (REAL)0,
-                        out + (int64_t)b * T * C + h * hs, C)) {
+                        out + (int64_t)b * T * C + h * hs, C, pol)) {
 #pragma omp atomic write
         err = 1;
       }
@@ -48,7 +48,8 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
 }
 
 int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
-                                const REAL *att, int B, int T, int C, int NH) {
+                                const REAL *att, int B, int T, int C, int NH,
+                                const mt_nn_policy *pol) {
   // dout is (B,T,C); inp and dinp are (B,T,3C); att and scratch are (B,NH,T,T)
   MT_CHECK(B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0, MT_ERR_ARG,
            "attention: C=%d must be a positive multiple of NH=%d (B=%d, T=%d)", C, NH, B, T);
@@ -67,8 +68,8 @@ int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, con
       REAL *da = scratch + ((int64_t)b * NH + h) * TT;
       int e = 0;
       /* datt (T,T) = dout_h v^T; dv += att^T dout_h */
-      e |= MT_T(mt_gemm)('N', 'T', T, T, hs, (REAL)1, d, C, v, C3, (REAL)0, da, T);
-      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, (REAL)1, a, T, d, C, (REAL)1, dv, C3);
+      e |= MT_T(mt_gemm)('N', 'T', T, T, hs, (REAL)1, d, C, v, C3, (REAL)0, da, T, pol);
+      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, (REAL)1, a, T, d, C, (REAL)1, dv, C3, pol);
       /* softmax backward per row, in place: dpre = att * (datt - <att, datt>) */
       for (int t = 0; t < T; t++) {
         const REAL *ar = a + (int64_t)t * T;
@@ -79,8 +80,8 @@ int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, con
         for (int t2 = t + 1; t2 < T; t2++) dr[t2] = (REAL)0;
       }
       /* pre = scale q k^T: dq += scale dpre k; dk += scale dpre^T q */
-      e |= MT_T(mt_gemm)('N', 'N', T, hs, T, scale, da, T, k, C3, (REAL)1, dq, C3);
-      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, scale, da, T, q, C3, (REAL)1, dk, C3);
+      e |= MT_T(mt_gemm)('N', 'N', T, hs, T, scale, da, T, k, C3, (REAL)1, dq, C3, pol);
+      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, scale, da, T, q, C3, (REAL)1, dk, C3, pol);
       if (e) {
 #pragma omp atomic write
         err = 1;

@@ -33,11 +33,14 @@
  * OpenMP thread count to the one its primitives were made for, and restores
  * it.
  *
- * Precision (nn/lowp.h, fixed when the convolution is made): under bf16
+ * Precision (nn/lowp.h, the policy given to mt_conv2d_init, fixed when the
+ * convolution is made, as are its primitives): under bf16
  * the primitives take bf16 src, weights and diff_dst (the reorders from the
  * user's fp32 buffers convert) and write fp32 dst, diff_src and
  * diff_weights; under fp16 the user's inputs are rounded to fp16 into fp32
- * scratch copies and the fp32 primitives run on them. */
+ * scratch copies and the fp32 primitives run on them. Under O2 (the
+ * policy's round_outputs, also kept when made) the outputs and the
+ * gradients are rounded to the low precision after each call. */
 #include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
@@ -95,7 +98,8 @@ struct mt_conv2d_impl {
   int nvar;    /* thread variants: 1, or 2 when nthr[1] > 1           */
   int nthr[2]; /* OpenMP threads each variant's primitives are made for */
   int nsets;   /* sets per variant                                    */
-  mt_precision prec; /* compute precision when made                   */
+  mt_precision prec; /* compute precision when made (the policy's)     */
+  int round_outputs; /* O2: outputs and gradients rounded to prec       */
   cv_set set[2][CV_MAX_SETS];
   void *arena;
 };
@@ -506,7 +510,8 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
   return 0;
 }
 
-int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
+int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias,
+                   const mt_nn_policy *pol) {
   memset(c, 0, sizeof(*c));
   c->s = *s;
   MT_CALL(mt_conv2d_shape_init(&c->s));
@@ -514,7 +519,8 @@ int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
   mt_conv2d_impl *m = calloc(1, sizeof(*m));
   MT_CHECK(m, MT_ERR_MEM, "conv2d: out of memory");
   c->impl = m;
-  m->prec = mt_nn_precision();
+  m->prec = mt_nn_compute(pol);
+  m->round_outputs = mt_nn_rounds(pol);
   int rc = 0;
   if (dnnl_engine_create(&m->eng, dnnl_cpu, 0) != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create the oneDNN CPU engine");
@@ -588,7 +594,7 @@ int mt_conv2d_forward(float *out, const float *inp, const float *w, const float 
   }
   var_leave(saved);
   MT_CALL(rc);
-  if (mt_nn_round_outputs()) mt_round_to(c->impl->prec, out, (size_t)(B * out1));
+  if (c->impl->round_outputs) mt_round_to(c->impl->prec, out, (size_t)(B * out1));
   return 0;
 }
 
@@ -657,7 +663,7 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
       db[o] += (float)acc;
     }
   }
-  if (mt_nn_round_outputs()) { /* O2: gradients held in low precision */
+  if (c->impl->round_outputs) { /* O2: gradients held in low precision */
     if (dinp) mt_round_to(c->impl->prec, dinp, (size_t)(B * in1));
     if (dw) mt_round_to(c->impl->prec, dw, (size_t)wn);
     if (db) mt_round_to(c->impl->prec, db, (size_t)s->OC);

@@ -17,7 +17,9 @@
 
 #define CV64_PAR 16384 /* output elements below which a call stays serial */
 
-int mt_conv2d_init_f64(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias) {
+int mt_conv2d_init_f64(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias,
+                       const mt_nn_policy *pol) {
+  (void)pol; /* double computes in double */
   memset(c, 0, sizeof(*c));
   mt_conv2d_shape sh = *s;
   MT_CALL(mt_conv2d_shape_init(&sh));

@@ -1,7 +1,8 @@
 /* GEMM. float: through oneDNN (the CPU library PyTorch itself uses); under
  * a low-precision policy (nn/lowp.h) through gemm_lowp.c. double: through
  * the BLAS's cblas_dgemm (configure finds the library; Debian's reference
- * BLAS, or OpenBLAS when installed as its alternative). */
+ * BLAS, or OpenBLAS when installed as its alternative), whatever the
+ * policy (fp64 runs have no mixed precision). */
 #include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
@@ -11,10 +12,11 @@
 #include <limits.h>
 
 int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-            int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+            int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+            const mt_nn_policy *pol) {
   if (M == 0 || N == 0) return 0;
-  if (mt_nn_precision() != MT_PREC_FP32)
-    return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (mt_nn_compute(pol) != MT_PREC_FP32)
+    return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
   dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", ta, tb, (long long)M,
@@ -23,7 +25,9 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
 }
 
 int mt_gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
-                int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc) {
+                int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc,
+                const mt_nn_policy *pol) {
+  (void)pol;
   if (M == 0 || N == 0) return 0;
   MT_CHECK((ta == 'N' || ta == 'T') && (tb == 'N' || tb == 'T'), MT_ERR_ARG,
            "mt_gemm_f64: op %c,%c (N or T)", ta, tb);

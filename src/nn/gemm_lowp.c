@@ -15,41 +15,33 @@ dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl
                                     const uint16_t *B, dnnl_dim_t ldb, float beta, float *C,
                                     dnnl_dim_t ldc);
 
-static mt_precision prec_ = MT_PREC_FP32;
-static int round_out_;
-static const float *cache_src_;
-static const void *cache_;
-static size_t cache_n_;
-
-void mt_nn_set_precision(mt_precision compute, int round_outputs) {
-  prec_ = compute;
-  round_out_ = compute != MT_PREC_FP32 && round_outputs;
+mt_nn_policy mt_nn_policy_make(mt_precision compute, int round_outputs) {
+  return (mt_nn_policy){.compute = compute,
+                        .round_outputs = compute != MT_PREC_FP32 && round_outputs};
 }
-mt_precision mt_nn_precision(void) { return prec_; }
-int mt_nn_round_outputs(void) { return round_out_; }
 
 size_t mt_nn_weight_cache_elem(mt_precision p) {
   return p == MT_PREC_BF16 ? sizeof(uint16_t) : p == MT_PREC_FP16 ? sizeof(float) : 0;
 }
 
-void mt_nn_weight_cache_fill(const float *params, void *cache, size_t n) {
-  if (prec_ == MT_PREC_BF16) {
+void mt_nn_weight_cache_fill(mt_nn_policy *p, const float *params, void *cache, size_t n) {
+  if (p->compute == MT_PREC_BF16) {
     mt_f32_to_bf16(cache, params, n);
-  } else if (prec_ == MT_PREC_FP16) {
+  } else if (p->compute == MT_PREC_FP16) {
     memcpy(cache, params, n * sizeof(float));
     mt_round_fp16(cache, n);
   } else {
     return;
   }
-  cache_src_ = params;
-  cache_ = cache;
-  cache_n_ = n;
+  p->cache_src = params;
+  p->cache = cache;
+  p->cache_n = n;
 }
 
-void mt_nn_weight_cache_off(void) {
-  cache_src_ = NULL;
-  cache_ = NULL;
-  cache_n_ = 0;
+void mt_nn_weight_cache_off(mt_nn_policy *p) {
+  p->cache_src = NULL;
+  p->cache = NULL;
+  p->cache_n = 0;
 }
 
 static _Thread_local struct {
@@ -83,20 +75,20 @@ int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const
   return 0;
 }
 
-/* The converted operand X (rows x cols, leading dimension ld): a view into
- * the weight cache when X lies inside the cached parameters, else a packed
- * copy (leading dimension cols) in scratch slot. */
-static int operand(const float *X, int64_t rows, int64_t cols, int64_t ld, int slot,
-                   const void **out, int64_t *ldo) {
-  const size_t es = mt_nn_weight_cache_elem(prec_);
-  if (cache_ && X >= cache_src_ && X + (rows - 1) * ld + cols <= cache_src_ + cache_n_) {
-    *out = (const char *)cache_ + (size_t)(X - cache_src_) * es;
+/* The operand X (rows x cols, leading dimension ld) converted to p's
+ * precision: a view into p's weight cache when X lies inside the cached
+ * parameters, else a packed copy (leading dimension cols) in scratch slot. */
+static int operand(const mt_nn_policy *p, const float *X, int64_t rows, int64_t cols, int64_t ld,
+                   int slot, const void **out, int64_t *ldo) {
+  const size_t es = mt_nn_weight_cache_elem(p->compute);
+  if (p->cache && X >= p->cache_src && X + (rows - 1) * ld + cols <= p->cache_src + p->cache_n) {
+    *out = (const char *)p->cache + (size_t)(X - p->cache_src) * es;
     *ldo = ld;
     return 0;
   }
   void *s;
   MT_CALL(mt_nn_scratch(slot, (size_t)(rows * cols) * es, &s));
-  if (prec_ == MT_PREC_BF16) {
+  if (p->compute == MT_PREC_BF16) {
     uint16_t *d = s;
     if (ld == cols)
       mt_f32_to_bf16(d, X, (size_t)(rows * cols));
@@ -113,26 +105,27 @@ static int operand(const float *X, int64_t rows, int64_t cols, int64_t ld, int s
 }
 
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                 const mt_nn_policy *p) {
   if (M == 0 || N == 0) return 0;
   const int tA = ta == 'T' || ta == 't', tB = tb == 'T' || tb == 't';
   const void *a = NULL, *b = NULL;
   int64_t la = 0, lb = 0;
   if (K > 0) {
-    MT_CALL(operand(A, tA ? K : M, tA ? M : K, lda, 0, &a, &la));
-    MT_CALL(operand(B, tB ? N : K, tB ? K : N, ldb, 1, &b, &lb));
+    MT_CALL(operand(p, A, tA ? K : M, tA ? M : K, lda, 0, &a, &la));
+    MT_CALL(operand(p, B, tB ? N : K, tB ? K : N, ldb, 1, &b, &lb));
   }
   dnnl_status_t s;
   if (K == 0)
     s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else if (prec_ == MT_PREC_BF16)
+  else if (p->compute == MT_PREC_BF16)
     s = dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
   else
     s = dnnl_sgemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
-           "%s GEMM (%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", mt_precision_name(prec_),
-           ta, tb, (long long)M, (long long)N, (long long)K, (int)s);
-  if (round_out_)
-    for (int64_t r = 0; r < M; r++) mt_round_to(prec_, C + r * ldc, (size_t)N);
+           "%s GEMM (%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d",
+           mt_precision_name(p->compute), ta, tb, (long long)M, (long long)N, (long long)K, (int)s);
+  if (p->round_outputs)
+    for (int64_t r = 0; r < M; r++) mt_round_to(p->compute, C + r * ldc, (size_t)N);
   return 0;
 }

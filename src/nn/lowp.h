@@ -1,12 +1,21 @@
 /* The compute-precision policy of the layers (mixed precision, autocast).
  *
- * Process-wide and set once, before any model (and its convolution
- * primitives) is made: mt_nn_set_precision(MT_PREC_BF16 or MT_PREC_FP16,
- * round_outputs). With a low precision every GEMM of mt_gemm (linear
- * layers, attention's products, forward and backward) and every
- * convolution takes its inputs and weights rounded to that precision and
- * accumulates in fp32 into fp32 outputs; softmax, losses, norms, pooling,
- * element-wise layers and reductions stay fp32 (PyTorch's autocast lists).
+ * A value passed down, not process state: an mt_nn_policy says how the
+ * layers that take one compute, and NULL means fp32. The trainer holds the
+ * run's policy (mt_nn_policy_make from -amp, -amp_dtype) and makes the
+ * built-in models with a pointer to it (models.h); a model passes it to
+ * every GEMM, linear layer and attention it calls and gives it to its
+ * convolutions when it makes them (their oneDNN primitives fix their
+ * precision then). So two models of one process may compute in different
+ * precisions, and a user's model (the public mt_model_ops, which never
+ * sees a policy) computes in fp32. A double layer (_f64) ignores the
+ * policy: -precision fp64 has no mixed precision.
+ *
+ * With a low precision every GEMM of mt_gemm (linear layers, attention's
+ * products, forward and backward) and every convolution takes its inputs
+ * and weights rounded to that precision and accumulates in fp32 into fp32
+ * outputs; softmax, losses, norms, pooling, element-wise layers and
+ * reductions stay fp32 (PyTorch's autocast lists).
  *   bf16: oneDNN's bf16 kernels (dnnl_gemm_bf16bf16f32; convolution
  *     primitives with bf16 src/weights/diff_dst and f32 dst/diff_src/
  *     diff_weights), AVX512_BF16 on this CPU.
@@ -20,17 +29,20 @@
  * gradients they produce) is rounded to the low precision as well, as
  * when activations and gradients are held in bf16/fp16.
  *
- * Weight cast cache: rounding a layer's weights on every call would cost
- * as much memory traffic as a small GEMM. During a training step the
- * trainer converts the whole flat parameter buffer once
- * (mt_nn_weight_cache_fill) and a GEMM whose operand lies inside that
- * buffer reads the converted copy. The cache is switched off
- * (mt_nn_weight_cache_off) as soon as the parameters may change, so an
- * evaluation or a later step never sees stale weights.
+ * Weight cast cache (part of the policy, since the models hold a pointer
+ * to it): rounding a layer's weights on every call would cost as much
+ * memory traffic as a small GEMM. During a training step the trainer
+ * converts the whole flat parameter buffer once (mt_nn_weight_cache_fill)
+ * and a GEMM whose operand lies inside that buffer reads the converted
+ * copy. The cache is switched off (mt_nn_weight_cache_off) as soon as the
+ * parameters may change, so an evaluation or a later step never sees stale
+ * weights. The threads' models share the trainer's policy: the cache is
+ * filled and cleared outside their parallel compute, and only read in it.
  *
  * Scratch: operands outside the cache are converted into per-thread
  * scratch buffers that grow to the largest size seen and are then reused
- * (allocation happens in the first steps only). */
+ * (allocation happens in the first steps only). They cache allocations,
+ * not policy. */
 #ifndef MT_NN_LOWP_H
 #define MT_NN_LOWP_H
 
@@ -39,15 +51,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-void mt_nn_set_precision(mt_precision compute, int round_outputs);
-mt_precision mt_nn_precision(void);
-int mt_nn_round_outputs(void);
+typedef struct mt_nn_policy {
+  mt_precision compute; /* MT_PREC_FP32: the rest does not apply            */
+  int round_outputs;    /* O2: GEMM/convolution outputs rounded to compute  */
+  /* the weight cast cache (mt_nn_weight_cache_fill), NULL when off: cache
+   * holds src's n floats converted to compute */
+  const float *cache_src;
+  const void *cache;
+  size_t cache_n;
+} mt_nn_policy;
+
+/* A policy computing in compute (round_outputs only counts for a low
+ * precision), its cache off. */
+mt_nn_policy mt_nn_policy_make(mt_precision compute, int round_outputs);
+/* What a policy pointer says, NULL being fp32. */
+static inline mt_precision mt_nn_compute(const mt_nn_policy *p) {
+  return p ? p->compute : MT_PREC_FP32;
+}
+static inline int mt_nn_rounds(const mt_nn_policy *p) { return p && p->round_outputs; }
 
 /* Converts params (n floats) into cache (bf16: n uint16_t; fp16: n floats
- * holding fp16 values) and makes GEMMs read operands inside params from
- * it. cache must stay valid until mt_nn_weight_cache_off. */
-void mt_nn_weight_cache_fill(const float *params, void *cache, size_t n);
-void mt_nn_weight_cache_off(void);
+ * holding fp16 values) and makes p's GEMMs read operands inside params
+ * from it (nothing under fp32). cache must stay valid until
+ * mt_nn_weight_cache_off(p). */
+void mt_nn_weight_cache_fill(mt_nn_policy *p, const float *params, void *cache, size_t n);
+void mt_nn_weight_cache_off(mt_nn_policy *p);
 /* Bytes per element of the cache for precision p (0 for fp32). */
 size_t mt_nn_weight_cache_elem(mt_precision p);
 
@@ -60,8 +88,9 @@ int mt_nn_scratch(int slot, size_t bytes, void **p);
  * itself when p is fp32. */
 int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const float **out);
 
-/* mt_gemm under a low-precision policy (gemm.c dispatches here). */
+/* mt_gemm under the low-precision policy p (gemm.c dispatches here). */
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                 const mt_nn_policy *p);
 
 #endif

@@ -16,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The compute-precision policy some layers take (nn/lowp.h; NULL: fp32). */
+typedef struct mt_nn_policy mt_nn_policy;
+
 /* ------------------------------------------------------------- conv2d */
 
 /* Geometry of a 2-d convolution. Fill the inputs and call

@@ -3,18 +3,23 @@
  * core/real_t.h. Scalars that scale values (alpha, eps, p, scale) have the
  * type of the buffers. */
 
+/* The layers whose products follow a compute-precision policy (nn/lowp.h)
+ * take it as their last argument, pol: NULL computes in fp32; double
+ * ignores it. */
+
 /* Row-major C = alpha * op(A) op(B) + beta * C, op = 'N' or 'T' (float:
- * oneDNN's sgemm; double: the BLAS's cblas_dgemm). */
+ * oneDNN's sgemm, or pol's low precision; double: the BLAS's cblas_dgemm). */
 int MT_T(mt_gemm)(char ta, char tb, int64_t M, int64_t N, int64_t K, REAL alpha, const REAL *A,
-                  int64_t lda, const REAL *B, int64_t ldb, REAL beta, REAL *C, int64_t ldc);
+                  int64_t lda, const REAL *B, int64_t ldb, REAL beta, REAL *C, int64_t ldc,
+                  const mt_nn_policy *pol);
 
 /* out (B,OC) = inp (B,IC) @ w^T + b; w is (OC,IC), b is (OC) or NULL. */
 int MT_T(mt_linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
-                            int IC, int OC);
+                            int IC, int OC, const mt_nn_policy *pol);
 /* dinp (B,IC) += dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum_rows dout.
  * dinp and db may be NULL (not needed). */
 int MT_T(mt_linear_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout, const REAL *inp,
-                             const REAL *w, int B, int IC, int OC);
+                             const REAL *w, int B, int IC, int OC, const mt_nn_policy *pol);
 
 /* out = max(inp, 0), n elements; out may equal inp. */
 void MT_T(mt_relu_forward)(REAL *out, const REAL *inp, int64_t n);
@@ -39,9 +44,12 @@ void MT_T(mt_softmax_xent_backward)(REAL *dlogits, const REAL *probs, const int3
  * ====================================================================== */
 
 /* Checks the shape (as mt_conv2d_shape_init) and makes the convolution (see
- * mt_conv2d in nn.h). On failure *c is left freed (mt_conv2d_free is still
- * safe). */
-int MT_T(mt_conv2d_init)(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias);
+ * mt_conv2d in nn.h), computing under pol: its primitives fix the
+ * precision now and it keeps pol's round_outputs (not the pointer; a
+ * convolution reads no weight cache). On failure *c is left freed
+ * (mt_conv2d_free is still safe). */
+int MT_T(mt_conv2d_init)(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias,
+                         const mt_nn_policy *pol);
 /* out (B,OC,OH,OW) = conv(inp (B,IC,H,W), w) + b for 0 <= B <= c->s.B.
  * b must be NULL exactly when the convolution was made without a bias. */
 int MT_T(mt_conv2d_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
@@ -110,12 +118,13 @@ void MT_T(mt_embedding_backward)(REAL *dwte, REAL *dwpe, const REAL *dout, const
  * preatt (B,NH,T,T) = q k^T / sqrt(hs) for t2 <= t, 0 above the diagonal;
  * att (B,NH,T,T) = softmax of each row over t2 <= t, 0 above it. */
 int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *inp, int B, int T,
-                               int C, int NH);
+                               int C, int NH, const mt_nn_policy *pol);
 /* dinp (B,T,3C) += gradient of q, k, v. scratch holds B*NH*T*T values and
  * is overwritten; the forward's preatt may serve (backward does not need
  * it). */
 int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
-                                const REAL *att, int B, int T, int C, int NH);
+                                const REAL *att, int B, int T, int C, int NH,
+                                const mt_nn_policy *pol);
 
 /* GELU (mt_gelu_kind). float's tanh form uses the vectorisable mt_tanhf
  * (nn/fastmath.h), double's libm's tanh. */

@@ -23,12 +23,10 @@ struct mt_amp {
   FILE *csv;          /* rank 0: loss_scale.csv                            */
 };
 
-int mt_amp_policy(const mt_config *c) {
-  if (!c->amp) {
-    mt_nn_set_precision(MT_PREC_FP32, 0);
-    return 0;
-  }
-  mt_nn_set_precision((mt_precision)c->amp_dtype, c->amp == 2);
+int mt_amp_policy(mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  t->policy = c->amp ? mt_nn_policy_make((mt_precision)c->amp_dtype, c->amp == 2)
+                     : mt_nn_policy_make(MT_PREC_FP32, 0);
   return 0;
 }
 
@@ -98,7 +96,7 @@ int mt_amp_setup(mt_trainer *t) {
 void mt_amp_destroy(mt_trainer *t) {
   struct mt_amp *a = t->amp;
   if (!a) return;
-  mt_nn_weight_cache_off();
+  mt_nn_weight_cache_off(&t->policy);
   if (a->csv) fclose(a->csv);
   mt_free(&a->cache);
   mt_free(&a->work);
@@ -117,7 +115,7 @@ int mt_amp_step_begin(mt_trainer *t) {
     a->master = t->params;
     t->params = a->work;
   }
-  if (a->cache) mt_nn_weight_cache_fill(t->params, a->cache, t->model->params.total);
+  if (a->cache) mt_nn_weight_cache_fill(&t->policy, t->params, a->cache, t->model->params.total);
   a->step_scale = a->scaling ? mt_scaler_scale(&a->scaler) : 1.0f;
   return 0;
 }
@@ -125,7 +123,7 @@ int mt_amp_step_begin(mt_trainer *t) {
 void mt_amp_step_compute_done(mt_trainer *t) {
   struct mt_amp *a = t->amp;
   if (!a) return;
-  mt_nn_weight_cache_off();
+  mt_nn_weight_cache_off(&t->policy);
   if (a->level == 2) {
     t->params = a->master;
     a->master = NULL;

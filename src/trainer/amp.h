@@ -31,8 +31,10 @@
 #include "io/checkpoint.h"
 #include "trainer/trainer.h"
 
-/* Sets the layers' precision policy: before the model is made. */
-int mt_amp_policy(const mt_config *c);
+/* Sets t->policy, the layers' precision policy, from -amp and -amp_dtype:
+ * before the models are made (they keep a pointer to it, and their
+ * convolutions fix their precision from it). */
+int mt_amp_policy(mt_trainer *t);
 /* Buffers (cast cache, working copy), the scaler: after the model. */
 int mt_amp_setup(mt_trainer *t);
 void mt_amp_destroy(mt_trainer *t);

@@ -7,6 +7,7 @@
  * threads each GEMM. */
 #include "trainer/trainer.h"
 #include "backends/backends.h"
+#include "models/models.h"
 #include "trainer/own.h"
 #include "gpu/gpu.h"
 
@@ -23,7 +24,9 @@ int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
   int per = (max_batch + t->nthr - 1) / t->nthr;
   size_t n = t->model->params.total;
   for (int i = 1; i < t->nthr; i++) {
-    MT_CALL(mt_model_create_as(c->model, &t->train.spec, per, t->dtype, &t->tmodel[i]));
+    /* the rank's policy: one weight cache serves every thread's model */
+    MT_CALL(mt_model_create_policy(c->model, &t->train.spec, per, t->dtype, &t->policy,
+                                   &t->tmodel[i]));
     MT_CALL(mt_calloc(&t->tgrads[i], n, t->esz, "per-thread gradients"));
   }
   return 0;

@@ -100,8 +100,8 @@ static int create_model(mt_trainer *t) {
    * every thread does (compute.c, dp.c), not the whole */
   int nthr = !split ? 1 : c->threads < MT_MAX_THREADS ? c->threads : MT_MAX_THREADS;
   size_t a0 = mt_alloc_bytes();
-  int err = mt_model_create_as(c->model, &t->train.spec, (max_batch + nthr - 1) / nthr, t->dtype,
-                               &t->model);
+  int err = mt_model_create_policy(c->model, &t->train.spec, (max_batch + nthr - 1) / nthr,
+                                   t->dtype, &t->policy, &t->model);
   if (!err && split && t->model->buffers.n) {
     /* batch statistics are those of the rank's whole batch: no split */
     mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all threads)\n",
@@ -110,7 +110,8 @@ static int create_model(mt_trainer *t) {
     omp_set_num_threads(c->threads);
     split = 0;
     nthr = 1;
-    err = mt_model_create_as(c->model, &t->train.spec, max_batch, t->dtype, &t->model);
+    err = mt_model_create_policy(c->model, &t->train.spec, max_batch, t->dtype, &t->policy,
+                                 &t->model);
   }
   size_t n = err ? 0 : t->model->params.total;
   t->mem_acts = mt_alloc_bytes() - a0;
@@ -158,7 +159,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   if (sharded) t->owner = &mt_owner_sharded;
 
   /* the same on every rank (same options, same data shape): agreed */
-  MT_CALL(mt_amp_policy(c)); /* before the model: convolutions fix their precision */
+  MT_CALL(mt_amp_policy(t)); /* before the model: convolutions fix their precision */
   MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
   const char *bname = c->fsdp && !sharded ? "ddp" : c->backend;

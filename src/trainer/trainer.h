@@ -10,6 +10,7 @@
 #include "core/core.h"
 #include "data/data.h"
 #include "io/io.h"
+#include "nn/lowp.h"
 #include "optim/optim.h"
 
 #define MT_MAX_THREADS 256
@@ -22,6 +23,10 @@ typedef struct {
   int nval_open;
   int window; /* a token data set's window T, the model's (mt_model_window) */
   mt_model *model;
+  /* the layers' compute-precision policy (nn/lowp.h) of the run's models:
+   * -amp's, set before they are made (mt_amp_policy), which hold a pointer
+   * to it; its weight cache is filled for each step's compute (amp.c) */
+  mt_nn_policy policy;
   mt_backend *backend;
   /* -precision: the element type of every flat buffer of the run (params,
    * grads, tgrads, the optimizer state, the best-model copy, the model buffers)
