@@ -16,27 +16,47 @@
 #include <omp.h>
 #include <string.h>
 
+/* The rank's threads: only this file reads and writes them (t->threads);
+ * dp.c reaches them through mt_compute_model and mt_compute_grads. */
+struct mt_threads {
+  int n;                           /* threads with a model of their own    */
+  mt_model *model[MT_MAX_THREADS]; /* model[0] == t->model                  */
+  void *grads[MT_MAX_THREADS];     /* grads[0] == t->grads at setup         */
+  int overlap_err; /* an error of the backend's unit_ready in a backward  */
+};
+
+int mt_compute_create(mt_trainer *t) {
+  return mt_calloc(&t->threads, 1, sizeof(*t->threads), "thread state");
+}
+
+int mt_compute_nthr(const mt_trainer *t) { return t->threads->n; }
+mt_model *mt_compute_model(const mt_trainer *t, int i) { return t->threads->model[i]; }
+void *mt_compute_grads(const mt_trainer *t, int i) { return t->threads->grads[i]; }
+
 int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
   const mt_config *c = t->cfg;
-  t->nthr = nthr;
-  t->tmodel[0] = t->model;
-  t->tgrads[0] = t->grads;
-  int per = (max_batch + t->nthr - 1) / t->nthr;
+  struct mt_threads *th = t->threads;
+  th->n = nthr;
+  th->model[0] = t->model;
+  th->grads[0] = t->grads;
+  int per = (max_batch + th->n - 1) / th->n;
   size_t n = t->model->params.total;
-  for (int i = 1; i < t->nthr; i++) {
+  for (int i = 1; i < th->n; i++) {
     /* the rank's policy: one weight cache serves every thread's model */
     MT_CALL(mt_model_create_policy(c->model, &t->train.spec, per, t->dtype, &t->policy,
-                                   &t->tmodel[i]));
-    MT_CALL(mt_calloc(&t->tgrads[i], n, t->esz, "per-thread gradients"));
+                                   &th->model[i]));
+    MT_CALL(mt_calloc(&th->grads[i], n, t->esz, "per-thread gradients"));
   }
   return 0;
 }
 
 void mt_compute_destroy(mt_trainer *t) {
+  if (!t->threads) return;
   for (int i = 1; i < MT_MAX_THREADS; i++) {
-    mt_model_destroy(&t->tmodel[i]);
-    mt_free(&t->tgrads[i]);
+    mt_model_destroy(&t->threads->model[i]);
+    mt_free(&t->threads->grads[i]);
   }
+  mt_free(&t->threads);
 }
 
 /* The model's finished units go to the owner (own.h: the sharded one
@@ -44,8 +64,8 @@ void mt_compute_destroy(mt_trainer *t) {
  * (overlap, see ddp.c). */
 static void unit_done(void *ctx, int unit) {
   mt_trainer *t = ctx;
-  if (t->overlap_err) return;
-  t->overlap_err = t->owner->unit_done ? t->owner->unit_done(t, unit)
+  if (t->threads->overlap_err) return;
+  t->threads->overlap_err = t->owner->unit_done ? t->owner->unit_done(t, unit)
                                        : mt_backend_unit_ready(t->backend, t->grads, unit);
 }
 
@@ -61,7 +81,7 @@ static double comm_seconds(const mt_trainer *t) { return t->owner->comm_seconds(
 
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st) {
-  const int T = t->nthr, rows = b->n;
+  const int T = t->threads->n, rows = b->n;
   if (t->gpu) { /* -device cuda: training steps run mt_gpu_step_micro */
     MT_CHECK(!backward, MT_ERR_STATE, "-device cuda: a CPU backward asked for");
     return mt_gpu_eval(t, b, losses, st);
@@ -87,11 +107,11 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       int hook = t->owner->unit_done || (t->last_micro && mt_backend_can_overlap(t->backend));
       m->unit_done = hook ? unit_done : NULL;
       m->unit_ctx = t;
-      t->overlap_err = 0;
+      t->threads->overlap_err = 0;
       int err = mt_trainer_backward(t, m, t->grads, scale, rows);
       m->unit_done = NULL;
       MT_CALL(err);
-      MT_CALL(t->overlap_err);
+      MT_CALL(t->threads->overlap_err);
       mt_ev_end(MT_EV_BACKWARD);
       mt_ev_move(MT_EV_BACKWARD, MT_EV_COMM, comm_seconds(t) - c0);
     }
@@ -106,7 +126,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
     omp_set_num_threads(1); /* this thread's own nested work: one thread */
     int i = omp_get_thread_num();
     int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
-    mt_model *m = t->tmodel[i];
+    mt_model *m = t->threads->model[i];
     /* this thread's rows of the per-sample outputs, if asked for */
     part[i] = (mt_batch_stats){0};
     part[i].pred = st->pred ? st->pred + r0 : NULL;
@@ -118,7 +138,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       mt_batch sub = mt_batch_rows(b, r0, r1);
       err[i] = mt_trainer_forward(t, m, &sub, losses ? mt_flat_at(t, losses, (size_t)r0) : NULL,
                                   &part[i]);
-      if (!err[i] && backward) err[i] = mt_trainer_backward(t, m, t->tgrads[i], scale, r1 - r0);
+      if (!err[i] && backward) err[i] = mt_trainer_backward(t, m, t->threads->grads[i], scale, r1 - r0);
       if (err[i]) {
 #pragma omp critical(mt_compute_err)
         if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
@@ -136,7 +156,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
 }
 
 void mt_compute_sum_grads(mt_trainer *t) {
-  const int T = t->nthr;
+  const int T = t->threads->n;
   if (T == 1) return;
   const size_t n = t->model->params.total;
   if (t->dtype == MT_FP64) { /* the same sums in double: g += h, h = 0 */
@@ -145,7 +165,7 @@ void mt_compute_sum_grads(mt_trainer *t) {
       size_t e = b + 4096 < n ? b + 4096 : n;
       double *g = (double *)t->grads + b;
       for (int k = 1; k < T; k++) {
-        double *h = (double *)t->tgrads[k] + b;
+        double *h = (double *)t->threads->grads[k] + b;
         mt_residual_forward_f64(g, g, h, (int64_t)(e - b));
         memset(h, 0, (e - b) * sizeof(double));
       }
@@ -157,7 +177,7 @@ void mt_compute_sum_grads(mt_trainer *t) {
   for (size_t b = 0; b < n; b += 4096) {
     size_t e = b + 4096 < n ? b + 4096 : n;
     for (int k = 1; k < T; k++) {
-      float *h = t->tgrads[k];
+      float *h = t->threads->grads[k];
 #pragma omp simd
       for (size_t i = b; i < e; i++) {
         g[i] += h[i];

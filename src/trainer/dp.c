@@ -98,8 +98,9 @@ static int dp_setup(mt_trainer *t) {
   MT_CALL(mt_loader_create(&d->loader, &t->train, d->phys, c->prefetch));
   MT_CALL(mt_calloc(&d->nchunks, (size_t)t->steps_per_epoch, sizeof(int), "DP-SGD plan"));
   d->batched = t->model->ops->backward_clipped && strcmp(c->dp_grad_sample, "exact");
-  for (int i = 0; i < t->nthr; i++) {
-    const mt_model *m = t->nthr > 1 ? t->tmodel[i] : t->model;
+  const int T = mt_compute_nthr(t);
+  for (int i = 0; i < T; i++) {
+    const mt_model *m = T > 1 ? mt_compute_model(t, i) : t->model;
     if (d->batched)
       MT_CALL(mt_calloc(&d->norms[i], (size_t)m->max_batch, sizeof(double), "per-sample norms"));
     else
@@ -173,10 +174,10 @@ static int clip_rows(struct mt_dp *d, mt_model *m, const float *params, const mt
 }
 
 /* Clipped per-sample gradients of b's rows, split over the rank's threads
- * (thread i: model tmodel[i], sum into tgrads[i]). */
+ * (thread i: its model and gradient buffer, compute.c's). */
 static int clip_chunk(mt_trainer *t, const mt_batch *b, mt_batch_stats *st) {
   struct mt_dp *d = t->dp;
-  const int T = t->nthr, rows = b->n;
+  const int T = mt_compute_nthr(t), rows = b->n;
   d->samples += rows;
   if (T == 1)
     return clip_rows(d, t->model, t->params, b, 0, t->grads, st, &d->clipped);
@@ -194,7 +195,7 @@ static int clip_chunk(mt_trainer *t, const mt_batch *b, mt_batch_stats *st) {
     err[i] = 0;
     if (r1 > r0) {
       mt_batch sub = mt_batch_rows(b, r0, r1);
-      err[i] = clip_rows(d, t->tmodel[i], t->params, &sub, i, t->tgrads[i], &part[i],
+      err[i] = clip_rows(d, mt_compute_model(t, i), t->params, &sub, i, mt_compute_grads(t, i), &part[i],
                          &clipped[i]);
       if (err[i]) {
 #pragma omp critical(mt_dp_err)
@@ -235,7 +236,7 @@ static int dp_noise(mt_trainer *t) {
   if (t->comm->rank == 0)
     mt_dp_add_noise(t->grads, t->model->params.total, d->sigma * d->C,
                     mt_key(c->seed, MT_PURPOSE_DP_NOISE, (uint64_t)t->global_step),
-                    t->nthr > 1 ? t->nthr : (c->threads > 0 ? c->threads : 1));
+                    mt_compute_nthr(t) > 1 ? mt_compute_nthr(t) : (c->threads > 0 ? c->threads : 1));
   return 0;
 }
 

@@ -5,7 +5,6 @@
 #include "gpu/gpu.h"
 #include "trainer/amp.h"
 
-#include <math.h>
 #include <string.h>
 
 /* ------------------------------------------------- privacy policy: none */

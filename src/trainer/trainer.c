@@ -15,6 +15,15 @@
 
 #define WARMUP_STEPS_UNTIMED 5
 
+/* The epoch loop's own state: only this file reads and writes it (t->loop). */
+struct mt_loop {
+  double timed_seconds; /* throughput, measured after the warm-up steps   */
+  long timed_samples;
+  FILE *steps;          /* -log_step_losses: rank 0's steps.csv           */
+  double run_start;     /* when this run's training began                 */
+  uint64_t cfg_hash;    /* of the resolved configuration, for step_agree  */
+};
+
 static int grow_curve(mt_trainer *t) {
   if (t->ncurve < t->capcurve) return 0;
   int cap = t->capcurve ? 2 * t->capcurve : 64;
@@ -147,6 +156,8 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   t->cfg = c;
   t->comm = comm;
   t->train.file = t->train.dx = H5I_INVALID_HID;
+  MT_CALL(mt_calloc(&t->loop, 1, sizeof(*t->loop), "epoch loop state"));
+  MT_CALL(mt_compute_create(t));
   t->dtype = (mt_dtype)c->dtype;
   t->esz = t->dtype == MT_FP64 ? sizeof(double) : sizeof(float);
   t->owner = &mt_owner_replicated;
@@ -168,7 +179,8 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   /* the backward reports finished units only when one model computes the
    * rank's batch (compute.c); with the batch split over threads the
    * threads' gradients are summed after it, and the buckets go then */
-  t->backend->overlap = c->ddp_overlap && t->nthr == 1 && !c->dp; /* DP: reduced after clipping */
+  /* DP: reduced after clipping */
+  t->backend->overlap = c->ddp_overlap && mt_compute_nthr(t) == 1 && !c->dp;
   t->backend->comm_thread = c->ddp_comm_thread;
   t->backend->table = &t->model->params;
   t->backend->dtype = t->dtype;
@@ -211,7 +223,8 @@ void mt_trainer_destroy(mt_trainer **pt) {
   if (!t) return;
   mt_guard_stop(&t->guard);
   mt_gpu_destroy(t);
-  if (t->steps) fclose(t->steps);
+  if (t->loop && t->loop->steps) fclose(t->loop->steps);
+  mt_free(&t->loop);
   mt_eval_destroy(t);
   mt_loader_destroy(&t->train_loader);
   for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
@@ -254,7 +267,7 @@ static int global_sum(const mt_trainer *t, double *v, int n) {
 #define FLAG_MINUTES 1024.0
 static int step_agree(mt_trainer *t, double local_loss, double *global_loss, int *sig, int *timed) {
   const mt_config *c = t->cfg;
-  const int64_t where[4] = {t->epoch, t->global_step, c->accum_steps, (int64_t)t->cfg_hash};
+  const int64_t where[4] = {t->epoch, t->global_step, c->accum_steps, (int64_t)t->loop->cfg_hash};
   const double f = (double)(mt_hash_bytes(where, sizeof(where), 0) & 0xFFFFF);
   double v[4] = {local_loss, mt_trainer_signal() ? 1.0 : 0.0, f, f * f};
   if (t->comm->rank == 0 && c->checkpoint_every_minutes > 0 &&
@@ -300,12 +313,12 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     MT_CALL(mt_step(t, &l));
     MT_CALL(step_agree(t, l, &g, &sig, &timed));
     epoch_loss += g;
-    if (t->steps) fprintf(t->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
+    if (t->loop->steps) fprintf(t->loop->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
     log_loss += g;
     log_steps++;
     int every = c->checkpoint_every_steps > 0 && t->global_step % c->checkpoint_every_steps == 0;
     if (sig || timed || every) {
-      MT_CALL(mt_trainer_checkpoint(t, epoch, s + 1, epoch_loss, t->elapsed_before + mt_now() - t->run_start));
+      MT_CALL(mt_trainer_checkpoint(t, epoch, s + 1, epoch_loss, t->elapsed_before + mt_now() - t->loop->run_start));
       if (sig) {
         mt_print0("stopped by signal %d after global step %ld: restart with -restart auto\n",
                   mt_trainer_signal(), t->global_step);
@@ -335,8 +348,8 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
   }
   double end = mt_now();
   if (timed_from > 0) {
-    t->timed_seconds += end - timed_from;
-    t->timed_samples += timed_steps * c->batch_size;
+    t->loop->timed_seconds += end - timed_from;
+    t->loop->timed_samples += timed_steps * c->batch_size;
   }
   *train_loss = epoch_loss / ((double)t->steps_per_epoch * c->batch_size);
   *train_secs = end - t0;
@@ -369,18 +382,18 @@ int mt_trainer_run(mt_trainer *t) {
   if (c->log_step_losses && rank == 0) {
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/steps.csv", c->output_dir);
-    t->steps = fopen(path, "w");
-    err = t->steps ? 0 : MT_ERR(MT_ERR_FILE, "option -log_step_losses: cannot write %s", path);
-    if (t->steps) fprintf(t->steps, "step,loss,lr\n");
+    t->loop->steps = fopen(path, "w");
+    err = t->loop->steps ? 0 : MT_ERR(MT_ERR_FILE, "option -log_step_losses: cannot write %s", path);
+    if (t->loop->steps) fprintf(t->loop->steps, "step,loss,lr\n");
   }
   MT_CALL(mt_agree(t->comm->world, err));
   MT_CALL(mt_trainer_restart(t));
   /* -device cuda: the host's initialised (or restarted) buffers go up */
   if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 1)));
-  t->cfg_hash = mt_hash_bytes(c, sizeof(*c), mt_option_hash());
+  t->loop->cfg_hash = mt_hash_bytes(c, sizeof(*c), mt_option_hash());
   MT_CALL(mt_agree(t->comm->world, mt_guard_start(&t->guard, t->comm->world, c->comm_timeout)));
   double start = mt_now() - t->elapsed_before;
-  t->run_start = mt_now();
+  t->loop->run_start = mt_now();
   t->last_checkpoint = mt_now();
   int done = t->start_epoch; /* epochs trained */
   double bytes0 = t->backend->comm_bytes;
@@ -463,7 +476,7 @@ int mt_trainer_run(mt_trainer *t) {
   if (t->gpu) MT_CALL(mt_gpu_memory_report(t));
   mt_amp_report(t);
   double total = mt_now() - start;
-  double rate = t->timed_seconds > 0 ? (double)t->timed_samples / t->timed_seconds : 0;
+  double rate = t->loop->timed_seconds > 0 ? (double)t->loop->timed_samples / t->loop->timed_seconds : 0;
   mt_print0("done: %d epochs, %ld steps, %.1f s; train %.0f samples/s on %d rank%s x %d thread%s",
             done, t->global_step, total, rate, c->world_size, c->world_size > 1 ? "s" : "",
             c->threads, c->threads > 1 ? "s" : "");

@@ -29,15 +29,12 @@ typedef struct {
   mt_nn_policy policy;
   mt_backend *backend;
   /* -precision: the element type of every flat buffer of the run (params,
-   * grads, tgrads, the optimizer state, the best-model copy, the model buffers)
-   * and its size; state.c holds the few operations that depend on it */
+   * grads, the threads' grads, the optimizer state, the best-model copy, the
+   * model buffers) and its size; state.c holds the operations that depend
+   * on it */
   mt_dtype dtype;
   size_t esz;
-  /* per-thread models and gradient buffers (-thread_split batch);
-   * tmodel[0] == model, tgrads[0] == grads */
-  int nthr;
-  mt_model *tmodel[MT_MAX_THREADS];
-  void *tgrads[MT_MAX_THREADS];
+  struct mt_threads *threads; /* the rank's threads' models (compute.c)   */
   void *params, *grads;
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
@@ -49,15 +46,11 @@ typedef struct {
   int ncurve, capcurve;
   long global_step;
   int64_t steps_per_epoch;
-  /* throughput, measured after the first warm-up steps */
-  double timed_seconds;
-  long timed_samples;
   double last_val_loss[MT_MAX_VAL], last_val_acc[MT_MAX_VAL];
-  FILE *steps; /* -log_step_losses: rank 0's steps.csv                    */
   /* where the run starts (set by a restart) and checkpoint bookkeeping */
   int start_epoch;
   int64_t start_step;
-  double start_epoch_loss, elapsed_before, run_start, last_checkpoint;
+  double start_epoch_loss, elapsed_before, last_checkpoint;
   int stopped; /* a signal made the run checkpoint and stop               */
   struct mt_eval *eval; /* test sets, evaluation loaders, tallies (validate.c) */
   struct mt_best *best; /* smoothed loss, best model, early stop (best.c) */
@@ -65,10 +58,9 @@ typedef struct {
   const struct mt_privacy_ops *privacy; /* the step's policy (step.h)     */
   struct mt_dp *dp; /* DP-SGD state (dp.c), NULL unless -backend *-dp     */
   mt_guard *guard;    /* hang guard (-comm_timeout), NULL when off          */
-  uint64_t cfg_hash;  /* of the resolved configuration, for step agreement  */
+  struct mt_loop *loop; /* the epoch loop's own state (trainer.c)          */
   int epoch;          /* the epoch running (0-based), for the guard's marks */
   int last_micro;     /* the micro-step running is the step's last one      */
-  int overlap_err;    /* an error of the backend's unit_ready in a backward */
   size_t mem_optim, mem_acts; /* bytes allocated for them (memory.c)      */
   const struct mt_owner_ops *owner; /* who holds what (own.h)          */
   struct mt_fsdp *fsdp; /* the sharded owner's shards (own.c): params and
@@ -123,8 +115,15 @@ void mt_trainer_destroy(mt_trainer **t);
  * outputs st points to (pred, logits: rows of the whole batch, each thread
  * filling its own); sum of the per-thread gradients into grads (leaving the
  * others zero). */
+int mt_compute_create(mt_trainer *t); /* the threads' state, empty         */
 int mt_compute_setup(mt_trainer *t, int max_batch, int nthr);
 void mt_compute_destroy(mt_trainer *t);
+/* The threads with a model of their own (1 unless -thread_split batch),
+ * thread i's model (0: t->model) and gradient buffer (0: t->grads as set
+ * up). */
+int mt_compute_nthr(const mt_trainer *t);
+mt_model *mt_compute_model(const mt_trainer *t, int i);
+void *mt_compute_grads(const mt_trainer *t, int i);
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st);
 void mt_compute_sum_grads(mt_trainer *t);
