@@ -42,7 +42,7 @@ struct mt_dp {
   int *counts; /* chunk sizes */
   size_t cap_counts;
   int *nchunks; /* chunks of each step of the epoch */
-  int64_t next; /* the step of the epoch the next train_step runs */
+  int64_t next; /* the step of the epoch the next step (mt_step) takes */
   float *scratch[MT_MAX_THREADS];
   int batched;                    /* mt_dp_clip_batched (the model's norms)  */
   double *norms[MT_MAX_THREADS];  /* its per-sample norms                    */
