@@ -47,6 +47,14 @@ for np in 1 2; do
   expect_error "np=$np -optimizer lamb" "option -optimizer: 'lamb' is not one of: sgd, adamw" \
     run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
     -optimizer lamb -output_dir "$(out)"
+  # an empty entry of a comma-separated list is refused, not dropped
+  for bad_list in "-mlp_hidden 1024,,1024" "-mlp_hidden 64," "-mlp_hidden ,64" \
+    "-cnn_channels 8,,8" "-lr_milestones 5,,6" "-data_val $TRAIN,,$TRAIN" "-outputs val,"; do
+    set -- $bad_list
+    expect_error "np=$np $bad_list" "option $1: '$2' has an empty entry" \
+      run_mpi "$np" "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
+      "$@" -output_dir "$(out)"
+  done
   expect_error "np=$np missing -data_train" -data_train \
     run_mpi "$np" "$T" "$MPITRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
   d=$(out)

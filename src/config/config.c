@@ -127,6 +127,10 @@ static void parse_int_list(const char *name, const char *s, int *v, int max, int
     bad("option %s: value too long", name);
     return;
   }
+  if (mt_list_empty_entry(s)) {
+    bad("option %s: '%s' has an empty entry", name, s);
+    return;
+  }
   memcpy(buf, s, strlen(s) + 1);
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     long x;
@@ -145,6 +149,10 @@ static void parse_int_list(const char *name, const char *s, int *v, int max, int
 /* Comma-separated file names into out[0..*n) (at most MT_MAX_VAL). */
 static void parse_files(const char *name, char *s, char out[][MT_PATH_MAX], int *n) {
   *n = 0;
+  if (mt_list_empty_entry(s)) {
+    bad("option %s: '%s' has an empty entry", name, s);
+    return;
+  }
   char *save = NULL;
   for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     if (*n == MT_MAX_VAL) {
@@ -167,6 +175,10 @@ static void parse_outputs(const char *s, int *mask) {
   *mask = 0;
   if (strlen(s) >= sizeof(buf)) {
     bad("option -outputs: value too long");
+    return;
+  }
+  if (mt_list_empty_entry(s)) {
+    bad("option -outputs: '%s' has an empty entry", s);
     return;
   }
   memcpy(buf, s, strlen(s) + 1);
@@ -214,21 +226,7 @@ static PetscErrorCode read_run(PetscOptionItems *PetscOptionsObject, mt_config *
                     c->data_train, sizeof(c->data_train), NULL));
   PetscCall(opt_str(PetscOptionsObject, "-data_val",
                     "Validation data sets (HDF5), comma-separated", "", s, sizeof(s), &set));
-  c->nval = 0;
-  if (s[0]) {
-    char *save = NULL;
-    for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      if (c->nval == MT_MAX_VAL) {
-        bad("option -data_val: more than %d files", MT_MAX_VAL);
-        break;
-      }
-      if (strlen(tok) >= MT_PATH_MAX) {
-        bad("option -data_val: file name too long");
-        break;
-      }
-      snprintf(c->data_val[c->nval++], MT_PATH_MAX, "%s", tok);
-    }
-  }
+  parse_files("-data_val", s, c->data_val, &c->nval);
   PetscCall(opt_int(PetscOptionsObject, "-epochs",
                     "Number of epochs (0: only evaluate the validation and test sets)", 1, 0,
                     1000000, &c->epochs));

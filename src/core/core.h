@@ -22,6 +22,10 @@ uint64_t mt_hash_bytes(const void *p, size_t n, uint64_t h);
  * allowed): 0, or -1 when s is not one (options.c; the option readers'). */
 int mt_parse_long(const char *s, long *v);
 int mt_parse_double(const char *s, double *v);
+/* 1 when the comma-separated list s has an empty or blank entry ("a,,b",
+ * ",a", "a,", "a, ,b"); 0 for "" (no entries) and a list without one:
+ * strtok_r would drop such an entry silently. */
+int mt_list_empty_entry(const char *s);
 /* Hash of the names and values read through mt_option_* so far. */
 uint64_t mt_option_hash(void);
 

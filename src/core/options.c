@@ -83,3 +83,17 @@ int mt_parse_double(const char *s, double *v) {
   if (errno || *end || !isfinite(*v)) return -1;
   return 0;
 }
+
+int mt_list_empty_entry(const char *s) {
+  if (!s || !*s) return 0; /* no entries at all */
+  int blank = 1;           /* the entry read so far is empty or blanks */
+  for (const char *p = s;; p++) {
+    if (*p == ',' || !*p) {
+      if (blank) return 1;
+      if (!*p) return 0;
+      blank = 1;
+    } else if (!isspace((unsigned char)*p)) {
+      blank = 0;
+    }
+  }
+}

@@ -205,6 +205,7 @@ int mt_model_option_ints(const char *name, const char *help, const char *def, in
   *n = 0;
   MT_CALL(mt_option_string(name, help, def, s, sizeof(s)));
   MT_CHECK(strlen(s) < sizeof(buf), MT_ERR_OPTION, "option %s: value too long", name);
+  MT_CHECK(!mt_list_empty_entry(s), MT_ERR_OPTION, "option %s: '%s' has an empty entry", name, s);
   memcpy(buf, s, strlen(s) + 1);
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     long x;
