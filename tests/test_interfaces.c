@@ -144,6 +144,11 @@ static void check_user_optimizer(void) {
   static const mt_optimizer_ops bad = {.name = "bad"};
   CHECK(mt_optimizer_register(&bad) == MT_ERR_ARG, "one without setup and step is refused");
   mt_error_clear();
+  static const mt_optimizer_ops dev = {.name = "dev", .setup = plain_setup, .step = plain_step,
+                                       .device = MT_OPTIM_DEVICE_SGD};
+  CHECK(mt_optimizer_register(&dev) == MT_ERR_ARG && !mt_optimizer_find("dev"),
+        "one claiming the built-ins' device kernels is refused");
+  mt_error_clear();
   mt_optim_hparams hp = {0};
   mt_optimizer *o = NULL;
   float p[16] = {1, 2, 3, 4}, g[16] = {1, 1, 1, 1};

@@ -433,8 +433,9 @@ typedef struct {
   int amsgrad;
 } mt_optim_hparams;
 
-/* Which device kernels step an optimizer under -device cuda (built-ins
- * only); a user's optimizer has none and is refused there. */
+/* Which device kernels step an optimizer under -device cuda: the built-in
+ * sgd's or adamw's; a registered optimizer must say none (its state would
+ * not be theirs), and -device cuda refuses it naming -optimizer. */
 typedef enum {
   MT_OPTIM_DEVICE_NONE = 0,
   MT_OPTIM_DEVICE_SGD,

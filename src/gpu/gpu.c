@@ -407,11 +407,8 @@ int mt_gpu_step_reduce(mt_trainer *t) {
   return 0;
 }
 
-int mt_gpu_step_end(mt_trainer *t, double *loss_sum) {
+int mt_gpu_step_buffers(mt_trainer *t) {
   struct mt_gpu *g = t->gpu;
-  mt_dmodel *dm = &g->dm;
-  const int K = t->cfg->accum_steps;
-  mt_ev_begin(MT_EV_FORWARD);
   if (g->nccl && g->buf) {
     /* rank 0's running statistics for all, as the CPU's sync_buffers: on
      * the communication stream, after the step, before the next forward */
@@ -420,6 +417,14 @@ int mt_gpu_step_end(mt_trainer *t, double *loss_sum) {
                           g->timeout));
     MT_CALL(mt_gpu_comm_end(g));
   }
+  return 0;
+}
+
+int mt_gpu_step_end(mt_trainer *t, double *loss_sum) {
+  struct mt_gpu *g = t->gpu;
+  mt_dmodel *dm = &g->dm;
+  const int K = t->cfg->accum_steps;
+  mt_ev_begin(MT_EV_FORWARD);
   CU(cudaMemcpyAsync(g->sums_host, g->sums, (size_t)K * sizeof(double), cudaMemcpyDeviceToHost,
                      g->stream));
   MT_CALL(mt_gpu_sync(g, "a training step"));

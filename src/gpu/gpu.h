@@ -51,13 +51,15 @@ void mt_gpu_destroy(mt_trainer *t);
  *  clip, optim_step: on this rank's part of the gradient (the optimizer
  *    object's device kernels, or with -fsdp_cpu_offload the object itself on
  *    the host), the parameters gathered after it;
- *  end: the model buffers from rank 0, this rank's loss sum added. */
+ *  buffers: the model buffers from rank 0 (queued);
+ *  end: the step waited for, this rank's loss sum added. */
 int mt_gpu_step_begin(mt_trainer *t);
 int mt_gpu_step_micro(mt_trainer *t, const mt_batch *b, int k, int last, double scale);
 int mt_gpu_step_reduce(mt_trainer *t);
 int mt_gpu_after_reduce(mt_trainer *t, int *skip);
 int mt_gpu_clip(mt_trainer *t);
 int mt_gpu_optim_step(mt_trainer *t, double lr, long step, int all_decay);
+int mt_gpu_step_buffers(mt_trainer *t);
 int mt_gpu_step_end(mt_trainer *t, double *loss_sum);
 /* An evaluation forward of batch b on the device (mt_compute without a
  * backward): st's sums and outputs and the per-sample losses (may be NULL)

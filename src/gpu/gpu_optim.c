@@ -169,7 +169,12 @@ int mt_gpu_after_reduce(mt_trainer *t, int *skip) {
   if (mt_amp_scaling(t)) { /* the trainer's mt_amp_after_reduce, on this rank's part */
     MT_CALL(mt_cuda_has_nonfinite(gs, ns, g->flag, g->stream));
     CU(cudaMemcpyAsync(g->flag_host, g->flag, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
-    MT_CALL(mt_gpu_sync(g, "the inf/NaN check"));
+    /* the wait is for the backward and the reduction: compute, as the
+     * step's other waits */
+    mt_ev_begin(MT_EV_FORWARD);
+    const int serr = mt_gpu_sync(g, "the inf/NaN check");
+    mt_ev_end(MT_EV_FORWARD);
+    MT_CALL(serr);
     int found = *g->flag_host;
     float inv;
     MT_CALL(mt_amp_found(t, &found, skip, &inv)); /* agreed over the ranks */
@@ -178,7 +183,7 @@ int mt_gpu_after_reduce(mt_trainer *t, int *skip) {
   return 0;
 }
 
-int mt_gpu_clip(mt_trainer *t) {
+static int clip(mt_trainer *t) {
   const mt_config *c = t->cfg;
   struct mt_gpu *g = t->gpu;
   const size_t ns = g->hi - g->lo;
@@ -192,6 +197,15 @@ int mt_gpu_clip(mt_trainer *t) {
       MT_CALL(mt_cuda_clip_grad_norm(gs, ns, c->clip_grad_norm, g->norm, &g->cx));
   }
   return 0;
+}
+
+/* the sharded norm's wait is for the backward and the reduction: compute,
+ * as the step's other waits */
+int mt_gpu_clip(mt_trainer *t) {
+  mt_ev_begin(MT_EV_FORWARD);
+  const int err = clip(t);
+  mt_ev_end(MT_EV_FORWARD);
+  return err;
 }
 
 int mt_gpu_optim_step(mt_trainer *t, double lr, long step, int all_decay) {

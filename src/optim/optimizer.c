@@ -168,6 +168,10 @@ int mt_optimizer_register(const mt_optimizer_ops *ops) {
   builtins();
   MT_CHECK(ops && ops->name && ops->setup && ops->step, MT_ERR_ARG,
            "mt_optimizer_register: name, setup and step are required");
+  /* the device kernels are the built-ins': their state is sgd's or adamw's */
+  MT_CHECK(ops->device == MT_OPTIM_DEVICE_NONE, MT_ERR_ARG,
+           "mt_optimizer_register %s: mt_optimizer_ops.device names the built-in sgd's and "
+           "adamw's device kernels; a registered optimizer has none", ops->name);
   for (int i = 0; i < noptims_; i++)
     if (!strcmp(optims_[i]->name, ops->name)) {
       optims_[i] = ops;

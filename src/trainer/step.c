@@ -97,8 +97,8 @@ static int cpu_optim(mt_trainer *t, double lr, long step, int all_decay) {
 }
 
 static int cpu_end(mt_trainer *t, double *loss_sum) {
-  (void)loss_sum; /* added by each micro-step */
-  return mt_trainer_sync_buffers(t);
+  (void)t, (void)loss_sum; /* added by each micro-step */
+  return 0;
 }
 
 typedef struct {
@@ -110,12 +110,13 @@ typedef struct {
   int (*after_reduce)(mt_trainer *t, int *skip);
   int (*clip)(mt_trainer *t);
   int (*optim)(mt_trainer *t, double lr, long step, int all_decay);
+  int (*buffers)(mt_trainer *t); /* the model buffers agreed (rank 0's)  */
   int (*end)(mt_trainer *t, double *loss_sum);
 } place_ops;
 
-static const place_ops cpu_place = {cpu_begin,     cpu_micro,          cpu_micro_done,
-                                    cpu_reduce,    mt_amp_after_reduce, cpu_clip,
-                                    cpu_optim,     cpu_end};
+static const place_ops cpu_place = {cpu_begin,  cpu_micro, cpu_micro_done,
+                                    cpu_reduce, mt_amp_after_reduce, cpu_clip,
+                                    cpu_optim,  mt_trainer_sync_buffers, cpu_end};
 
 #ifdef MT_HAVE_CUDA
 static int gpu_micro(mt_trainer *t, const mt_batch *b, int k, int last, double scale,
@@ -124,9 +125,9 @@ static int gpu_micro(mt_trainer *t, const mt_batch *b, int k, int last, double s
   return mt_gpu_step_micro(t, b, k, last, scale);
 }
 
-static const place_ops gpu_place = {mt_gpu_step_begin,   gpu_micro,   NULL,
-                                    mt_gpu_step_reduce,  mt_gpu_after_reduce, mt_gpu_clip,
-                                    mt_gpu_optim_step,   mt_gpu_step_end};
+static const place_ops gpu_place = {mt_gpu_step_begin,  gpu_micro,         NULL,
+                                    mt_gpu_step_reduce, mt_gpu_after_reduce, mt_gpu_clip,
+                                    mt_gpu_optim_step,  mt_gpu_step_buffers, mt_gpu_step_end};
 #endif
 
 /* ------------------------------------------------------------ the step */
@@ -179,8 +180,9 @@ int mt_step(mt_trainer *t, double *loss_sum) {
   mt_ev_begin(MT_EV_OPTIM);
   /* the optimizer's steps so far: the schedule's (skipped steps are none) */
   if (!skip) MT_CALL(pl->optim(t, lr, lr_step, !c->weight_decay_skip_1d));
+  MT_CALL(pl->buffers(t));
   mt_ev_end(MT_EV_OPTIM);
-  MT_CALL(pl->end(t, loss_sum)); /* the model buffers agreed */
+  MT_CALL(pl->end(t, loss_sum));
   MT_CALL(HOOK(t, after_step));
   t->global_step++;
   return 0;
