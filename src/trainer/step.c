@@ -96,27 +96,30 @@ static int cpu_optim(mt_trainer *t, double lr, long step, int all_decay) {
   return mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, step, all_decay);
 }
 
-static int cpu_end(mt_trainer *t, double *loss_sum) {
-  (void)t, (void)loss_sum; /* added by each micro-step */
-  return 0;
-}
 
 typedef struct {
   int (*begin)(mt_trainer *t);
   int (*micro)(mt_trainer *t, const mt_batch *b, int k, int last, double scale,
                mt_batch_stats *st);
-  int (*micro_done)(mt_trainer *t);
+  int (*micro_done)(mt_trainer *t); /* optional: after the last micro-step */
   int (*reduce)(mt_trainer *t);
   int (*after_reduce)(mt_trainer *t, int *skip);
   int (*clip)(mt_trainer *t);
   int (*optim)(mt_trainer *t, double lr, long step, int all_decay);
   int (*buffers)(mt_trainer *t); /* the model buffers agreed (rank 0's)  */
+  /* Optional: the step waited for and the loss sum added (the CPU adds it
+   * at each micro-step) */
   int (*end)(mt_trainer *t, double *loss_sum);
 } place_ops;
 
-static const place_ops cpu_place = {cpu_begin,  cpu_micro, cpu_micro_done,
-                                    cpu_reduce, mt_amp_after_reduce, cpu_clip,
-                                    cpu_optim,  mt_trainer_sync_buffers, cpu_end};
+static const place_ops cpu_place = {.begin = cpu_begin,
+                                    .micro = cpu_micro,
+                                    .micro_done = cpu_micro_done,
+                                    .reduce = cpu_reduce,
+                                    .after_reduce = mt_amp_after_reduce,
+                                    .clip = cpu_clip,
+                                    .optim = cpu_optim,
+                                    .buffers = mt_trainer_sync_buffers};
 
 #ifdef MT_HAVE_CUDA
 static int gpu_micro(mt_trainer *t, const mt_batch *b, int k, int last, double scale,
@@ -125,9 +128,14 @@ static int gpu_micro(mt_trainer *t, const mt_batch *b, int k, int last, double s
   return mt_gpu_step_micro(t, b, k, last, scale);
 }
 
-static const place_ops gpu_place = {mt_gpu_step_begin,  gpu_micro,         NULL,
-                                    mt_gpu_step_reduce, mt_gpu_after_reduce, mt_gpu_clip,
-                                    mt_gpu_optim_step,  mt_gpu_step_buffers, mt_gpu_step_end};
+static const place_ops gpu_place = {.begin = mt_gpu_step_begin,
+                                    .micro = gpu_micro,
+                                    .reduce = mt_gpu_step_reduce,
+                                    .after_reduce = mt_gpu_after_reduce,
+                                    .clip = mt_gpu_clip,
+                                    .optim = mt_gpu_optim_step,
+                                    .buffers = mt_gpu_step_buffers,
+                                    .end = mt_gpu_step_end};
 #endif
 
 /* ------------------------------------------------------------ the step */
@@ -182,7 +190,7 @@ int mt_step(mt_trainer *t, double *loss_sum) {
   if (!skip) MT_CALL(pl->optim(t, lr, lr_step, !c->weight_decay_skip_1d));
   MT_CALL(pl->buffers(t));
   mt_ev_end(MT_EV_OPTIM);
-  MT_CALL(pl->end(t, loss_sum));
+  if (pl->end) MT_CALL(pl->end(t, loss_sum));
   MT_CALL(HOOK(t, after_step));
   t->global_step++;
   return 0;

@@ -165,7 +165,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   MT_CALL(mt_gpu_choose(t)); /* fsdp on GPUs shards there, not here */
   /* the parameters' owner (own.h), from the strategy's traits; fsdp's
    * no_shard is ddp */
-  const int sharded = (c->backend_traits & MT_TRAIT_SHARDED) &&
+  const int sharded = c->fsdp && /* the strategy's MT_TRAIT_SHARDED */
                       c->fsdp_strategy != MT_FSDP_NO_SHARD && t->device < 0;
   if (sharded) t->owner = &mt_owner_sharded;
 
