@@ -7,8 +7,8 @@
 #include <string.h>
 
 typedef struct {
-  const mt_backend_ops *base; /* the wrapped strategy (b->spec.ops)        */
-  void *inner;        /* its own data (swapped in around calls)          */
+  void *inner;        /* the wrapped strategy's (b->spec.ops) own data,
+                         swapped in around its calls                    */
   mt_precision dtype; /* of the all-reduce                              */
   uint16_t *lp;       /* the gradients in that type (n)                 */
   MPI_Op op;          /* sum in fp32, rounded to dtype                  */
@@ -48,7 +48,7 @@ static void amp_destroy(mt_backend *b) {
   if (d->op != MPI_OP_NULL) MPI_Op_free(&d->op);
   mt_free(&d->lp);
   b->data = d->inner; /* the wrapped strategy frees its own */
-  if (d->base->destroy) d->base->destroy(b);
+  if (b->spec.ops->destroy) b->spec.ops->destroy(b);
   b->data = NULL;
   mt_free(&d);
 }
@@ -57,9 +57,8 @@ static int amp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   amp_data *d;
   MT_CALL(mt_calloc(&d, 1, sizeof(amp_data), "amp backend"));
   d->op = MPI_OP_NULL;
-  d->base = b->spec.ops;
   b->data = NULL;
-  int err = d->base->setup ? d->base->setup(b, params, grads, n) : 0;
+  int err = b->spec.ops->setup ? b->spec.ops->setup(b, params, grads, n) : 0;
   d->inner = b->data;
   b->data = d;
   MT_CALL(err);
@@ -97,7 +96,7 @@ static int amp_reduce(mt_backend *b, float *grads, size_t n) {
 
 static int amp_sync(mt_backend *b, float *params, size_t n) {
   amp_data *d = enter(b);
-  int err = d->base->sync_params ? d->base->sync_params(b, params, n) : 0;
+  int err = b->spec.ops->sync_params ? b->spec.ops->sync_params(b, params, n) : 0;
   leave(b, d);
   return err;
 }
