@@ -140,6 +140,10 @@ best=$(last_output | sed -n 's/^restored the best model: epoch \([0-9]*\),.*/\1/
 stop=$(last_output | sed -n 's/^early stop after epoch \([0-9]*\):.*/\1/p')
 [ -n "$best" ] && [ -n "$stop" ] && [ "$stop" = $((best + 2)) ] &&
   pass "stopped 2 epochs after the best (best $best, stop $stop)" || fail "stopped 2 epochs after the best" "best '$best' stop '$stop'"
+expect_output "the last line names the restored epoch" "the model of epoch $best (-restore_best)"
+te=$(sed -n '2p' "$WORK/es/test.csv" | cut -d, -f3)
+[ -n "$best" ] && [ "$te" = "$best" ] && pass "test.csv is labelled with the restored epoch ($te)" \
+  || fail "test.csv is labelled with the restored epoch" "epoch '$te', best '$best'"
 run_logged "$MKDATA" compare "$WORK/es/model_best.h5" "$WORK/es/model_final.h5" 0
 [ "$LAST_RC" = 0 ] && pass "model_final.h5 == model_best.h5" || fail "model_final.h5 == model_best.h5" "differ"
 if [ -n "$best" ] && [ "$best" -ge 2 ]; then

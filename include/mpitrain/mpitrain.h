@@ -42,6 +42,7 @@ typedef enum {
   MT_ERR_LIB,    /* oneDNN, PETSc or another library failed                */
   MT_ERR_STATE,  /* an invariant does not hold                             */
   MT_ERR_NUMERIC,/* NaN or inf where a finite value is required            */
+  MT_ERR_WRITE,  /* a file could not be written: disk full, quota, I/O     */
   MT_ERR_COUNT_
 } mt_err_code;
 
@@ -141,6 +142,10 @@ int mt_main(int argc, char **argv);
  * checkpoint and stop: a job script requeues and restarts with -restart auto
  * (75 is sysexits' EX_TEMPFAIL). 0: finished; 1: an error. */
 #define MT_EXIT_REQUEUE 75
+/* mt_main's exit status when an output could not be written (MT_ERR_WRITE:
+ * a full disk, a quota, an I/O error) and the run stopped; the checkpoints
+ * written before are intact (74 is sysexits' EX_IOERR). */
+#define MT_EXIT_WRITE 74
 
 /* --------------------------------------------------------------- models */
 

@@ -383,6 +383,13 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
                     3, 0, INT_MAX, &c->checkpoint_keep));
   PetscCall(opt_bool(PetscOptionsObject, "-checkpoint_at_end", "Checkpoint when training ends", 1,
                      &c->checkpoint_at_end));
+  static const char *const write_errors[] = {"stop", "continue", NULL};
+  char we[16];
+  PetscCall(opt_choice(PetscOptionsObject, "-checkpoint_write_error",
+                       "When a checkpoint, model_best.h5 or the curve cannot be written (disk "
+                       "full, quota, I/O error): stop (exit 74) or continue and try again at the "
+                       "next one", write_errors, we, sizeof(we)));
+  c->checkpoint_write_continue = !strcmp(we, "continue");
   PetscCall(opt_str(PetscOptionsObject, "-restart",
                     "none, auto (the newest checkpoint of -checkpoint_dir that verifies, if any) or "
                     "a checkpoint FILE",

@@ -49,6 +49,12 @@ double mt_since_launch(void);
  * otherwise MT_ERR_* on every rank; the message of the lowest failing rank
  * is sent to rank 0 (and recorded there) so rank 0 can print it once. */
 int mt_agree(MPI_Comm comm, int err);
+/* The index of the first NaN or infinity of x[0, n) (float, or double for
+ * MT_FP64), or n: no checkpoint or model file is written from, and no run
+ * restarted from, non-finite values. */
+size_t mt_first_nonfinite(mt_dtype dtype, const void *x, size_t n);
+/* "NaN", "inf" or "-inf": the value x[i], for messages. */
+const char *mt_nonfinite_name(mt_dtype dtype, const void *x, size_t i);
 /* Whether the recorded error came out of mt_agree (every rank holds it). */
 int mt_error_is_collective(void);
 

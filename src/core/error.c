@@ -12,7 +12,8 @@ static _Thread_local size_t trace_len_;
 
 static const char *names_[] = {
     "ok", "bad argument", "bad option", "file error", "bad data", "MPI error",
-    "HDF5 error", "out of memory", "library error", "bad state", "numeric error"};
+    "HDF5 error", "out of memory", "library error", "bad state", "numeric error",
+    "write error"};
 _Static_assert(sizeof(names_) / sizeof(names_[0]) == MT_ERR_COUNT_,
                "error names out of step with mt_err_code");
 

@@ -1,6 +1,7 @@
 /* Random numbers, hashing, timing, collective agreement on errors. */
 #include "core/core.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -86,4 +87,32 @@ void mt_print0(const char *fmt, ...) {
   vprintf(fmt, ap);
   va_end(ap);
   fflush(stdout);
+}
+
+size_t mt_first_nonfinite(mt_dtype dtype, const void *x, size_t n) {
+  /* x - x is 0 exactly when x is finite: one subtraction and compare per
+   * element, no branch per element inside a block */
+  const size_t blk = 4096;
+  for (size_t k = 0; k < n; k += blk) {
+    const size_t m = n - k < blk ? n - k : blk;
+    int bad = 0;
+    if (dtype == MT_FP64) {
+      const double *d = (const double *)x + k;
+      for (size_t i = 0; i < m; i++) bad |= (d[i] - d[i]) != 0.0;
+    } else {
+      const float *f = (const float *)x + k;
+      for (size_t i = 0; i < m; i++) bad |= (f[i] - f[i]) != 0.0f;
+    }
+    if (!bad) continue;
+    for (size_t i = 0; i < m; i++) {
+      const double v = dtype == MT_FP64 ? ((const double *)x)[k + i] : ((const float *)x)[k + i];
+      if (!isfinite(v)) return k + i;
+    }
+  }
+  return n;
+}
+
+const char *mt_nonfinite_name(mt_dtype dtype, const void *x, size_t i) {
+  const double v = dtype == MT_FP64 ? ((const double *)x)[i] : ((const float *)x)[i];
+  return isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
 }

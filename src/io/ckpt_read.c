@@ -234,9 +234,18 @@ static int read_tensor(reader *r, int b, int i, int skip) {
   for (int k = 0; k < pl->nown; k++) {
     size_t a = pl->own[k].a > q->offset ? pl->own[k].a : q->offset;
     size_t e = pl->own[k].b < q->offset + q->numel ? pl->own[k].b : q->offset + q->numel;
-    if (a < e) mt_ckpt_sum_dt(dt, data + (a - pl->base) * esz, e - a, a - q->offset, s);
+    if (a >= e) continue;
+    const char *x = data + (a - pl->base) * esz;
+    mt_ckpt_sum_dt(dt, x, e - a, a - q->offset, s);
+    /* a file written before the writer refused them (ckpt_write.c) */
+    size_t j = mt_first_nonfinite(dt, x, e - a);
+    if (j < e - a && !err)
+      err = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor /%s/%s holds %s (element %zu): not "
+                   "restarted from non-finite values; restart from an older checkpoint",
+                   r->path, r->ts->bufs[b].name, q->name, mt_nonfinite_name(dt, x, j),
+                   a - q->offset + j);
   }
-  return 0;
+  return err;
 }
 
 /* Zeroes the padding after each tensor inside z, in every buffer. */

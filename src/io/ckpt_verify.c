@@ -86,6 +86,12 @@ static int verify_data(hid_t d, hid_t dxpl, int nd, const int64_t *shape, mt_dty
     if (!e && H5Dread(d, mt_ckpt_h5_mem_type(dt), ms, fs, dxpl, scratch) < 0)
       e = MT_ERR(MT_ERR_FILE, "checkpoint %s: reading tensor %s failed", path, name);
     if (!e && count) mt_ckpt_sum_dt(dt, scratch, count, first, s);
+    /* NaN or inf passes the checksum (it was written so): such a file is
+     * skipped by -restart auto like a damaged one */
+    size_t bad = !e && count ? mt_first_nonfinite(dt, scratch, count) : count;
+    if (bad < count)
+      e = MT_ERR(MT_ERR_DATA, "checkpoint %s: tensor %s holds %s (element %zu)", path, name,
+                 mt_nonfinite_name(dt, scratch, bad), first + bad);
     if (ms >= 0) H5Sclose(ms);
     H5Sclose(fs);
     if (!err) err = e;

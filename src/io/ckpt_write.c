@@ -8,11 +8,13 @@
  * ckpt_write.h. */
 #include "io/ckpt_write.h"
 #include "io/ckpt_dir.h"
+#include "io/space.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static uint64_t state_hash(const mt_ckpt_state *s, const mt_ckpt_meta *meta) {
@@ -35,7 +37,54 @@ static uint64_t state_hash(const mt_ckpt_state *s, const mt_ckpt_meta *meta) {
   return mt_hash_bytes(o, strlen(o) + 1, h);
 }
 
-/* --------------------------------------------------- attribute writing */
+/* ======================================================= before writing */
+
+/* This rank's first non-finite owned element: *buf, *tensor and *at (in
+ * the tensor) set, 1; or 0. A checkpoint of NaN parameters or optimizer
+ * state would pass its checksums and poison every restart. */
+static int find_nonfinite(const mt_ckpt_tensors *ts, const mt_ckpt_plan *pl, int *buf,
+                          int *tensor, size_t *at, const char **what) {
+  const mt_param_table *t = ts->table;
+  const size_t esz = mt_ckpt_esz(ts->dtype);
+  for (int b = 0; b < ts->nbufs; b++) {
+    const char *data = ts->bufs[b].data;
+    for (int i = 0; data && i < t->n; i++) {
+      const mt_param *q = &t->p[i];
+      for (int k = 0; k < pl->nown; k++) {
+        size_t a = pl->own[k].a > q->offset ? pl->own[k].a : q->offset;
+        size_t e = pl->own[k].b < q->offset + q->numel ? pl->own[k].b : q->offset + q->numel;
+        if (a >= e) continue;
+        const char *x = data + (a - pl->base) * esz;
+        size_t j = mt_first_nonfinite(ts->dtype, x, e - a);
+        if (j == e - a) continue;
+        *buf = b;
+        *tensor = i;
+        *at = a - q->offset + j;
+        *what = mt_nonfinite_name(ts->dtype, x, j);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* The bytes the file will take, at most: the tensors, whose data is
+ * allocated at creation (contiguous, no fill), and the metadata: object
+ * headers and names per tensor, the trainer state and the header
+ * attributes, with room to spare (mt_ckpt_write checks the real size
+ * against it). */
+static uint64_t file_bytes(const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
+                           const mt_ckpt_state *st) {
+  const mt_param_table *t = ts->table;
+  uint64_t data = 0, meta_b = 256 * 1024;
+  for (int i = 0; i < t->n; i++) data += (uint64_t)t->p[i].numel * mt_ckpt_esz(ts->dtype);
+  data *= (uint64_t)ts->nbufs;
+  meta_b += (uint64_t)ts->nbufs * (uint64_t)t->n * 4096;
+  for (int i = 0; st && i < st->n; i++)
+    meta_b += 1024 + 2 * (st->e[i].type == MT_CKPT_STR ? st->e[i].n : st->e[i].n * 8);
+  if (meta && meta->options) meta_b += 2 * strlen(meta->options);
+  return data + data / 256 + meta_b;
+}
 
 /* ============================================================= write */
 
@@ -50,6 +99,7 @@ typedef struct {
   hid_t fapl, dxpl, dcpl, gcpl, file;
   hid_t *grp, *ds; /* nbufs, nbufs * ntensors                              */
   uint64_t *sums;  /* 2 per dataset                                        */
+  uint64_t bytes;  /* reserved for the file (rank 0)                       */
   int created_file;
 } writer;
 
@@ -154,6 +204,10 @@ static int write_locked(writer *w) {
         H5Pset_attr_creation_order(w->gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0)
       err = MT_ERR(MT_ERR_HDF5, "checkpoint %s: making HDF5 property lists failed", w->path);
   }
+  /* the file system has room for the whole file: checked before it
+   * exists, then its blocks allocated, so that no write below runs out of
+   * room on one rank while the others go on into a collective (space.h) */
+  if (!err && w->pl->rank == 0) err = mt_space_reserve(w->path, w->bytes);
   err = mt_agree(w->comm, err);
   if (err) return err;
 
@@ -166,6 +220,9 @@ static int write_locked(writer *w) {
   err = mt_agree(w->comm, err);
   if (err) return err;
   w->created_file = 1;
+  if (w->pl->rank == 0) err = mt_space_reserve(w->path, w->bytes);
+  err = mt_agree(w->comm, err);
+  if (err) return err;
 
   /* metadata: the same calls with the same values on every rank */
   err = write_header(w);
@@ -230,6 +287,21 @@ int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
   w.meta = meta;
   w.st = st;
   w.fapl = w.dxpl = w.dcpl = w.gcpl = w.file = H5I_INVALID_HID;
+  w.bytes = file_bytes(ts, meta, st);
+
+  /* never from non-finite values: named, and nothing written */
+  int b = 0, i = 0;
+  size_t at = 0;
+  const char *what = "";
+  int nf = find_nonfinite(ts, &pl, &b, &i, &at, &what)
+               ? MT_ERR(MT_ERR_NUMERIC, "checkpoint %s not written: /%s/%s holds %s (element %zu)",
+                        path, ts->bufs[b].name, ts->table->p[i].name, what, at)
+               : 0;
+  nf = mt_agree(comm, nf);
+  if (nf) {
+    mt_ckpt_plan_free(&pl);
+    return nf;
+  }
 
   /* every rank writes the same header: check state and meta agree, and
    * take rank 0's clock */
@@ -259,6 +331,14 @@ int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
   mt_ckpt_plan_free(&pl);
   if (!err) err = mt_agree(comm, cerr);
   if (err && w.created_file && pl.rank == 0) unlink(path);
+  if (!err && pl.rank == 0) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && (uint64_t)sb.st_size > w.bytes)
+      fprintf(stderr, "mpitrain: warning: checkpoint %s is %lld bytes, more than the %llu "
+              "reserved for it: a full disk could have stopped its write\n", path,
+              (long long)sb.st_size, (unsigned long long)w.bytes);
+    mt_space_release(path);
+  }
   return err;
 }
 

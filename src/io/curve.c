@@ -1,5 +1,6 @@
 /* The learning curve, as CSV (easy to plot) and HDF5 (easy to load). */
 #include "io/io.h"
+#include "io/space.h"
 
 #include <errno.h>
 #include <string.h>
@@ -15,11 +16,11 @@ static int write_csv(const char *path, const mt_curve_row *r, int n, char names[
     fprintf(f, "%d,%ld,%.9g,%.9g,%.6g,%.6g,%d,%s,%.9g,%.9g\n", r[i].epoch, r[i].step,
             r[i].train_loss, r[i].lr, r[i].samples_per_s, r[i].seconds, r[i].set,
             r[i].set >= 0 ? names[r[i].set] : "", r[i].val_loss, r[i].val_acc);
-  int bad = ferror(f);
-  bad |= fclose(f);
+  int bad = fflush(f) != 0 || ferror(f), e = errno;
+  if (fclose(f) != 0 && !bad) bad = 1, e = errno;
   if (bad) {
     unlink(tmp);
-    return MT_ERR(MT_ERR_FILE, "writing %s failed", tmp);
+    return MT_WRITE_FAILED("writing", tmp, e);
   }
   MT_CHECK(rename(tmp, path) == 0, MT_ERR_FILE, "cannot rename %s: %s", tmp, strerror(errno));
   return 0;
@@ -38,19 +39,25 @@ static int write_h5(const char *path, const mt_curve_row *r, int n) {
   H5Tinsert(t, "val_acc", HOFFSET(mt_curve_row, val_acc), H5T_NATIVE_DOUBLE);
   char tmp[MT_PATH_MAX + 64];
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  /* room first (io/space.h): the rows and the file's headers */
+  const uint64_t bytes = (uint64_t)n * sizeof(mt_curve_row) + 65536;
+  int err = mt_space_reserve(tmp, bytes);
+  hid_t f = err ? H5I_INVALID_HID : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f >= 0) err = mt_space_reserve(tmp, bytes);
   hsize_t dim = (hsize_t)n;
   hid_t sp = H5Screate_simple(1, &dim, NULL);
-  hid_t ds = f < 0 ? -1 : H5Dcreate2(f, "curve", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t ds = f < 0 || err ? -1
+                         : H5Dcreate2(f, "curve", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   herr_t st = ds < 0 ? -1 : (n ? H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, r) : 0);
   if (ds >= 0) H5Dclose(ds);
   H5Sclose(sp);
   H5Tclose(t);
   if (f >= 0 && H5Fclose(f) < 0) st = -1;
-  if (f < 0 || st < 0) {
+  if (err || f < 0 || st < 0) {
     unlink(tmp);
-    return MT_ERR(MT_ERR_FILE, "writing %s failed", path);
+    return err ? err : MT_ERR(MT_ERR_FILE, "writing %s failed", path);
   }
+  mt_space_release(tmp);
   MT_CHECK(rename(tmp, path) == 0, MT_ERR_FILE, "cannot rename %s: %s", tmp, strerror(errno));
   return 0;
 }

@@ -1,5 +1,6 @@
 /* Small HDF5 helpers and the process-wide HDF5 lock. */
 #include "io/io.h"
+#include "io/space.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -59,12 +60,38 @@ int mt_h5_attr_string(hid_t loc, const char *name, const char *v) {
   return 0;
 }
 
+/* The first non-finite element of the model's tensors: 1 and *name, *at
+ * and *what set; or 0. */
+static int model_nonfinite(const mt_model *m, const void *params, const char **name, size_t *at,
+                           const char **what) {
+  const size_t esz = m->dtype == MT_FP64 ? sizeof(double) : sizeof(float);
+  const char *buf = m->dtype == MT_FP64 ? (const char *)m->buf64 : (const char *)m->buf;
+  for (int k = 0; k < 2; k++) {
+    const mt_param_table *t = k ? &m->buffers : &m->params;
+    const char *base = k ? buf : params;
+    for (int i = 0; base && i < t->n; i++) {
+      const char *x = base + t->p[i].offset * esz;
+      size_t j = mt_first_nonfinite(m->dtype, x, t->p[i].numel);
+      if (j == t->p[i].numel) continue;
+      *name = t->p[i].name;
+      *at = j;
+      *what = mt_nonfinite_name(m->dtype, x, j);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static int save_params_locked(const char *tmp, const mt_model *m, const void *params) {
-  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) return MT_ERR(MT_ERR_FILE, "cannot create %s", tmp);
-  int err = 0;
   const mt_param_table *t = &m->params, *b = &m->buffers;
   const size_t esz = m->dtype == MT_FP64 ? sizeof(double) : sizeof(float);
+  /* the file's bytes at most: the tensors and their headers (space.h) */
+  const uint64_t bytes = (uint64_t)(t->total + b->total) * esz + 65536 +
+                         4096 * (uint64_t)(t->n + b->n);
+  MT_CALL(mt_space_reserve(tmp, bytes));
+  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) return MT_ERR(MT_ERR_FILE, "cannot create %s", tmp);
+  int err = mt_space_reserve(tmp, bytes);
   const char *p = params, *buf = m->dtype == MT_FP64 ? (const char *)m->buf64 : (const char *)m->buf;
   for (int i = 0; i < t->n && !err; i++)
     err = mt_h5_write_tensor(f, t->p[i].name, t->p[i].ndim, t->p[i].shape,
@@ -74,10 +101,18 @@ static int save_params_locked(const char *tmp, const mt_model *m, const void *pa
                              buf + b->p[i].offset * esz, m->dtype);
   if (!err) err = mt_h5_attr_string(f, "format", "mpitrain-params-1");
   if (H5Fclose(f) < 0 && !err) err = MT_ERR(MT_ERR_FILE, "closing %s failed", tmp);
+  if (!err) mt_space_release(tmp);
   return err;
 }
 
 int mt_h5_save_model(const char *path, const mt_model *m, const void *params) {
+  const char *name = "", *what = "";
+  size_t at = 0;
+  /* a model file of NaN would be picked up by -init_from or a user as if
+   * it were trained */
+  if (model_nonfinite(m, params, &name, &at, &what))
+    return MT_ERR(MT_ERR_NUMERIC, "%s not written: tensor %s holds %s (element %zu)", path, name,
+                  what, at);
   char tmp[MT_PATH_MAX + 64];
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   mt_h5_lock();
@@ -85,10 +120,17 @@ int mt_h5_save_model(const char *path, const mt_model *m, const void *params) {
   mt_h5_unlock();
   if (err) {
     unlink(tmp);
-    return err;
+    if (err == MT_ERR_WRITE) return err; /* names the file, the bytes, errno */
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", mt_error_message());
+    mt_error_clear();
+    return MT_ERR(err, "writing %s failed (%s); %s is as it was", path, why, path);
   }
-  MT_CHECK(rename(tmp, path) == 0, MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, path,
-           strerror(errno));
+  if (rename(tmp, path) != 0) {
+    const int e = errno;
+    unlink(tmp);
+    return MT_WRITE_FAILED("cannot rename the finished file to", path, e);
+  }
   return 0;
 }
 

@@ -1,5 +1,6 @@
 /* Per-sample outputs in one collective HDF5 file (format in outputs.h). */
 #include "io/outputs.h"
+#include "io/space.h"
 #include "io/ckpt_format.h"
 
 #include <errno.h>
@@ -161,6 +162,13 @@ static int write_locked(writer *w) {
   }
   MT_CALL(mt_agree(w->comm, err));
   w->created_file = 1;
+  /* room for all of it before any collective write (io/space.h): the
+   * columns, the attributes and headers */
+  if (w->rank == 0) {
+    const int64_t f = (int64_t)mt_ckpt_esz(w->r->dtype);
+    err = mt_space_reserve(w->path, (uint64_t)(w->total * (16 + f + f * (int64_t)w->C)) + 262144);
+  }
+  MT_CALL(mt_agree(w->comm, err));
 
   /* metadata: the same calls with the same values on every rank */
   err = write_attrs(w);
@@ -255,10 +263,11 @@ int mt_test_csv_write(const char *dir, const mt_test_row *rows, int n) {
   for (int i = 0; i < n; i++)
     fprintf(f, "%d,%s,%d,%ld,%.9g,%.9g,%lld\n", rows[i].set, rows[i].file, rows[i].epoch,
             rows[i].global_step, rows[i].loss, rows[i].acc, (long long)rows[i].samples);
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad) {
+  int bad = fflush(f) != 0 || ferror(f), e = errno;
+  if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+  if (bad) {
     unlink(tmp);
-    return MT_ERR(MT_ERR_FILE, "writing %s failed", tmp);
+    return MT_WRITE_FAILED("writing", tmp, e);
   }
   if (rename(tmp, path) != 0) {
     int e = errno;

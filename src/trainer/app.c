@@ -85,7 +85,7 @@ int mt_main(int argc, char **argv) {
         fprintf(stderr, "mpitrain: error: %s\n", mt_error_message());
         if (trace) fputs(mt_error_traceback(), stderr);
       }
-      rc = 1;
+      rc = err == MT_ERR_WRITE ? MT_EXIT_WRITE : 1;
     } else {
       /* one rank failed alone: the others would wait for it forever */
       fprintf(stderr, "mpitrain: error (rank %d): %s\n", comm.rank, mt_error_message());

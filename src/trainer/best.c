@@ -70,7 +70,7 @@ int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop) {
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/model_best.h5", c->output_dir);
     int err = t->comm->rank == 0 ? mt_h5_save_model(path, m, t->params) : 0;
-    MT_CALL(mt_agree(t->comm->world, err));
+    MT_CALL(mt_trainer_write_failed(t, mt_agree(t->comm->world, err)));
   } else {
     b->bad_epochs++;
   }
@@ -83,10 +83,20 @@ int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop) {
   return 0;
 }
 
-int mt_best_restore(mt_trainer *t) {
+int mt_best_restore(mt_trainer *t, int *epoch) {
   const struct mt_best *b = t->best;
   const mt_model *m = t->model;
+  *epoch = 0;
   if (!b->params || b->best_epoch == 0) return 0;
+  *epoch = b->best_epoch;
+  /* the restored model's validation results, from the curve: the run's
+   * last line reports them */
+  for (int i = 0; i < t->ncurve; i++)
+    if (t->curve[i].epoch == b->best_epoch && t->curve[i].set >= 0 &&
+        t->curve[i].set < MT_MAX_VAL) {
+      t->last_val_loss[t->curve[i].set] = t->curve[i].val_loss;
+      t->last_val_acc[t->curve[i].set] = t->curve[i].val_acc;
+    }
   mt_owned o;
   mt_trainer_owned(t, &o);
   memcpy(o.params, b->params, o.n * t->esz);

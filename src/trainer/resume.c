@@ -256,6 +256,7 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
               epoch + 1, (long long)step, (long long)t->steps_per_epoch, t->global_step,
               mt_now() - t0);
   t->last_checkpoint = mt_now();
+  snprintf(t->last_good, sizeof(t->last_good), "%s", path);
   return 0;
 }
 
@@ -330,6 +331,7 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err && mt_best_buf(t)) err = get_values(t, &st, "best_buffers", mt_best_buf(t), nb);
   if (!err) err = mt_amp_state_get(t, &st);
   if (!err && t->privacy->get_state) err = t->privacy->get_state(t, &st, path);
+  if (!err) snprintf(t->last_good, sizeof(t->last_good), "%s", path);
   if (!err)
     mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "
               "step %ld; read in %.2f s, ready %.2f s after launch\n", path, info.world_size,

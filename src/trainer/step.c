@@ -192,6 +192,7 @@ int mt_step(mt_trainer *t, double *loss_sum) {
   mt_ev_end(MT_EV_OPTIM);
   if (pl->end) MT_CALL(pl->end(t, loss_sum));
   MT_CALL(HOOK(t, after_step));
+  t->step_skipped = skip; /* its non-finite loss is then no error (trainer.c) */
   t->global_step++;
   return 0;
 }

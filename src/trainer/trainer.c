@@ -293,6 +293,58 @@ static int step_agree(mt_trainer *t, double local_loss, double *global_loss, int
   return 0;
 }
 
+/* The error err (the message already set) with where training stopped
+ * and the newest good checkpoint added; collective. */
+static int stop_with_context(mt_trainer *t, int err) {
+  char why[1024];
+  snprintf(why, sizeof(why), "%s", mt_error_message());
+  mt_error_clear();
+  if (t->last_good[0])
+    err = MT_ERR(err, "%s; stopped after global step %ld; the newest good checkpoint is %s "
+                 "(-restart auto resumes from it)", why, t->global_step, t->last_good);
+  else
+    err = MT_ERR(err, "%s; stopped after global step %ld, before any checkpoint", why,
+                 t->global_step);
+  return mt_agree(t->comm->world, err);
+}
+
+/* A checkpoint under -checkpoint_write_error: a file that could not be
+ * written (MT_ERR_WRITE, agreed, named with errno and the bytes needed;
+ * the previous checkpoint intact) stops the run, or with "continue" is a
+ * warning and the next checkpoint tries again. Non-finite parameters or
+ * optimizer state are never written (ckpt_write.c): the run stops. */
+int mt_trainer_write_failed(mt_trainer *t, int err) {
+  if (err == MT_ERR_WRITE && t->cfg->checkpoint_write_continue) {
+    if (t->comm->rank == 0)
+      fprintf(stderr, "mpitrain: warning: %s; training goes on (-checkpoint_write_error "
+              "continue): the next one tries again\n", mt_error_message());
+    mt_error_clear();
+    return 0;
+  }
+  return err;
+}
+
+static int save_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,
+                           double elapsed) {
+  int err = mt_trainer_write_failed(t, mt_trainer_checkpoint(t, epoch, step, epoch_loss, elapsed));
+  return err ? stop_with_context(t, err) : 0;
+}
+
+/* The signal that stopped the run: the highest number any rank got (a
+ * signal to one rank stops every rank). */
+static int agreed_signal(const mt_trainer *t) {
+  int sig = mt_trainer_signal();
+  MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, t->comm->world);
+  return sig;
+}
+
+/* Whether the end of epoch (0-based) writes a checkpoint for sure, so that
+ * one for its last step would be the same state written twice. */
+static int epoch_checkpoint_follows(const mt_config *c, int epoch) {
+  return (c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
+         (epoch + 1 == c->epochs && c->checkpoint_at_end);
+}
+
 /* Runs steps [first, steps_per_epoch) of epoch; *stopped when a signal
  * made it checkpoint and stop. */
 static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss,
@@ -312,16 +364,28 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     if (t->privacy->spent && t->privacy->spent(t)) break; /* -dp_target_epsilon reached */
     MT_CALL(mt_step(t, &l));
     MT_CALL(step_agree(t, l, &g, &sig, &timed));
+    /* every step, on every rank (g is the reduced loss, the same on all):
+     * a step that made the loss non-finite stops the run before anything
+     * is written from it; a step the fp16 loss scaler skipped changed
+     * nothing and is counted as skipped (amp.c), its loss left out */
+    if (!isfinite(g) && t->step_skipped) g = 0;
+    if (!isfinite(g))
+      MT_CALL(stop_with_context(
+          t, MT_ERR(MT_ERR_NUMERIC, "training loss is %s at epoch %d, step %lld of %lld: lower "
+                    "-lr or set -clip_grad_norm", isnan(g) ? "NaN" : g > 0 ? "inf" : "-inf",
+                    epoch + 1, (long long)s + 1, (long long)t->steps_per_epoch)));
     epoch_loss += g;
     if (t->loop->steps) fprintf(t->loop->steps, "%ld,%.9g,%.9g\n", t->global_step - 1, g / c->batch_size, lr);
     log_loss += g;
     log_steps++;
     int every = c->checkpoint_every_steps > 0 && t->global_step % c->checkpoint_every_steps == 0;
+    /* the epoch's end checkpoints this state (after its validation) */
+    if (s + 1 == t->steps_per_epoch && epoch_checkpoint_follows(c, epoch)) every = timed = 0;
     if (sig || timed || every) {
-      MT_CALL(mt_trainer_checkpoint(t, epoch, s + 1, epoch_loss, t->elapsed_before + mt_now() - t->loop->run_start));
+      MT_CALL(save_checkpoint(t, epoch, s + 1, epoch_loss, t->elapsed_before + mt_now() - t->loop->run_start));
       if (sig) {
         mt_print0("stopped by signal %d after global step %ld: restart with -restart auto\n",
-                  mt_trainer_signal(), t->global_step);
+                  agreed_signal(t), t->global_step);
         *stopped = 1;
         break;
       }
@@ -329,12 +393,6 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     if (c->log_every > 0 && ((s + 1) % c->log_every == 0 || s + 1 == t->steps_per_epoch)) {
       double now = mt_now(), rate = (double)log_steps * c->batch_size / (now - tlog);
       double mean = log_loss / ((double)log_steps * c->batch_size);
-      /* every rank holds the same sum: a clean collective stop */
-      int err = isfinite(mean) ? 0
-                               : MT_ERR(MT_ERR_NUMERIC,
-                                        "training loss is %g at epoch %d step %lld: lower -lr or "
-                                        "set -clip_grad_norm", mean, epoch + 1, (long long)s + 1);
-      MT_CALL(mt_agree(t->comm->world, err));
       char eta[32];
       double left = (double)(t->steps_per_epoch - s - 1) +
                     (double)(c->epochs - epoch - 1) * (double)t->steps_per_epoch;
@@ -456,16 +514,17 @@ int mt_trainer_run(mt_trainer *t) {
     err = rank == 0 ? mt_curve_write(c->output_dir, t->curve, t->ncurve,
                                      (char(*)[MT_PATH_MAX])c->data_val, c->nval)
                     : 0;
-    MT_CALL(mt_agree(t->comm->world, err));
+    MT_CALL(mt_trainer_write_failed(t, mt_agree(t->comm->world, err)));
     if (t->privacy->epoch_end) MT_CALL(t->privacy->epoch_end(t, epoch));
     int last = epoch + 1 == c->epochs || early;
     if ((c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
         (last && c->checkpoint_at_end))
-      MT_CALL(mt_trainer_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
+      MT_CALL(save_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
   }
-  if (c->restore_best) MT_CALL(mt_best_restore(t));
+  int restored = 0; /* the epoch whose model the test sets and last line see */
+  if (c->restore_best) MT_CALL(mt_best_restore(t, &restored));
   MT_CALL(mt_trainer_params_whole(t));
-  MT_CALL(mt_eval_test(t, done));
+  MT_CALL(mt_eval_test(t, restored ? restored : done));
   char path[MT_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/model_final.h5", c->output_dir);
   err = rank == 0 ? mt_h5_save_model(path, t->model, t->params) : 0;
@@ -480,6 +539,7 @@ int mt_trainer_run(mt_trainer *t) {
   mt_print0("done: %d epochs, %ld steps, %.1f s; train %.0f samples/s on %d rank%s x %d thread%s",
             done, t->global_step, total, rate, c->world_size, c->world_size > 1 ? "s" : "",
             c->threads, c->threads > 1 ? "s" : "");
+  if (restored) mt_print0("; the model of epoch %d (-restore_best)", restored);
   for (int i = 0; i < c->nval; i++)
     mt_print0("; val[%d] accuracy %.4f loss %.4f", i, t->last_val_acc[i], t->last_val_loss[i]);
   const mt_backend *b = t->backend;

@@ -52,6 +52,9 @@ typedef struct {
   int64_t start_step;
   double start_epoch_loss, elapsed_before, last_checkpoint;
   int stopped; /* a signal made the run checkpoint and stop               */
+  int step_skipped; /* the last step was skipped (fp16 loss scaling)     */
+  char last_good[MT_PATH_MAX + 64]; /* the newest checkpoint written or
+                                       restarted from, "" when none       */
   struct mt_eval *eval; /* test sets, evaluation loaders, tallies (validate.c) */
   struct mt_best *best; /* smoothed loss, best model, early stop (best.c) */
   struct mt_amp *amp; /* mixed precision (trainer/amp.h), NULL for fp32  */
@@ -164,14 +167,20 @@ int mt_trainer_restart(mt_trainer *t);
  * -early_stop_min_delta, records it, writes OUTPUT_DIR/model_best.h5 and
  * (with -restore_best) keeps a copy of the model; *stop is set once
  * -early_stop_patience epochs passed without improvement. Collective.
- * mt_best_restore puts the kept copy back (with -restore_best).
+ * mt_best_restore puts the kept copy back (with -restore_best), sets
+ * *epoch to its 1-based epoch (0: nothing restored) and the last validation
+ * results to that epoch's.
  * Checkpoints carry the state: mt_best_pack / mt_best_unpack of
  * MT_BEST_STATE_N doubles. */
 #define MT_BEST_STATE_N 4
+/* An output written during training failed with err (agreed): with
+ * -checkpoint_write_error continue and a file that could not be written
+ * (MT_ERR_WRITE) a warning on rank 0 and 0; otherwise err. */
+int mt_trainer_write_failed(mt_trainer *t, int err);
 int mt_best_setup(mt_trainer *t);
 void mt_best_destroy(mt_trainer *t);
 int mt_best_update(mt_trainer *t, int epoch, double val_loss, int *stop);
-int mt_best_restore(mt_trainer *t);
+int mt_best_restore(mt_trainer *t, int *epoch);
 void mt_best_pack(const mt_trainer *t, double *v);
 void mt_best_unpack(mt_trainer *t, const double *v);
 /* What the epoch loop and checkpoints read of it: the smoothed validation
