@@ -516,9 +516,7 @@ int mt_trainer_run(mt_trainer *t) {
                     : 0;
     MT_CALL(mt_trainer_write_failed(t, mt_agree(t->comm->world, err)));
     if (t->privacy->epoch_end) MT_CALL(t->privacy->epoch_end(t, epoch));
-    int last = epoch + 1 == c->epochs || early;
-    if ((c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
-        (last && c->checkpoint_at_end))
+    if (epoch_checkpoint_follows(c, epoch) || (early && c->checkpoint_at_end))
       MT_CALL(save_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
   }
   int restored = 0; /* the epoch whose model the test sets and last line see */
