@@ -59,6 +59,7 @@ typedef struct {
   int log_step_losses;
   char checkpoint_dir[MT_PATH_MAX];
   int checkpoint_every_steps, checkpoint_every_epochs, checkpoint_keep, checkpoint_at_end;
+  int checkpoint_overwrite; /* a fresh run removes the folder's old checkpoints */
   double checkpoint_every_minutes;
   char restart[MT_PATH_MAX]; /* none | auto | FILE                          */
   double ddp_bucket_mb;
