@@ -6,7 +6,8 @@
 #   keep-K works and latest names an existing file;
 # - -restart auto continues the folder's run (its run identity) and prunes
 #   only that run's files: another run's checkpoint and a junk ckpt-100.h5
-#   stay, with -checkpoint_keep 1, and the junk is named once;
+#   stay, with -checkpoint_keep 1, and the junk is named once; a checkpoint
+#   without a run_id (an older file) restarts, and is never pruned;
 # - a read-only folder (a read-only tmpfs as root, mode 555 otherwise) is
 #   refused at start with "not writable (...)", before training.
 . "$top_srcdir/tests/lib.sh"
@@ -73,6 +74,19 @@ files_are "only that run's files were pruned: its newest, another run's and the 
 latest_is "latest names the run's newest" "$WORK/M" ckpt-90.h5
 n=$(last_output | grep -c "$WORK/M/ckpt-100.h5 is not a readable checkpoint: it is never removed")
 [ "$n" = 1 ] && pass "the junk file is named once by pruning" || fail "the junk file is named once by pruning" "$n times"
+
+# a checkpoint older than run ids: restartable; its run gets a new identity,
+# and the old files are never pruned (another run's for keep-K)
+cp -r "$B" "$WORK/L"
+for s in 40 50 60; do
+  "$MKDATA" unattr "$WORK/L/ckpt-$s.h5" run_id || bail "mkdata unattr failed"
+done
+expect_ok "-restart auto from a checkpoint without a run id" \
+  run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -epochs 3 -checkpoint_keep 1 \
+  -restart auto -output_dir "$WORK/LR" -checkpoint_dir "$WORK/L"
+expect_output "it says the run has a new identity" "has no run id (an older mpitrain's)"
+files_are "the older checkpoints stay, keep 1 of the new run" "$WORK/L" \
+  "ckpt-40.h5 ckpt-50.h5 ckpt-60.h5 ckpt-90.h5 "
 
 # a read-only folder: said at start, before any training
 RO=$WORK/ro

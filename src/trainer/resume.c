@@ -357,16 +357,9 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err && mt_best_buf(t)) err = get_values(t, &st, "best_buffers", mt_best_buf(t), nb);
   if (!err) err = mt_amp_state_get(t, &st);
   if (!err && t->privacy->get_state) err = t->privacy->get_state(t, &st, path);
-  /* the same run goes on: its checkpoints stay its own for pruning. A file
-   * without a run_id is older than run ids: this run gets a new one, and
-   * keeps its checkpoints as another run's */
-  if (!err && info.run_id[0]) snprintf(t->run_id, sizeof(t->run_id), "%s", info.run_id);
-  if (!err && !info.run_id[0]) {
-    err = new_run_id(t);
-    if (!err)
-      mt_print0("restart: %s has no run id (an older mpitrain's); this run is %s, and the older "
-                "checkpoints of %s are never pruned\n", path, t->run_id, c->checkpoint_dir);
-  }
+  /* the same run goes on: its checkpoints stay its own for pruning ("":
+   * a file older than run ids, mt_trainer_restart makes a new one) */
+  if (!err) snprintf(t->run_id, sizeof(t->run_id), "%s", info.run_id);
   if (!err)
     mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "
               "step %ld; read in %.2f s, ready %.2f s after launch\n", path, info.world_size,
@@ -404,7 +397,15 @@ int mt_trainer_restart(mt_trainer *t) {
   } else {
     snprintf(path, sizeof(path), "%s", c->restart);
   }
+  t->run_id[0] = '\0';
   int err = restore(t, path);
   MT_CALL(mt_agree(t->comm->world, err));
+  /* a checkpoint without a run_id: this run gets a new identity, and the
+   * older checkpoints count as another run's (never pruned) */
+  if (!t->run_id[0]) {
+    MT_CALL(new_run_id(t));
+    mt_print0("restart: %s has no run id (an older mpitrain's); this run is %s, and the older "
+              "checkpoints in %s are never pruned\n", path, t->run_id, c->checkpoint_dir);
+  }
   return 0;
 }
