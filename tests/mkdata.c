@@ -12,6 +12,7 @@
  *   mkdata flip FILE.h5 DATASET [BYTE]       flips the lowest bit of byte BYTE
  *                                            (default 0) of a contiguous
  *                                            dataset's data in the file
+ *   mkdata unattr FILE.h5 NAME               removes root attribute NAME
  *   mkdata stats FILE.h5                     shapes, label histogram, mean x
  *   mkdata outstats FILE.h5 [N]              an outputs file (src/io/outputs.h):
  *                                            rows in order, mean loss, accuracy
@@ -841,6 +842,23 @@ static int cmd_flip(int argc, char **argv) {
   return 0;
 }
 
+/* unattr: removes a root attribute (a checkpoint as an older mpitrain wrote
+ * it: no run_id). */
+static int cmd_unattr(int argc, char **argv) {
+  if (argc != 2) {
+    fail("usage: mkdata unattr FILE.h5 NAME");
+    return 2;
+  }
+  hid_t f = H5Fopen(argv[0], H5F_ACC_RDWR, H5P_DEFAULT);
+  int ok = f >= 0 && H5Adelete(f, argv[1]) >= 0;
+  if (f >= 0 && H5Fclose(f) < 0) ok = 0;
+  if (!ok) {
+    fail("%s: cannot remove the attribute %s", argv[0], argv[1]);
+    return 1;
+  }
+  return 0;
+}
+
 /* outindex: the sample indices of an outputs file, one a line. */
 static int cmd_outindex(int argc, char **argv) {
   if (argc != 1) {
@@ -866,6 +884,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "outindex")) return cmd_outindex(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "types")) return cmd_types(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "flip")) return cmd_flip(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "unattr")) return cmd_unattr(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: mkdata synth OUT.h5 N D C SEED [uint8|image]\n"
           "       mkdata regress OUT.h5 N D K SEED\n"
@@ -877,6 +896,7 @@ int main(int argc, char **argv) {
           "       mkdata rows A.h5 B.h5 RTOL [subset]\n"
           "       mkdata outindex FILE.h5\n"
           "       mkdata types FILE.h5 [float32|float64]\n"
-          "       mkdata flip FILE.h5 DATASET [BYTE]\n");
+          "       mkdata flip FILE.h5 DATASET [BYTE]\n"
+          "       mkdata unattr FILE.h5 NAME\n");
   return 2;
 }

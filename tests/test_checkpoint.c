@@ -364,7 +364,7 @@ static void test_write(void) {
   path_in(shard, sizeof(shard), "shard.h5");
   mt_ckpt_state st;
   make_state(&st, 12345);
-  mt_ckpt_meta meta = {"ddp", "-epochs 3 -lr 0.1"};
+  mt_ckpt_meta meta = {"ddp", "-epochs 3 -lr 0.1", "0123456789abcdef"};
 
   model m;
   model_make(&m, 0, 0, 0, 0);
@@ -648,6 +648,7 @@ static void test_dir(void) {
   int64_t s, *steps = NULL;
   int n = 0;
   make_state(&st, 0);
+  mt_ckpt_meta meta = {"sp", "", "00000000000000aa"}; /* pruning takes this run's files */
   int64_t found = -1;
   int rc = mt_ckpt_find_latest(MPI_COMM_WORLD, d, MT_CKPT_CHECK_DATA, p, sizeof(p), &found);
   expect_err(rc, MT_ERR_FILE, "no checkpoint yet", "no checkpoint", "ck/sub", NULL);
@@ -655,7 +656,7 @@ static void test_dir(void) {
   for (s = 10; s <= 50; s += 10) {
     model_fill(&m, (uint64_t)s);
     mt_ckpt_state_set_i64(&st, "global_step", s);
-    CHECK_OK(mt_ckpt_save(MPI_COMM_WORLD, d, s, 3, &m.ts, NULL, &st, p, sizeof(p)),
+    CHECK_OK(mt_ckpt_save(MPI_COMM_WORLD, d, s, 3, &m.ts, &meta, &st, p, sizeof(p)),
              "save step %lld: %s", (long long)s, mt_error_message());
   }
   CHECK_OK(mt_ckpt_list(MPI_COMM_WORLD, d, &steps, &n), "list");
@@ -705,11 +706,13 @@ static void test_dir(void) {
            "structural check");
   CHECK(found == 50, "a structural check alone takes 50 (%lld)", (long long)found);
 
-  /* a new save replaces the stale tmp of step 60 and prunes */
+  /* a new save replaces the stale tmp of step 60 and prunes; the truncated
+   * 40 cannot be read as this run's: it is left alone, not counted */
   model_fill(&m, 60);
-  CHECK_OK(mt_ckpt_save(MPI_COMM_WORLD, d, 60, 2, &m.ts, NULL, &st, NULL, 0), "save step 60");
+  CHECK_OK(mt_ckpt_save(MPI_COMM_WORLD, d, 60, 2, &m.ts, &meta, &st, NULL, 0), "save step 60");
   CHECK_OK(mt_ckpt_list(MPI_COMM_WORLD, d, &steps, &n), "list");
-  CHECK(n == 2 && steps[0] == 60 && steps[1] == 50, "keep 2: 60 and 50 remain (%d)", n);
+  CHECK(n == 3 && steps[0] == 60 && steps[1] == 50 && steps[2] == 40,
+        "keep 2: 60 and 50 remain, the unreadable 40 too, 30 is removed (%d)", n);
   mt_free(&steps);
   CHECK(count_tmp(d) == 0, "the stale .tmp is gone");
   CHECK(read_latest(d, latest, sizeof(latest)) == 0 && !strcmp(latest, "ckpt-60.h5\n"),
@@ -727,7 +730,7 @@ static void test_dir(void) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   rc = mt_ckpt_find_latest(MPI_COMM_WORLD, d, MT_CKPT_CHECK_DATA, p, sizeof(p), &found);
-  expect_err(rc, MT_ERR_FILE, "all damaged", "none of the 2 checkpoints", "ckpt-60.h5", NULL);
+  expect_err(rc, MT_ERR_FILE, "all damaged", "none of the 3 checkpoints", "ckpt-60.h5", NULL);
   mt_ckpt_state_free(&st);
   model_free(&m);
 }

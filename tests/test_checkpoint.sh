@@ -4,7 +4,8 @@
 #    ranks, read bit-exact at 1, 2 and 3 (and written at 3, read at 4 and 2);
 #  - truncated file, flipped byte, missing tensor, shape and format
 #    mismatches: clear errors on every rank, no hang;
-#  - latest, keep K, fallback past damaged checkpoints, stale .tmp files;
+#  - latest, keep K (this run's files only: an unreadable one is left
+#    alone, named once), fallback past damaged checkpoints, stale .tmp files;
 #  - a rank SIGKILLed in the middle of a save leaves the previous
 #    checkpoint loadable, at another rank count too.
 . "$top_srcdir/tests/lib.sh"
@@ -35,6 +36,9 @@ for np in 1 2 3; do
   expect_ok "latest, keep K and fallback at $np ranks" run_mpi "$np" 120 "$T" dir "$D"
   expect_output "the fallback warning names the damaged checkpoint" \
     "mpitrain: warning: skipping a damaged checkpoint: checkpoint $D/ck/sub/ckpt-50.h5: tensor /momentum_buffer/embed.weight fails its checksum"
+  n=$(last_output | grep -c "warning: $D/ck/sub/ckpt-40.h5 is not a readable checkpoint: it is never removed")
+  [ "$n" = 1 ] && pass "pruning leaves the truncated ckpt-40.h5 alone, warning once" \
+    || fail "pruning leaves the truncated ckpt-40.h5 alone, warning once" "$n warnings"
 done
 
 # kill -9 of one rank in the middle of a save. mpirun then exits 137 like

@@ -94,6 +94,15 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=2m tmpfs "$disk" 2>/dev/null; th
     run_mpi 2 120 "$MPITRAIN" "${full[@]}" -checkpoint_write_error continue -output_dir "$WORK/full3"
   expect_output "the failed checkpoint is a warning" "training goes on (-checkpoint_write_error continue)"
   [ -f "$WORK/full3/model_final.h5" ] && pass "the run finished" || fail "the run finished" "no model_final.h5"
+  # model_best.h5 on a full output folder: named with errno, exit 74
+  "$MKDATA" synth "$WORK/val.h5" 200 32 4 8 >/dev/null || bail "mkdata synth failed"
+  rm -rf "${disk:?}/ck"
+  dd if=/dev/zero of="$disk/filler" bs=1k count=1700 2>/dev/null
+  run_logged run_mpi 2 120 "$MPITRAIN" "${full[@]}" -data_val "$WORK/val.h5" -checkpoint_dir "$WORK/ck-best" \
+    -output_dir "$disk/out"
+  [ "$LAST_RC" = 74 ] && pass "a full disk for model_best.h5 exits 74" || fail "a full disk for model_best.h5 exits 74" "exit $LAST_RC"
+  expect_output "the error names model_best.h5 and errno" "$disk/out/model_best.h5.tmp: No space left on device"
+  ls "$disk/out" | grep -q '\.tmp$' && fail "no model_best.h5.tmp left" "$(ls "$disk/out")" || pass "no model_best.h5.tmp left"
   umount "$disk"
 else
   echo "# skipped the full-disk cases: needs root and a tmpfs mount"

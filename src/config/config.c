@@ -390,6 +390,10 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
                        "full, quota, I/O error): stop (exit 74) or continue and try again at the "
                        "next one", write_errors, we, sizeof(we)));
   c->checkpoint_write_continue = !strcmp(we, "continue");
+  PetscCall(opt_bool(PetscOptionsObject, "-checkpoint_overwrite",
+                     "A fresh run (-restart none) removes the checkpoints an earlier run left in "
+                     "-checkpoint_dir (without it such a run is refused)", 0,
+                     &c->checkpoint_overwrite));
   PetscCall(opt_str(PetscOptionsObject, "-restart",
                     "none, auto (the newest checkpoint of -checkpoint_dir that verifies, if any) or "
                     "a checkpoint FILE",
@@ -483,6 +487,9 @@ static void derive(mt_config *c) {
     }
   }
   if (!c->data_train[0]) bad("option -data_train: a training data file is required");
+  if (c->checkpoint_overwrite && strcmp(c->restart, "none"))
+    bad("option -checkpoint_overwrite: removes an earlier run's checkpoints at a fresh start; "
+        "this run continues one (-restart %s)", c->restart);
   if (c->micro_batch_size == 0) {
     if (c->batch_size % W)
       bad("option -batch_size: %d is not divisible by the number of ranks (%d)", c->batch_size, W);

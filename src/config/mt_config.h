@@ -60,6 +60,7 @@ typedef struct {
   char checkpoint_dir[MT_PATH_MAX];
   int checkpoint_every_steps, checkpoint_every_epochs, checkpoint_keep, checkpoint_at_end;
   int checkpoint_write_continue; /* -checkpoint_write_error continue      */
+  int checkpoint_overwrite; /* a fresh run removes the folder's old checkpoints */
   double checkpoint_every_minutes;
   char restart[MT_PATH_MAX]; /* none | auto | FILE                          */
   double ddp_bucket_mb;

@@ -107,17 +107,30 @@ int mt_ckpt_list(MPI_Comm comm, const char *dir, int64_t **steps, int *n) {
 
 /* ======================================================= making, syncing */
 
+/* The words for an errno that makes a folder unwritable, or NULL. */
+static const char *unwritable(int e) {
+  return e == EROFS ? "read-only file system"
+         : e == EACCES || e == EPERM ? "permission denied" : NULL;
+}
+
 int mt_ckpt_mkdir_p(const char *dir) {
   char buf[MT_PATH_MAX];
   int k = snprintf(buf, sizeof(buf), "%s", dir);
-  MT_CHECK(k > 0 && (size_t)k < sizeof(buf), MT_ERR_ARG, "checkpoint directory name too long");
+  MT_CHECK(k > 0 && (size_t)k < sizeof(buf), MT_ERR_ARG,
+           "checkpoint directory name too long (%d characters, at most %d): %.200s...", k,
+           MT_PATH_MAX - 1, dir);
   for (char *p = buf + 1;; p++) {
     if (*p != '/' && *p != '\0') continue;
     char c = *p;
     *p = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+      int e = errno;
+      if (unwritable(e))
+        return MT_ERR(MT_ERR_FILE, "checkpoint directory %s is not writable (%s): cannot create %s",
+                      dir, unwritable(e), buf);
       return MT_ERR(MT_ERR_FILE, "checkpoint directory %s: cannot create %s: %s", dir, buf,
-                    strerror(errno));
+                    strerror(e));
+    }
     *p = c;
     if (!c) break;
   }
@@ -160,25 +173,165 @@ int mt_ckpt_write_latest(const char *dir, const char *file) {
   return mt_ckpt_sync_path(dir, 1);
 }
 
-void mt_ckpt_prune(const char *dir, int keep) {
-  for (int kind = 1; kind <= 2; kind++) {
-    int64_t *steps = NULL;
-    int n = 0;
-    if (scan_dir(dir, kind, &steps, &n)) {
-      fprintf(stderr, "mpitrain: warning: %s\n", mt_error_message());
-      mt_error_clear();
+/* The run_id attribute of checkpoint path into id ("" when it has none: a
+ * file older than run ids); -1 when path is not a readable checkpoint
+ * (not HDF5, truncated, no format attribute). A serial open, rank 0. */
+static int file_run_id(const char *path, char *id, size_t cap) {
+  int rc = -1;
+  id[0] = '\0';
+  mt_h5_lock();
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f >= 0) {
+    htri_t ex = H5Aexists(f, "format") > 0 ? H5Aexists(f, "run_id") : -1;
+    char *v = NULL;
+    if (ex == 0) {
+      rc = 0;
+    } else if (ex > 0 && mt_ckpt_attr_read_str(f, "run_id", &v) == 0) {
+      snprintf(id, cap, "%s", v);
+      free(v);
+      rc = 0;
+    }
+    H5Fclose(f);
+  }
+  mt_h5_unlock();
+  if (rc) mt_error_clear();
+  return rc;
+}
+
+/* Unreadable files are named once per process, not at every checkpoint;
+ * past the table's size they are still left alone, silently. */
+static uint64_t warned_[64];
+static int nwarned_;
+
+static void warn_unreadable(const char *path) {
+  uint64_t h = mt_hash_bytes(path, strlen(path), 0);
+  for (int i = 0; i < nwarned_; i++)
+    if (warned_[i] == h) return;
+  if (nwarned_ == (int)(sizeof(warned_) / sizeof(warned_[0]))) return;
+  warned_[nwarned_++] = h;
+  fprintf(stderr, "mpitrain: warning: %s is not a readable checkpoint: it is never removed, nor "
+          "counted among the kept\n", path);
+}
+
+void mt_ckpt_prune(const char *dir, int keep, const char *run_id, int64_t written) {
+  /* the checkpoints: only this run's (keep-K counts the step numbers of
+   * this run alone; another run's files in DIR say nothing about ours) */
+  int64_t *steps = NULL;
+  int n = 0;
+  if (keep > 0 && run_id && run_id[0] && scan_dir(dir, 1, &steps, &n)) {
+    fprintf(stderr, "mpitrain: warning: %s\n", mt_error_message());
+    mt_error_clear();
+  }
+  for (int i = 0, kept = 1 /* the one just written */; i < n; i++) {
+    char p[MT_PATH_MAX + 16], id[64];
+    if (steps[i] == written) continue;
+    snprintf(p, sizeof(p), "%s/ckpt-%lld.h5", dir, (long long)steps[i]);
+    if (file_run_id(p, id, sizeof(id))) {
+      warn_unreadable(p);
       continue;
     }
-    for (int i = kind == 1 ? (keep > 0 ? keep : n) : 0; i < n; i++) {
-      char p[MT_PATH_MAX + 16];
-      snprintf(p, sizeof(p), "%s/ckpt-%lld.h5%s", dir, (long long)steps[i],
-               kind == 2 ? ".tmp" : "");
-      if (unlink(p) != 0 && errno != ENOENT)
-        fprintf(stderr, "mpitrain: warning: cannot remove old checkpoint %s: %s\n", p,
-                strerror(errno));
+    if (strcmp(id, run_id)) continue; /* another run's, or older than run ids */
+    if (kept < keep) {
+      kept++;
+      continue;
     }
-    free(steps);
+    if (unlink(p) != 0 && errno != ENOENT)
+      fprintf(stderr, "mpitrain: warning: cannot remove old checkpoint %s: %s\n", p,
+              strerror(errno));
   }
+  free(steps);
+  /* stale temporaries of crashed saves: never complete, never a restart's */
+  if (scan_dir(dir, 2, &steps, &n)) {
+    fprintf(stderr, "mpitrain: warning: %s\n", mt_error_message());
+    mt_error_clear();
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    char p[MT_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/ckpt-%lld.h5.tmp", dir, (long long)steps[i]);
+    if (unlink(p) != 0 && errno != ENOENT)
+      fprintf(stderr, "mpitrain: warning: cannot remove the stale %s: %s\n", p, strerror(errno));
+  }
+  free(steps);
+}
+
+/* ============================================================ at start */
+
+/* Rank 0: DIR is writable: access() and a probe file, since access() alone
+ * does not see every read-only mount (and root passes its mode checks). */
+static int check_writable(const char *dir) {
+  int e = 0;
+  if (access(dir, W_OK) != 0) {
+    e = errno;
+  } else {
+    char p[MT_PATH_MAX + 48];
+    snprintf(p, sizeof(p), "%s/.mpitrain-probe-%ld", dir, (long)getpid());
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+      e = errno;
+    } else {
+      close(fd);
+      unlink(p);
+    }
+  }
+  if (!e) return 0;
+  if (unwritable(e))
+    return MT_ERR(MT_ERR_FILE, "checkpoint directory %s is not writable (%s)", dir, unwritable(e));
+  return MT_ERR(MT_ERR_FILE, "checkpoint directory %s: cannot write a file in it: %s", dir,
+                strerror(e));
+}
+
+/* Rank 0: removes DIR's checkpoints of kind (1: complete, 2: .tmp). */
+static int remove_all(const char *dir, int kind) {
+  int64_t *steps = NULL;
+  int n = 0, err = scan_dir(dir, kind, &steps, &n);
+  for (int i = 0; !err && i < n; i++) {
+    char p[MT_PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/ckpt-%lld.h5%s", dir, (long long)steps[i], kind == 2 ? ".tmp" : "");
+    if (unlink(p) != 0 && errno != ENOENT)
+      err = MT_ERR(MT_ERR_FILE, "option -checkpoint_overwrite: cannot remove %s: %s", p,
+                   strerror(errno));
+  }
+  free(steps);
+  return err;
+}
+
+static int prepare(const char *dir, int fresh, int overwrite) {
+  MT_CALL(mt_ckpt_mkdir_p(dir));
+  MT_CALL(check_writable(dir));
+  if (!fresh) return 0;
+  int64_t *steps = NULL;
+  int n = 0;
+  MT_CALL(scan_dir(dir, 1, &steps, &n));
+  if (!n) return 0;
+  char names[96];
+  if (n == 1)
+    snprintf(names, sizeof(names), "ckpt-%lld.h5", (long long)steps[0]);
+  else
+    snprintf(names, sizeof(names), "ckpt-%lld.h5 and %d more", (long long)steps[0], n - 1);
+  free(steps);
+  if (!overwrite)
+    return MT_ERR(MT_ERR_OPTION,
+                  "checkpoint directory %s already holds %d checkpoint%s of an earlier run (%s), "
+                  "and this run starts fresh (-restart none): continue that run with -restart "
+                  "auto, or write to another -checkpoint_dir (or -output_dir), or remove them "
+                  "with -checkpoint_overwrite", dir, n, n == 1 ? "" : "s", names);
+  MT_CALL(remove_all(dir, 1));
+  MT_CALL(remove_all(dir, 2));
+  char latest[MT_PATH_MAX + 16];
+  snprintf(latest, sizeof(latest), "%s/latest", dir);
+  if (unlink(latest) != 0 && errno != ENOENT)
+    return MT_ERR(MT_ERR_FILE, "option -checkpoint_overwrite: cannot remove %s: %s", latest,
+                  strerror(errno));
+  mt_print0("-checkpoint_overwrite: removed the %d checkpoint%s of an earlier run in %s (%s)\n",
+            n, n == 1 ? "" : "s", dir, names);
+  return 0;
+}
+
+int mt_ckpt_dir_prepare(MPI_Comm comm, const char *dir, int fresh, int overwrite) {
+  int rank;
+  MT_MPI(MPI_Comm_rank(comm, &rank));
+  return mt_agree(comm, rank == 0 ? prepare(dir, fresh, overwrite) : 0);
 }
 
 /* ================================================ the newest good one */

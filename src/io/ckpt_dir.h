@@ -25,6 +25,17 @@ int mt_ckpt_list(MPI_Comm comm, const char *dir, int64_t **steps, int *n);
 int mt_ckpt_find_latest(MPI_Comm comm, const char *dir, mt_ckpt_check level, char *path,
                         size_t cap, int64_t *step);
 
+/* At a run's start, before training, when it will write checkpoints into
+ * DIR (collective, rank 0 looks): makes DIR, and fails with MT_ERR_FILE
+ * when DIR is not writable (access and a probe file; a read-only file
+ * system or a permission named as such). A fresh run (fresh != 0) into a
+ * DIR that holds checkpoints (ckpt-<step>.h5) of an earlier run fails with
+ * MT_ERR_OPTION naming them (the count and the newest) and the ways on
+ * (-restart auto, another -checkpoint_dir, -checkpoint_overwrite); with
+ * overwrite they (and their .tmp files and DIR/latest) are removed, said
+ * in one line on stdout. */
+int mt_ckpt_dir_prepare(MPI_Comm comm, const char *dir, int fresh, int overwrite);
+
 /* ------------------------------------------ for mt_ckpt_save (one rank) */
 
 /* mkdir -p DIR (mode 0777 less the umask); fails with MT_ERR_FILE naming
@@ -38,9 +49,15 @@ int mt_ckpt_sync_path(const char *path, int dir);
  * synced. Fails with MT_ERR_FILE naming the file at fault; latest.tmp is
  * removed then, and DIR/latest is the old one or the new one. */
 int mt_ckpt_write_latest(const char *dir, const char *file);
-/* Rank 0: removes all but the newest keep checkpoints (keep <= 0: none),
- * and stale .tmp files. Failures are warnings on stderr: the new checkpoint
- * is complete. */
-void mt_ckpt_prune(const char *dir, int keep);
+/* Rank 0, after ckpt-<written>.h5 was published: keeps the newest keep
+ * checkpoints of this run (keep <= 0: all), the one just written among
+ * them whatever the other step numbers, and removes the rest of this run's
+ * and the stale .tmp files. A checkpoint is this run's when its run_id
+ * attribute (a serial HDF5 open) equals run_id; another run's, one without
+ * a run_id (an older file) and an unreadable one (named once in a warning
+ * per process) are never removed, nor counted. An empty or NULL run_id
+ * removes no checkpoint. Failures are warnings on stderr: the new
+ * checkpoint is complete. */
+void mt_ckpt_prune(const char *dir, int keep, const char *run_id, int64_t written);
 
 #endif

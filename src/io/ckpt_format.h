@@ -8,7 +8,10 @@
  *
  *   /                       attributes: format (int), mpitrain_version,
  *                           world_size (int), backend, options (strings),
- *                           created (UTC time), checksum_algorithm
+ *                           created (UTC time), checksum_algorithm,
+ *                           run_id (16 hex digits: the run that wrote it,
+ *                           the same across its restarts; absent in older
+ *                           files; pruning removes only its run's files)
  *   /<buffer>/<tensor>      float32 dataset with the tensor's shape, e.g.
  *                           /params/layers.0.weight, /exp_avg/layers.0.weight
  *                           (float64 for a run under -precision fp64: all

@@ -89,6 +89,7 @@ int mt_ckpt_read_header(hid_t f, const char *path, mt_ckpt_info *info) {
   MT_CALL(read_str_fixed(f, "mpitrain_version", info->version, sizeof(info->version)));
   MT_CALL(read_str_fixed(f, "backend", info->backend, sizeof(info->backend)));
   MT_CALL(read_str_fixed(f, "created", info->created, sizeof(info->created)));
+  MT_CALL(read_str_fixed(f, "run_id", info->run_id, sizeof(info->run_id)));
   if (H5Aexists(f, "options") > 0) {
     MT_CALL(mt_ckpt_attr_read_str(f, "options", &info->options));
   } else {

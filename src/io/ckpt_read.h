@@ -18,6 +18,7 @@ typedef struct {
   char version[32];
   char backend[64];
   char created[32];
+  char run_id[32];                        /* "" in a file older than it     */
   char *options;                          /* owned                          */
   int nbufs;                              /* buffer groups in the file      */
   char bufs[MT_CKPT_MAX_BUFS][MT_NAME_MAX];

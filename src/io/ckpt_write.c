@@ -33,7 +33,9 @@ static uint64_t state_hash(const mt_ckpt_state *s, const mt_ckpt_meta *meta) {
   }
   const char *b = meta && meta->backend ? meta->backend : "";
   const char *o = meta && meta->options ? meta->options : "";
+  const char *r = meta && meta->run_id ? meta->run_id : "";
   h = mt_hash_bytes(b, strlen(b) + 1, h);
+  h = mt_hash_bytes(r, strlen(r) + 1, h);
   return mt_hash_bytes(o, strlen(o) + 1, h);
 }
 
@@ -114,6 +116,8 @@ static int write_header(writer *w) {
   MT_CALL(mt_ckpt_attr_str(w->file, "options", o));
   MT_CALL(mt_ckpt_attr_str(w->file, "created", w->created));
   MT_CALL(mt_ckpt_attr_str(w->file, "checksum_algorithm", MT_CKPT_CHECKSUM_NAME));
+  if (w->meta && w->meta->run_id && w->meta->run_id[0])
+    MT_CALL(mt_ckpt_attr_str(w->file, "run_id", w->meta->run_id));
   return 0;
 }
 
@@ -369,7 +373,7 @@ int mt_ckpt_save(MPI_Comm comm, const char *dir, int64_t step, int keep,
       err = MT_ERR(MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, fin, strerror(errno));
     if (!err) err = mt_ckpt_sync_path(dir, 1);
     if (!err) err = mt_ckpt_write_latest(dir, base);
-    if (!err) mt_ckpt_prune(dir, keep);
+    if (!err) mt_ckpt_prune(dir, keep, meta ? meta->run_id : NULL, step);
   }
   err = mt_agree(comm, err);
   if (err) {

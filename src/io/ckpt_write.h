@@ -22,6 +22,9 @@
 typedef struct {
   const char *backend; /* "ddp-amp", ...                                    */
   const char *options; /* the resolved options, one string                  */
+  const char *run_id;  /* the run's identity (16 hex digits), kept across its
+                          restarts; pruning removes only its checkpoints.
+                          NULL or "": none written, nothing pruned        */
 } mt_ckpt_meta;
 
 /* Writes one checkpoint file at path (created or truncated), collectively
@@ -35,7 +38,8 @@ int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
 
 /* Writes DIR/ckpt-<step>.h5 crash-safely (see the top of this file), makes
  * DIR when needed, points DIR/latest at it and keeps the newest keep
- * checkpoints (keep <= 0: all). path (may be NULL) receives the file's name.
+ * checkpoints of meta's run_id (keep <= 0: all; the one just written always;
+ * mt_ckpt_prune). path (may be NULL) receives the file's name.
  * If writing fails, the .tmp is removed and DIR is as it was; failing to
  * remove an old checkpoint is only a warning. */
 int mt_ckpt_save(MPI_Comm comm, const char *dir, int64_t step, int keep,

@@ -13,10 +13,14 @@
 #include "trainer/step.h"
 #include "gpu/gpu.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 /* ----------------------------------------------------------------- signals */
 
@@ -233,7 +237,7 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   opts = o;
   MT_MPI(MPI_Bcast(opts, len, MPI_CHAR, 0, t->comm->world));
   opts[len - 1] = '\0';
-  mt_ckpt_meta meta = {c->backend, opts};
+  mt_ckpt_meta meta = {c->backend, opts, t->run_id};
   MT_MPI(MPI_Bcast(&elapsed, 1, MPI_DOUBLE, 0, t->comm->world)); /* rank 0's clock */
   int err = fill_state(t, epoch, step, epoch_loss, elapsed, &st);
   if (!err) err = tensors(t, bufs, &ts);
@@ -261,6 +265,29 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
 }
 
 /* --------------------------------------------------------------- restart */
+
+/* A new run identity: 64 random bits on rank 0 (getrandom, else
+ * /dev/urandom), broadcast, as 16 hex digits in t->run_id. */
+static int new_run_id(mt_trainer *t) {
+  uint64_t v = 0;
+  int err = 0;
+  if (t->comm->rank == 0 && getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd < 0 || read(fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+      err = MT_ERR(MT_ERR_FILE, "cannot read /dev/urandom for the run id: %s", strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  MT_CALL(mt_agree(t->comm->world, err));
+  MT_MPI(MPI_Bcast(&v, 1, MPI_UINT64_T, 0, t->comm->world));
+  snprintf(t->run_id, sizeof(t->run_id), "%016llx", (unsigned long long)v);
+  return 0;
+}
+
+/* Whether the run writes checkpoints by its options (a signal's one aside). */
+static int writes_checkpoints(const mt_config *c) {
+  return c->checkpoint_every_steps > 0 || c->checkpoint_every_epochs > 0 ||
+         c->checkpoint_every_minutes > 0 || c->checkpoint_at_end;
+}
 
 static int restore(mt_trainer *t, const char *path) {
   const mt_config *c = t->cfg;
@@ -332,6 +359,9 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = mt_amp_state_get(t, &st);
   if (!err && t->privacy->get_state) err = t->privacy->get_state(t, &st, path);
   if (!err) snprintf(t->last_good, sizeof(t->last_good), "%s", path);
+  /* the same run goes on: its checkpoints stay its own for pruning ("":
+   * a file older than run ids, mt_trainer_restart makes a new one) */
+  if (!err) snprintf(t->run_id, sizeof(t->run_id), "%s", info.run_id);
   if (!err)
     mt_print0("restart from %s (written by %d rank%s, backend %s): epoch %d, step %lld, global "
               "step %ld; read in %.2f s, ready %.2f s after launch\n", path, info.world_size,
@@ -344,7 +374,14 @@ static int restore(mt_trainer *t, const char *path) {
 
 int mt_trainer_restart(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  if (!strcmp(c->restart, "none")) return 0;
+  const int fresh = !strcmp(c->restart, "none");
+  /* before training, not at the first checkpoint hours later: a folder that
+   * cannot be written, or one holding an earlier run's checkpoints that a
+   * fresh run would mix with its own */
+  if (writes_checkpoints(c))
+    MT_CALL(mt_ckpt_dir_prepare(t->comm->world, c->checkpoint_dir, fresh,
+                                c->checkpoint_overwrite));
+  if (fresh) return new_run_id(t);
   char path[MT_PATH_MAX + 64];
   if (!strcmp(c->restart, "auto")) {
     int64_t *steps = NULL;
@@ -354,7 +391,7 @@ int mt_trainer_restart(mt_trainer *t) {
     if (n == 0) {
       mt_print0("restart auto: no checkpoint in %s, starting from the beginning\n",
                 c->checkpoint_dir);
-      return 0;
+      return new_run_id(t);
     }
     /* the newest that verifies; damaged ones are named on stderr */
     MT_CALL(mt_ckpt_find_latest(t->comm->world, c->checkpoint_dir, MT_CKPT_CHECK_DATA, path,
@@ -362,7 +399,15 @@ int mt_trainer_restart(mt_trainer *t) {
   } else {
     snprintf(path, sizeof(path), "%s", c->restart);
   }
+  t->run_id[0] = '\0';
   int err = restore(t, path);
   MT_CALL(mt_agree(t->comm->world, err));
+  /* a checkpoint without a run_id: this run gets a new identity, and the
+   * older checkpoints count as another run's (never pruned) */
+  if (!t->run_id[0]) {
+    MT_CALL(new_run_id(t));
+    mt_print0("restart: %s has no run id (an older mpitrain's); this run is %s, and the older "
+              "checkpoints in %s are never pruned\n", path, t->run_id, c->checkpoint_dir);
+  }
   return 0;
 }

@@ -55,6 +55,9 @@ typedef struct {
   int step_skipped; /* the last step was skipped (fp16 loss scaling)     */
   char last_good[MT_PATH_MAX + 64]; /* the newest checkpoint written or
                                        restarted from, "" when none       */
+  /* the run's identity in its checkpoints (16 hex digits): new at a fresh
+   * start, the checkpoint's at a restart; keep-K prunes only its files */
+  char run_id[32];
   struct mt_eval *eval; /* test sets, evaluation loaders, tallies (validate.c) */
   struct mt_best *best; /* smoothed loss, best model, early stop (best.c) */
   struct mt_amp *amp; /* mixed precision (trainer/amp.h), NULL for fp32  */
@@ -153,7 +156,10 @@ int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, do
 
 /* Checkpoints (resume.c): SIGUSR1 and SIGTERM handlers that set a flag, the
  * signal seen (0 if none); a checkpoint of the position (epoch, step in
- * epoch) with the epoch's global loss so far; a restart per -restart. */
+ * epoch) with the epoch's global loss so far; a restart per -restart,
+ * which first checks -checkpoint_dir (writable; a fresh run refused where
+ * an earlier run left checkpoints, unless -checkpoint_overwrite) and sets
+ * the run's identity (new, or the checkpoint's). */
 void mt_trainer_signals_block(void); /* this thread and those it starts   */
 void mt_trainer_signals_install(void);
 int mt_trainer_signal(void);
