@@ -67,7 +67,8 @@ double mt_sys_cgroup_limit(const char *proc_cgroup, const char *root) {
     int memory = 0; /* v1: the memory controller, alone or with others */
     char ctls[256];
     snprintf(ctls, sizeof(ctls), "%s", ctl);
-    for (char *save = NULL, *tok = strtok_r(ctls, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    char *save = NULL;
+    for (char *tok = strtok_r(ctls, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
       memory |= !strcmp(tok, "memory");
     if (!memory) continue;
     snprintf(base, sizeof(base), "%s/memory", root);

@@ -95,7 +95,8 @@ static int create_model(mt_trainer *t) {
   if (!err) err = mt_model_init(t->model, t->params, c->seed);
   if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, t->model, t->params);
   a0 = mt_alloc_bytes();
-  if (!err) err = mt_compute_setup(t, t->device >= 0 ? 1 : t->max_batch, nthr); /* the threads' models */
+  /* the threads' models */
+  if (!err) err = mt_compute_setup(t, t->device >= 0 ? 1 : t->max_batch, nthr);
   t->mem.acts += (double)(mt_alloc_bytes() - a0);
   if (split) omp_set_num_threads(c->threads);
   return err;
