@@ -132,7 +132,7 @@ run_logged() {
 last_output() { tail -n +2 "$LAST_LOG"; }
 
 # forecast_activations LOG: the MiB of activations in a run's memory forecast.
-forecast_activations() { sed -n 's/^memory forecast.* activations \([0-9.]*\);.*/\1/p' "$1"; }
+forecast_activations() { sed -n 's/^memory forecast.* activations \([0-9.]*\)[,;].*/\1/p' "$1"; }
 
 timed_out() { [ "$LAST_RC" = 124 ] || [ "$LAST_RC" = 137 ]; }
 

@@ -290,7 +290,7 @@ static int cmd_regress(int argc, char **argv) {
 static const char *const bad_kinds[] = {"nox",       "noy",       "xdtype", "ydtype",
                                         "xrank",     "nmismatch", "label_high", "label_neg",
                                         "empty",     "garbage",   "noclasses",  "noscale",
-                                        NULL};
+                                        "hugeclasses", NULL};
 
 static int cmd_bad(int argc, char **argv) {
   if (argc != 2) {
@@ -302,7 +302,7 @@ static int cmd_bad(int argc, char **argv) {
   for (int i = 0; bad_kinds[i]; i++) known |= !strcmp(kind, bad_kinds[i]);
   if (!known) {
     fail("bad: unknown KIND '%s' (nox noy xdtype ydtype xrank nmismatch label_high label_neg "
-         "empty garbage noclasses noscale)", kind);
+         "empty garbage noclasses noscale hugeclasses)", kind);
     return 2;
   }
   if (!strcmp(kind, "garbage")) {
@@ -335,6 +335,9 @@ static int cmd_bad(int argc, char **argv) {
   if (!strcmp(kind, "label_neg")) y[41] = -1;
   if (!strcmp(kind, "empty")) L.nx = L.ny = 0;
   if (!strcmp(kind, "noclasses")) L.has_nclasses = 0;
+  /* valid labels, but an nclasses attribute of 1e8: a model sized by it
+   * needs gigabytes (the memory forecast's test) */
+  if (!strcmp(kind, "hugeclasses")) L.nclasses = 100000000;
   if (!strcmp(kind, "noscale")) L.xtype = 'u', L.has_scale = 0;
   char src[128];
   snprintf(src, sizeof(src), "mkdata bad %s (deliberately broken)", kind);
@@ -889,7 +892,8 @@ int main(int argc, char **argv) {
           "usage: mkdata synth OUT.h5 N D C SEED [uint8|image]\n"
           "       mkdata regress OUT.h5 N D K SEED\n"
           "       mkdata bad KIND OUT.h5   (KIND: nox noy xdtype ydtype xrank nmismatch\n"
-          "                                 label_high label_neg empty garbage noclasses noscale)\n"
+          "                                 label_high label_neg empty garbage noclasses noscale\n"
+          "                                 hugeclasses)\n"
           "       mkdata compare A.h5 B.h5 RTOL [SKIP]\n"
           "       mkdata stats FILE.h5\n"
           "       mkdata outstats FILE.h5 [N]\n"

@@ -208,6 +208,13 @@ static int plan_units(mt_fsdp *f, const mt_param_table *t, int whole_model) {
   return 0;
 }
 
+void mt_fsdp_partition(size_t n, int gsize, int grank, size_t *lo, size_t *hi) {
+  size_t per = (n + (size_t)gsize - 1) / (size_t)gsize;
+  per = (per + 15) & ~(size_t)15;
+  *lo = (size_t)grank * per < n ? (size_t)grank * per : n;
+  *hi = *lo + per < n ? *lo + per : n;
+}
+
 int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const float *params,
                    int strategy, int whole_model, int node_size, int prefetch) {
   mt_fsdp *f;
@@ -236,12 +243,7 @@ int mt_fsdp_create(mt_fsdp **out, MPI_Comm world, const mt_param_table *t, const
   f->n = t->total;
   MT_CALL(mt_calloc(&f->plo, (size_t)f->gsize, sizeof(size_t), "fsdp partition"));
   MT_CALL(mt_calloc(&f->phi, (size_t)f->gsize, sizeof(size_t), "fsdp partition"));
-  size_t per = (f->n + (size_t)f->gsize - 1) / (size_t)f->gsize;
-  per = (per + 15) & ~(size_t)15;
-  for (int r = 0; r < f->gsize; r++) {
-    f->plo[r] = (size_t)r * per < f->n ? (size_t)r * per : f->n;
-    f->phi[r] = f->plo[r] + per < f->n ? f->plo[r] + per : f->n;
-  }
+  for (int r = 0; r < f->gsize; r++) mt_fsdp_partition(f->n, f->gsize, r, &f->plo[r], &f->phi[r]);
   f->lo = f->plo[f->grank];
   f->hi = f->phi[f->grank];
   MT_CALL(plan_units(f, t, whole_model));

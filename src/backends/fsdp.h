@@ -75,6 +75,10 @@ typedef struct {
 int mt_fsdp_create(mt_fsdp **f, MPI_Comm world, const mt_param_table *table, const float *params,
                    int strategy, int whole_model, int node_size, int prefetch);
 void mt_fsdp_destroy(mt_fsdp **f);
+/* The flat partition of n elements over a sharding group of gsize ranks:
+ * rank grank's range [*lo, *hi), equal ranges rounded to 16 floats (what
+ * mt_fsdp_create makes; the memory forecast takes it before any model). */
+void mt_fsdp_partition(size_t n, int gsize, int grank, size_t *lo, size_t *hi);
 
 /* This rank's shard: [*lo, *hi) of the layout; its parameter and gradient
  * buffers (hi - lo floats); the tensors' pieces in it as a table whose

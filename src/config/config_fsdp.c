@@ -51,7 +51,8 @@ int mt_config_fsdp(mt_config *c) {
   c->sync_module_states = (int)v;
   MT_CALL(mt_option_real("-memory_limit_mb",
                          "refuse a run whose forecast memory per rank exceeds this (0: the "
-                         "node's memory / its ranks)", 0, 0, 1e12, &c->memory_limit_mb));
+                         "node's memory or its cgroup's limit / its ranks, or ulimit -v)",
+                         0, 0, 1e12, &c->memory_limit_mb));
   if (!c->fsdp) {
     static const char *const only[] = {"-fsdp_sharding_strategy", "-fsdp_unit", "-fsdp_node_size",
                                        "-fsdp_cpu_offload", "-fsdp_prefetch", NULL};

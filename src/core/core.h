@@ -16,6 +16,28 @@
 /* Bytes held by mt_calloc's blocks now (alloc.c). */
 size_t mt_alloc_bytes(void);
 
+/* The allocator's plan mode (alloc.c), a dry run of a setup that learns
+ * what it would allocate without allocating it (the memory forecast,
+ * trainer/memory.c): between begin and end, on the calling thread,
+ * mt_calloc of a block of MT_ALLOC_PLAN_MIN bytes or more counts it and
+ * succeeds with *ptr NULL; smaller blocks (a setup's own structs, tables)
+ * are allocated as usual and counted too. end returns the bytes counted;
+ * the dry-run object is then destroyed as usual (mt_free takes NULL). A
+ * setup run dry must not write into a large block it allocated (they come
+ * zeroed): the built-in models, the optimizers and fsdp's shards don't. */
+#define MT_ALLOC_PLAN_MIN ((size_t)1 << 16)
+void mt_alloc_plan_begin(void);
+size_t mt_alloc_plan_end(void);
+
+/* The node's physical memory in bytes (sysmem.c; 0 if unknown), and the
+ * memory limit of the process's cgroup read from proc_cgroup (normally
+ * /proc/self/cgroup) under the cgroup file systems' root (/sys/fs/cgroup):
+ * v2's memory.max (also under root/unified), v1's
+ * memory/.../memory.limit_in_bytes, the smallest of the process's cgroup
+ * and those above it; 0 when none is set ("max") or none is readable. */
+double mt_sys_node_memory(void);
+double mt_sys_cgroup_limit(const char *proc_cgroup, const char *root);
+
 /* 64-bit FNV-1a hash of bytes. */
 uint64_t mt_hash_bytes(const void *p, size_t n, uint64_t h);
 /* A whole decimal integer / a finite number, the whole of s (leading blanks

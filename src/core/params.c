@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 /* Room for one more tensor. */
@@ -30,8 +31,15 @@ int mt_param_table_add(mt_param_table *t, const char *name, int ndim, const int6
   for (int i = 0; i < ndim; i++) {
     MT_CHECK(shape[i] > 0, MT_ERR_ARG, "tensor %s: dim %d is %lld", name, i, (long long)shape[i]);
     q->shape[i] = shape[i];
+    /* sizes from options and files: a product past what a byte count of
+     * 8-byte elements can hold is refused, not wrapped */
+    MT_CHECK((size_t)shape[i] <= (SIZE_MAX / 64) / q->numel, MT_ERR_ARG,
+             "tensor %s: %zu x %lld elements overflow a size", name, q->numel,
+             (long long)shape[i]);
     q->numel *= (size_t)shape[i];
   }
+  MT_CHECK(q->numel + 15 <= SIZE_MAX / 64 - t->total, MT_ERR_ARG,
+           "tensor %s: the layout's %zu + %zu elements overflow a size", name, t->total, q->numel);
   q->offset = t->total;
   q->unit = unit;
   q->decay = ndim > 1;

@@ -47,3 +47,15 @@ int mt_cuda_device_pci(int device, char *buf, int len) {
                   cudaGetErrorString(e));
   return 0;
 }
+
+int mt_cuda_device_memory(int device, double *free_bytes, double *total_bytes) {
+  size_t fr = 0, tot = 0;
+  MT_CALL(mt_cuda_set_device(device));
+  cudaError_t e = cudaMemGetInfo(&fr, &tot);
+  if (e != cudaSuccess)
+    return MT_ERR(MT_ERR_LIB, "cudaMemGetInfo on cuda:%d failed: %s (%s)", device,
+                  cudaGetErrorString(e), cudaGetErrorName(e));
+  *free_bytes = (double)fr;
+  *total_bytes = (double)tot;
+  return 0;
+}

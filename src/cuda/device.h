@@ -55,6 +55,8 @@ int mt_cuda_device_describe(int device, char *buf, size_t len);
 /* The device's PCI bus id ("0000:3b:00.0"), the same in every process
  * whatever CUDA_VISIBLE_DEVICES makes its number. */
 int mt_cuda_device_pci(int device, char *buf, int len);
+/* The device's free and total memory in bytes (cudaMemGetInfo, on it). */
+int mt_cuda_device_memory(int device, double *free_bytes, double *total_bytes);
 #endif
 
 #endif

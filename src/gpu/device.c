@@ -79,6 +79,17 @@ int mt_gpu_choose(mt_trainer *t) {
   return 0;
 }
 
+int mt_gpu_device_memory(const mt_trainer *t, double *free_bytes, double *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+  if (t->device < 0) return 0;
+#ifdef MT_HAVE_CUDA
+  MT_CALL(mt_cuda_device_memory(t->device, free_bytes, total_bytes));
+  return 0;
+#else
+  return MT_ERR(MT_ERR_STATE, "-device: a device chosen in a build without CUDA");
+#endif
+}
+
 int mt_gpu_setup(mt_trainer *t) {
   if (t->device < 0) return 0;
 #ifdef MT_HAVE_CUDA

@@ -33,6 +33,10 @@ int mt_gpu_choose(mt_trainer *t);
 /* With a GPU, makes t->gpu (buffers, device model, NCCL); mt_trainer_run
  * copies the host's buffers up (mt_gpu_upload) after its restart. */
 int mt_gpu_setup(mt_trainer *t);
+/* The free and total memory of the rank's device in bytes, before
+ * anything of the run is on it (the memory forecast's limit for the
+ * device's buffers); 0 and 0 on the CPU. */
+int mt_gpu_device_memory(const mt_trainer *t, double *free_bytes, double *total_bytes);
 
 #ifdef MT_HAVE_CUDA
 /* t->gpu on CUDA device `device`: buffers, the device model, and with more

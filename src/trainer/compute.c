@@ -10,6 +10,7 @@
 #include "models/models.h"
 #include "trainer/own.h"
 #include "gpu/gpu.h"
+#include "backends/fsdp.h" /* MT_FSDP_NO_SHARD: -fsdp_sharding_strategy */
 
 #include "nn/nn.h"
 
@@ -32,6 +33,78 @@ int mt_compute_create(mt_trainer *t) {
 int mt_compute_nthr(const mt_trainer *t) { return t->threads->n; }
 mt_model *mt_compute_model(const mt_trainer *t, int i) { return t->threads->model[i]; }
 void *mt_compute_grads(const mt_trainer *t, int i) { return t->threads->grads[i]; }
+
+int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, int *split_out) {
+  const mt_config *c = t->cfg;
+  /* the model takes the hyper-parameters its options op read
+   * (mt_model_read_options, with the configuration) */
+  /* activations for one training micro-batch; evaluation goes in pieces of
+   * this size (validate.c). On a GPU the device twin holds them (gpu.c):
+   * the CPU model keeps its table, spec and buffers with activations for
+   * one sample and no per-thread copies (a GPT-2 small at batch 8 made
+   * 88 GB of host activations that nothing read, and zeroing them took a
+   * minute) */
+  t->max_batch = c->micro_batch_size;
+  const int on_gpu = t->device >= 0;
+  int max_batch = batch > 0 ? batch : on_gpu ? 1 : t->max_batch;
+  /* With the batch split over threads every model runs on one thread, and
+   * oneDNN primitives fix their thread count when they are made. */
+  int split = !strcmp(c->thread_split, "batch") && c->threads > 1 && !on_gpu;
+  if (split && c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD) {
+    if (!quiet)
+      mt_print0("fsdp gathers each unit once for the rank's batch: -thread_split gemm (one "
+                "model, all threads)\n");
+    split = 0;
+  }
+  if (split) omp_set_num_threads(1);
+  /* split: this model is thread 0's, which takes its share of a batch as
+   * every thread does (compute.c, dp.c), not the whole */
+  int nthr = !split ? 1 : c->threads < MT_MAX_THREADS ? c->threads : MT_MAX_THREADS;
+  int err = mt_model_create_policy(c->model, &t->train.spec, (max_batch + nthr - 1) / nthr,
+                                   t->dtype, &t->policy, &t->model);
+  if (!err && split && t->model->buffers.n) {
+    /* batch statistics are those of the rank's whole batch: no split */
+    if (!quiet)
+      mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all "
+                "threads)\n", c->model);
+    mt_model_destroy(&t->model);
+    omp_set_num_threads(c->threads);
+    split = 0;
+    nthr = 1;
+    err = mt_model_create_policy(c->model, &t->train.spec, max_batch, t->dtype, &t->policy,
+                                 &t->model);
+  }
+  *nthr_out = nthr;
+  *split_out = split;
+  return err;
+}
+
+int mt_compute_data_buffers(mt_trainer *t, int dry) {
+  const mt_config *c = t->cfg;
+  /* a dry run (memory.c) holds none of them: it gives the plan's sizes */
+  MT_CALL(mt_calloc(&t->perm, (size_t)t->train.n, sizeof(int64_t), "permutation"));
+  const double per_rank = (double)t->steps_per_epoch * c->accum_steps;
+  MT_CHECK(per_rank * c->micro_batch_size < 0x1p53, MT_ERR_OPTION,
+           "option -micro_batch_size: %g steps x %d samples overflow the batch plan", per_rank,
+           c->micro_batch_size);
+  MT_CALL(mt_calloc(&t->plan, (size_t)per_rank * (size_t)c->micro_batch_size, sizeof(int64_t),
+                    "plan"));
+  MT_CALL(mt_calloc(&t->plan_counts, (size_t)per_rank, sizeof(int), "plan"));
+  /* the dry run makes no reader thread (prefetch 0), which allocates nothing */
+  const int prefetch = dry ? 0 : c->prefetch;
+  MT_CALL(mt_loader_create(&t->train_loader, &t->train, c->micro_batch_size, prefetch));
+  for (int i = 0; i < c->nval; i++)
+    MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, prefetch));
+  return 0;
+}
+
+void mt_compute_data_free(mt_trainer *t) {
+  mt_loader_destroy(&t->train_loader);
+  for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
+  mt_free(&t->perm);
+  mt_free(&t->plan);
+  mt_free(&t->plan_counts);
+}
 
 int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
   const mt_config *c = t->cfg;

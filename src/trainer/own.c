@@ -30,9 +30,10 @@ static int rep_pinned(const mt_trainer *t) {
 
 static double rep_comm_seconds(const mt_trainer *t) { return t->backend->comm_seconds; }
 
-static void rep_memory(const mt_trainer *t, int measured, mt_owner_memory *m) {
+static void rep_memory(const mt_trainer *t, const mt_param_table *tab, int measured,
+                       mt_owner_memory *m) {
   (void)t, (void)measured;
-  *m = (mt_owner_memory){0, 0, 0, 1};
+  *m = (mt_owner_memory){0, 0, 0, 1, tab->total};
 }
 
 const mt_owner_ops mt_owner_replicated = {.name = "replicated",
@@ -138,11 +139,14 @@ static void largest(const mt_param_table *t, double esz, double *two, double *th
   *three = *two + top[2];
 }
 
-static void sh_memory(const mt_trainer *t, int measured, mt_owner_memory *m) {
+static void sh_memory(const mt_trainer *t, const mt_param_table *tab, int measured,
+                      mt_owner_memory *m) {
   const mt_config *c = t->cfg;
-  const double esz = (double)t->esz, whole = (double)t->model->params.total * esz;
-  *m = (mt_owner_memory){0, 0, 0, mt_fsdp_group_size(t->fsdp)};
+  const double esz = (double)t->esz, whole = (double)tab->total * esz;
   if (measured) {
+    size_t lo, hi;
+    mt_fsdp_range(t->fsdp, &lo, &hi);
+    *m = (mt_owner_memory){0, 0, 0, mt_fsdp_group_size(t->fsdp), hi - lo};
     mt_fsdp_memory f;
     mt_fsdp_memory_get(t->fsdp, &f);
     m->gathered = f.peak_params_view;
@@ -150,8 +154,19 @@ static void sh_memory(const mt_trainer *t, int measured, mt_owner_memory *m) {
     m->largest_unit = f.largest_unit;
     return;
   }
+  /* before fsdp is made: its sharding group (hybrid_shard: -fsdp_node_size
+   * or the node's ranks, which sh_setup requires to be alike) and the
+   * partition it will make */
+  const mt_comm *comm = t->comm;
+  int G = c->fsdp_strategy != MT_FSDP_HYBRID_SHARD ? comm->size
+          : c->fsdp_node_size > 0                  ? c->fsdp_node_size
+                                                   : comm->local_size;
+  if (G < 1 || comm->size % G) G = 1; /* refused by mt_fsdp_create, later */
+  size_t lo, hi;
+  mt_fsdp_partition(tab->total, G, comm->rank % G, &lo, &hi);
+  *m = (mt_owner_memory){0, 0, 0, G, hi - lo};
   double two, three;
-  largest(&t->model->params, esz, &two, &three);
+  largest(tab, esz, &two, &three);
   /* full_shard: the unit in use and the prefetched one; shard_grad_op
    * keeps the forward's units until the backward; evaluation gathers
    * the whole model; the gradient of the unit computed, (with

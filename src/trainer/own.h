@@ -19,6 +19,7 @@ typedef struct {
   double unit_grads; /* gradients of gathered units                        */
   double largest_unit; /* measured: the largest unit's bytes               */
   int group;         /* ranks that share the layout (1: replicated)         */
+  size_t owned;      /* elements of the layout this rank owns               */
 } mt_owner_memory;
 
 typedef struct mt_owner_ops {
@@ -45,7 +46,11 @@ typedef struct mt_owner_ops {
   int (*unit_done)(mt_trainer *t, int unit);
   int (*pinned)(const mt_trainer *t);
   double (*comm_seconds)(const mt_trainer *t);
-  void (*memory)(const mt_trainer *t, int measured, mt_owner_memory *m);
+  /* The owner's memory for the layout tab: measured (after training), or
+   * forecast from tab alone (before the model's buffers and the owner's
+   * setup exist). */
+  void (*memory)(const mt_trainer *t, const mt_param_table *tab, int measured,
+                 mt_owner_memory *m);
   /* The end of run's line on communication (rank 0 prints); 0 when the
    * owner has none (the backend's then). */
   int (*report)(const mt_trainer *t, double share);

@@ -85,52 +85,19 @@ static int setup_optimizer(mt_trainer *t) {
 /* Model(s) of this rank, parameters initialised from the seed, buffers. */
 static int create_model(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  /* the model takes the hyper-parameters its options op read
-   * (mt_model_read_options, with the configuration) */
-  /* activations for one training micro-batch; evaluation goes in pieces of
-   * this size (validate.c). On a GPU the device twin holds them (gpu.c):
-   * the CPU model keeps its table, spec and buffers with activations for
-   * one sample and no per-thread copies (a GPT-2 small at batch 8 made
-   * 88 GB of host activations that nothing read, and zeroing them took a
-   * minute) */
-  t->max_batch = c->micro_batch_size;
-  const int on_gpu = t->device >= 0;
-  int max_batch = on_gpu ? 1 : t->max_batch;
-  /* With the batch split over threads every model runs on one thread, and
-   * oneDNN primitives fix their thread count when they are made. */
-  int split = !strcmp(c->thread_split, "batch") && c->threads > 1 && !on_gpu;
-  if (split && c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD) {
-    mt_print0("fsdp gathers each unit once for the rank's batch: -thread_split gemm (one model, "
-              "all threads)\n");
-    split = 0;
-  }
-  if (split) omp_set_num_threads(1);
-  /* split: this model is thread 0's, which takes its share of a batch as
-   * every thread does (compute.c, dp.c), not the whole */
-  int nthr = !split ? 1 : c->threads < MT_MAX_THREADS ? c->threads : MT_MAX_THREADS;
+  int nthr, split;
   size_t a0 = mt_alloc_bytes();
-  int err = mt_model_create_policy(c->model, &t->train.spec, (max_batch + nthr - 1) / nthr,
-                                   t->dtype, &t->policy, &t->model);
-  if (!err && split && t->model->buffers.n) {
-    /* batch statistics are those of the rank's whole batch: no split */
-    mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all threads)\n",
-              c->model);
-    mt_model_destroy(&t->model);
-    omp_set_num_threads(c->threads);
-    split = 0;
-    nthr = 1;
-    err = mt_model_create_policy(c->model, &t->train.spec, max_batch, t->dtype, &t->policy,
-                                 &t->model);
-  }
+  int err = mt_compute_make_model(t, 0, 0, &nthr, &split);
   size_t n = err ? 0 : t->model->params.total;
-  t->mem_acts = mt_alloc_bytes() - a0;
+  t->mem.acts = (double)(mt_alloc_bytes() - a0);
   if (!err) err = mt_calloc(&t->params, n, t->esz, "parameters");
   if (!err) err = mt_calloc(&t->grads, n, t->esz, "gradients");
   if (!err) err = mt_model_init(t->model, t->params, c->seed);
   if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, t->model, t->params);
   a0 = mt_alloc_bytes();
-  if (!err) err = mt_compute_setup(t, max_batch, nthr); /* the threads' models */
-  t->mem_acts += mt_alloc_bytes() - a0;
+  /* the threads' models */
+  if (!err) err = mt_compute_setup(t, t->device >= 0 ? 1 : t->max_batch, nthr);
+  t->mem.acts += (double)(mt_alloc_bytes() - a0);
   if (split) omp_set_num_threads(c->threads);
   return err;
 }
@@ -171,6 +138,8 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
 
   /* the same on every rank (same options, same data shape): agreed */
   MT_CALL(mt_amp_policy(t)); /* before the model: convolutions fix their precision */
+  /* the memory forecast from shapes, agreed, before any large allocation */
+  MT_CALL(mt_memory_forecast(t));
   MT_CALL(mt_agree(comm->world, create_model(t)));
   size_t n = t->model->params.total;
   const char *bname = c->fsdp && !sharded ? "ddp" : c->backend;
@@ -195,21 +164,21 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   if (c->sync_module_states) MT_CALL(mt_backend_sync(t->backend, t->params, n));
   MT_CALL(mt_trainer_sync_buffers(t));
   if (t->owner->setup) MT_CALL(t->owner->setup(t)); /* sharded: the model's shards */
-  MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
-
   size_t a0 = mt_alloc_bytes();
-  MT_CALL(mt_agree(comm->world, setup_optimizer(t)));
-  t->mem_optim = mt_alloc_bytes() - a0;
-  MT_CALL(mt_agree(comm->world, mt_amp_setup(t)));
-  MT_CALL(mt_agree(comm->world, mt_memory_forecast(t)));
+  MT_CALL(mt_agree(comm->world, mt_best_setup(t)));
+  t->mem.best = (double)(mt_alloc_bytes() - a0);
 
-  MT_CALL(mt_calloc(&t->perm, (size_t)t->train.n, sizeof(int64_t), "permutation"));
-  size_t per_rank = (size_t)t->steps_per_epoch * c->accum_steps;
-  MT_CALL(mt_calloc(&t->plan, per_rank * (size_t)c->micro_batch_size, sizeof(int64_t), "plan"));
-  MT_CALL(mt_calloc(&t->plan_counts, per_rank, sizeof(int), "plan"));
-  MT_CALL(mt_loader_create(&t->train_loader, &t->train, c->micro_batch_size, c->prefetch));
-  for (int i = 0; i < c->nval; i++)
-    MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, c->prefetch));
+  a0 = mt_alloc_bytes();
+  MT_CALL(mt_agree(comm->world, setup_optimizer(t)));
+  t->mem.optim = (double)(mt_alloc_bytes() - a0);
+  MT_CALL(mt_agree(comm->world, mt_amp_setup(t)));
+
+  /* agreed, so a rank whose allocation fails does not leave the others
+   * waiting in the next collective */
+  a0 = mt_alloc_bytes();
+  MT_CALL(mt_agree(comm->world, mt_compute_data_buffers(t, 0)));
+  t->mem.data = (double)(mt_alloc_bytes() - a0);
+  MT_CALL(mt_memory_check(t)); /* the forecast against what was allocated */
   MT_CALL(mt_eval_setup(t));
   /* the step's privacy policy, from the backend's spec */
   t->privacy = t->backend->spec.dp ? &mt_privacy_dpsgd : &mt_privacy_none;
@@ -226,8 +195,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   if (t->loop && t->loop->steps) fclose(t->loop->steps);
   mt_free(&t->loop);
   mt_eval_destroy(t);
-  mt_loader_destroy(&t->train_loader);
-  for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
+  mt_compute_data_free(t);
   mt_dataset_close(&t->train);
   for (int i = 0; i < t->nval_open; i++) mt_dataset_close(&t->val[i]);
   mt_compute_destroy(t);
@@ -240,9 +208,6 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_free(&t->params);
   mt_free(&t->grads);
   mt_optimizer_destroy(&t->optim);
-  mt_free(&t->perm);
-  mt_free(&t->plan);
-  mt_free(&t->plan_counts);
   free(t->curve);
   mt_free(pt);
 }

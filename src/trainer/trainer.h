@@ -15,6 +15,17 @@
 
 #define MT_MAX_THREADS 256
 
+/* Memory per rank in bytes, by part (memory.c): forecast from shapes
+ * before any large allocation (mem_plan) and allocated (mem). */
+typedef struct {
+  double params, grads, optim; /* the owned part's buffers, its optimizer's state */
+  double gathered, unit_grads; /* the sharded owner's gathered units           */
+  double acts;  /* the rank's models (activations) and the threads' gradients */
+  double data;  /* the loaders' batches, the permutation and the batch plan   */
+  double best;  /* -restore_best's copy of the owned part                     */
+  double device; /* -device cuda: the device's buffers (of its memory)        */
+} mt_memory_parts;
+
 typedef struct {
   const mt_config *cfg;
   const mt_comm *comm;
@@ -67,7 +78,7 @@ typedef struct {
   struct mt_loop *loop; /* the epoch loop's own state (trainer.c)          */
   int epoch;          /* the epoch running (0-based), for the guard's marks */
   int last_micro;     /* the micro-step running is the step's last one      */
-  size_t mem_optim, mem_acts; /* bytes allocated for them (memory.c)      */
+  mt_memory_parts mem, mem_plan; /* allocated, and forecast (memory.c)    */
   const struct mt_owner_ops *owner; /* who holds what (own.h)          */
   struct mt_fsdp *fsdp; /* the sharded owner's shards (own.c): params and
                            grads are then its views, and the optimizer
@@ -78,11 +89,32 @@ typedef struct {
   int max_batch;      /* samples one forward takes: -micro_batch_size      */
 } mt_trainer;
 
-/* Memory per rank (memory.c): rank 0 prints the forecast before training
- * (refused with MT_ERR_OPTION past -memory_limit_mb) and the measured
- * figures after it. Collective. */
+/* Memory per rank (memory.c), collective:
+ *  forecast: before any large allocation (after the data sets are open and
+ *    the device and owner chosen), the sizes from a dry run of the model's,
+ *    the optimizer's and the loaders' setups (core.h's plan mode) and the
+ *    owner's shard and units, checked against -memory_limit_mb (default:
+ *    the node's memory or its cgroup's limit over the node's ranks) and
+ *    with -device cuda the device's memory; refused with MT_ERR_OPTION,
+ *    agreed, naming the figures and where the limit came from;
+ *  check: after the allocations, what they took (the allocator's counter)
+ *    beside the forecast, on one line (tests/test_memory.sh compares);
+ *  report: after training, the measured figures and ZeRO's bound. */
 int mt_memory_forecast(mt_trainer *t);
+int mt_memory_check(mt_trainer *t);
 int mt_memory_report(mt_trainer *t);
+/* (compute.c) The rank's model (t->model) for one training micro-batch of batch
+ * samples (0: the run's, -micro_batch_size on the CPU and 1 on a GPU) per
+ * thread of the batch split: *nthr models in all (compute.c makes the
+ * others), *split when the batch is split over threads (the OpenMP threads
+ * are then set to 1: the caller restores them). quiet: no lines printed
+ * (the forecast's dry run). */
+int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr, int *split);
+/* The permutation, the batch plan and the loaders (train and validation);
+ * dry: the forecast's dry run (no reader threads). Freed by
+ * mt_compute_data_free. */
+int mt_compute_data_buffers(mt_trainer *t, int dry);
+void mt_compute_data_free(mt_trainer *t);
 
 /* What this rank's optimizer steps and its checkpoints hold: the whole
  * layout, or when sharded (own.h) the shard [lo, lo + n) with its table
