@@ -119,6 +119,24 @@ expect_error "np=2 non-finite training loss stops the run" "training loss is" \
   run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" -model mlp -mlp_hidden 8 -epochs 1 \
   -batch_size 16 -lr 1e6 -log_every 2 -output_dir "$(out)"
 
+# -version and --version: mpitrain's version (not PETSc's alone) and the
+# libraries', once on rank 0, exit 0, nothing else run
+VER=$(sed -n 's/^#define MPITRAIN_VERSION "\(.*\)"$/\1/p' "$top_srcdir/include/mpitrain/mpitrain.h")
+[ -n "$VER" ] || bail "no MPITRAIN_VERSION in include/mpitrain/mpitrain.h"
+for v in -version --version; do
+  for np in 1 2; do
+    d=$(out)
+    expect_ok "np=$np $v exits 0" run_mpi "$np" "$T" "$MPITRAIN" "$v" -data_train "$TRAIN" \
+      "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$d"
+    n=$(last_output | grep -c "^mpitrain $VER\$")
+    [ "$n" = 1 ] && pass "np=$np $v: 'mpitrain $VER' once" || fail "np=$np $v: 'mpitrain $VER' once" "$n times"
+    for lib in "  PETSc [0-9]+\.[0-9]+\.[0-9]+$" "  HDF5 [0-9]+\.[0-9]+\.[0-9]+$" "  MPI [0-9]+\.[0-9]+: ."; do
+      last_output | grep -qE "^$lib" && pass "np=$np $v: '$lib'" || fail "np=$np $v: '$lib'" "missing"
+    done
+    expect_empty_dir "np=$np $v: nothing run or written" "$d"
+  done
+done
+
 # An option the backend would ignore is refused (one table, config_applies.c),
 # naming the option, the backend and the backends where it applies; a
 # default is not an option given, so the same runs without them train.
