@@ -20,8 +20,10 @@ void mt_cuda_versions(char *buf, size_t len) {
    * + minor*100 + patch before */
   const int nmaj = nc >= 20900 ? nc / 10000 : nc / 1000;
   const int nmin = nc >= 20900 ? nc % 10000 / 100 : nc % 1000 / 100;
-  snprintf(buf, len, "CUDA runtime %d.%d, driver %d.%d, NCCL %d.%d.%d", rt / 1000, rt % 1000 / 10,
-           drv / 1000, drv % 1000 / 10, nmaj, nmin, nc % 100);
+  char d[32] = "none"; /* no driver on this node */
+  if (drv > 0) snprintf(d, sizeof(d), "%d.%d", drv / 1000, drv % 1000 / 10);
+  snprintf(buf, len, "CUDA runtime %d.%d, driver %s, NCCL %d.%d.%d", rt / 1000, rt % 1000 / 10, d,
+           nmaj, nmin, nc % 100);
 }
 
 int mt_cuda_device_count(char *why, size_t len) {

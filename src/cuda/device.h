@@ -42,7 +42,7 @@ int mt_device_choose(const char *want, int local_rank, int ndevices, int built, 
 int mt_device_select(const char *want, int local_rank, int *device, char *msg, size_t len);
 
 /* The CUDA runtime's, driver's and NCCL's versions ("CUDA runtime 12.4,
- * driver 12.6, NCCL 2.21.5") into buf for mpitrain -version; "" in a
+ * driver 12.6, NCCL 2.21.5"; driver none where the node has none) into buf for mpitrain -version; "" in a
  * CPU-only build. */
 void mt_device_versions(char *buf, size_t len);
 
