@@ -27,5 +27,12 @@ expect_empty_dir "nothing written by the refused run" "$WORK/o1"
 expect_error "two options differ: both named" \
   "-seed is 42 on ranks 0-1 and 7 on rank 2; -mlp_dropout is 0 on ranks 0-1 and 0.5 on rank 2;" \
   mpmd 0.01 "$WORK/o3" -seed 7 -mlp_dropout 0.5
+# 4 ranks, rank 2 alone differs: the ranks of a value as ranges
+expect_error "4 ranks: the ranks holding a value as ranges" \
+  "ranks resolved different configurations: -lr is 0.01 on ranks 0-1,3 and 0.5 on rank 2;" \
+  timeout -k 10 60 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
+  -np 2 "$MPITRAIN" "${args[@]}" -mlp_hidden 8 -lr 0.01 -output_dir "$WORK/o4" : \
+  -np 1 "$MPITRAIN" "${args[@]}" -mlp_hidden 8 -lr 0.5 -output_dir "$WORK/o4" : \
+  -np 1 "$MPITRAIN" "${args[@]}" -mlp_hidden 8 -lr 0.01 -output_dir "$WORK/o4"
 expect_ok "the same options on every rank train" mpmd 0.01 "$WORK/o2"
 finish

@@ -121,7 +121,7 @@ int mt_config_check_same(MPI_Comm comm, const mt_config *cfg) {
   MT_MPI(MPI_Comm_size(comm, &size));
   char *mine = NULL, *all = NULL;
   int *lens = NULL, *offs = NULL;
-  const char **val = NULL;
+  const char **val = NULL, **extra = NULL;
   err = pack(&mine, &len);
   if (!err && rank == 0) err = mt_calloc(&lens, (size_t)size, sizeof(int), "option tables");
   if (!err && rank == 0) err = mt_calloc(&offs, (size_t)size, sizeof(int), "option tables");
@@ -137,20 +137,24 @@ int mt_config_check_same(MPI_Comm comm, const mt_config *cfg) {
   if (rank == 0 && total >= INT_MAX)
     err = MT_ERR(MT_ERR_STATE, "option tables too large to compare");
   if (!err && rank == 0) err = mt_calloc(&all, (size_t)total + 1, 1, "option tables");
+  /* an entry is at least 4 bytes ("-x\0\0") */
+  if (!err && rank == 0) err = mt_calloc(&extra, (size_t)total / 4 + 1, sizeof(*extra), "option tables");
   if ((err = mt_agree(comm, err))) goto done;
   MT_MPI(MPI_Gatherv(mine, len, MPI_CHAR, all, lens, offs, MPI_CHAR, 0, comm));
   char msg[900];
   size_t k = 0;
-  int ndiff = 0;
+  int ndiff = 0, nextra = 0;
   msg[0] = '\0';
-  /* each option once: rank 0's, then those only other ranks read */
+  /* each option once: rank 0's, then those only other ranks read (kept in
+   * extra, so that the cost grows with the ranks, not their square) */
   for (int r = 0; rank == 0 && r < size; r++)
     for (int p = 0; p < lens[r];) {
       const char *name = all + offs[r] + p, *v = name + strlen(name) + 1;
       p = (int)(v + strlen(v) + 1 - (all + offs[r]));
-      int earlier = 0, same = 1;
-      for (int q = 0; q < r && !earlier; q++) earlier = lookup(all + offs[q], lens[q], name) != NULL;
-      if (earlier) continue;
+      int seen = r > 0 && lookup(all, lens[0], name) != NULL, same = 1;
+      for (int e = 0; r > 0 && !seen && e < nextra; e++) seen = !strcmp(extra[e], name);
+      if (seen) continue;
+      if (r > 0) extra[nextra++] = name;
       for (int q = 0; q < size; q++) {
         val[q] = lookup(all + offs[q], lens[q], name);
         same &= val[q] && !strcmp(val[q], v);
@@ -178,5 +182,6 @@ done:
   mt_free(&lens);
   mt_free(&offs);
   mt_free(&val);
+  mt_free(&extra);
   return err;
 }
