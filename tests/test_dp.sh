@@ -158,7 +158,7 @@ bad() { # NAME TEXT NP ARGS...
   shift 3
   expect_error "$name" "$text" run_mpi "$np" 60 "$MPITRAIN" "${mlp[@]}" "$@" -output_dir "$WORK/bad"
 }
-bad "DP option with a non-DP backend" "option -dp_noise_multiplier: needs a DP-SGD backend" 1 -backend sp -dp_noise_multiplier 1
+bad "DP option with a non-DP backend" "option -dp_noise_multiplier: needs the DP-SGD policy (-dp), which -backend sp does not have; it applies with: sp-dp, ddp-dp" 1 -backend sp -dp_noise_multiplier 1
 bad "-dp_sampling with ddp" "option -dp_sampling" 1 -backend ddp -dp_sampling shuffle
 bad "DP backend without noise or budget" "option -dp_noise_multiplier" 1 -backend sp-dp
 bad "batch norm under DP" "option -cnn_batchnorm" 1 -backend sp-dp -dp_noise_multiplier 1 -cnn_batchnorm

@@ -140,6 +140,6 @@ expect_error "-fsdp_node_size only with hybrid_shard" "option -fsdp_node_size: o
 expect_error "groups must divide the ranks" "option -fsdp_node_size: 4 ranks are not whole groups of 3" \
   run_mpi 4 60 "$MPITRAIN" "${mlp[@]}" -backend fsdp -fsdp_sharding_strategy hybrid_shard \
   -fsdp_node_size 3 -output_dir "$WORK/x4"
-expect_error "sharding options need -backend fsdp" "option -fsdp_unit: needs -backend fsdp" \
+expect_error "sharding options need -backend fsdp" "option -fsdp_unit: needs a sharded strategy, which -backend ddp does not have; it applies with: fsdp, fsdp-amp" \
   run_mpi 2 60 "$MPITRAIN" "${mlp[@]}" -backend ddp -fsdp_unit model -output_dir "$WORK/x5"
 finish

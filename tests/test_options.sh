@@ -119,6 +119,67 @@ expect_error "np=2 non-finite training loss stops the run" "training loss is" \
   run_mpi 2 "$T" "$MPITRAIN" -backend ddp -data_train "$TRAIN" -model mlp -mlp_hidden 8 -epochs 1 \
   -batch_size 16 -lr 1e6 -log_every 2 -output_dir "$(out)"
 
+# -version and --version: mpitrain's version (not PETSc's alone) and the
+# libraries', once on rank 0, exit 0, nothing else run
+VER=$(sed -n 's/^#define MPITRAIN_VERSION "\(.*\)"$/\1/p' "$top_srcdir/include/mpitrain/mpitrain.h")
+[ -n "$VER" ] || bail "no MPITRAIN_VERSION in include/mpitrain/mpitrain.h"
+for v in -version --version; do
+  for np in 1 2; do
+    d=$(out)
+    expect_ok "np=$np $v exits 0" run_mpi "$np" "$T" "$MPITRAIN" "$v" -data_train "$TRAIN" \
+      "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$d"
+    n=$(last_output | grep -c "^mpitrain $VER\$")
+    [ "$n" = 1 ] && pass "np=$np $v: 'mpitrain $VER' once" || fail "np=$np $v: 'mpitrain $VER' once" "$n times"
+    for lib in "  PETSc [0-9]+\.[0-9]+\.[0-9]+$" "  HDF5 [0-9]+\.[0-9]+\.[0-9]+$" "  MPI [0-9]+\.[0-9]+: ."; do
+      last_output | grep -qE "^$lib" && pass "np=$np $v: '$lib'" || fail "np=$np $v: '$lib'" "missing"
+    done
+    expect_empty_dir "np=$np $v: nothing run or written" "$d"
+  done
+done
+
+# An option the backend would ignore is refused (one table, config_applies.c),
+# naming the option, the backend and the backends where it applies; a
+# default is not an option given, so the same runs without them train.
+AMP_WITH="it applies with: sp-amp, sp-amp-apex, ddp-amp, ddp-amp-apex, fsdp-amp"
+expect_error "np=1 -backend sp -amp_dtype fp16 -loss_scale dynamic" \
+  "option -amp_dtype: needs a mixed-precision policy (-amp or -amp-apex), which -backend sp does not have; $AMP_WITH" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend sp -amp_dtype fp16 -loss_scale dynamic -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=1 -backend sp -loss_scale_init 1024" \
+  "option -loss_scale_init: needs a mixed-precision policy (-amp or -amp-apex), which -backend sp does not have; $AMP_WITH" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend sp -loss_scale_init 1024 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=1 -backend sp -ddp_bucket_mb 4" \
+  "option -ddp_bucket_mb: needs a strategy of several ranks, which -backend sp does not have; it applies with: ddp, ddp-amp, ddp-amp-apex, ddp-dp, fsdp, fsdp-amp" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend sp -ddp_bucket_mb 4 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=1 -backend sp-amp -sync_module_states 0" \
+  "option -sync_module_states: needs a strategy of several ranks, which -backend sp-amp does not have" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend sp-amp -sync_module_states 0 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=2 -backend ddp-dp -ddp_overlap 0" \
+  "option -ddp_overlap: needs a replicated strategy of several ranks without DP-SGD, which -backend ddp-dp does not have; it applies with: ddp, ddp-amp, ddp-amp-apex" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp-dp -dp_noise_multiplier 1 -ddp_overlap 0 \
+  -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=2 -backend ddp -fsdp_prefetch 0" \
+  "option -fsdp_prefetch: needs a sharded strategy, which -backend ddp does not have; it applies with: fsdp, fsdp-amp" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp -fsdp_prefetch 0 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=2 -backend fsdp-amp -ddp_reduce_dtype bf16" \
+  "option -ddp_reduce_dtype: needs a mixed-precision backend whose strategy all-reduces in low precision, which -backend fsdp-amp does not have; it applies with: ddp-amp, ddp-amp-apex" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend fsdp-amp -ddp_reduce_dtype bf16 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=2 -backend ddp -dp_delta 1e-5" \
+  "option -dp_delta: needs the DP-SGD policy (-dp), which -backend ddp does not have; it applies with: sp-dp, ddp-dp" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp -dp_delta 1e-5 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_ok "np=1 -backend sp-amp -amp_dtype fp16 -loss_scale dynamic trains" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend sp-amp -amp_dtype fp16 -loss_scale dynamic -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_ok "np=2 -backend ddp -ddp_bucket_mb 4 -ddp_overlap 0 trains" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp -ddp_bucket_mb 4 -ddp_overlap 0 -sync_module_states 1 \
+  -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+
 # -threads 0 counts the cores the ranks may run on (their affinity masks, as
 # a Slurm cpuset sets them), not the machine's: pinned to one core, 1 thread
 pinned() { # CPULIST run_mpi-ARGS...: run_mpi with this shell's mask set

@@ -38,6 +38,7 @@ static PetscErrorCode opt_str(PetscOptionItems *PetscOptionsObject, const char *
   PetscBool s = PETSC_FALSE;
   snprintf(out, len, "%s", def);
   PetscCall(PetscOptionsString(name, help, "mpitrain", def, out, len, &s));
+  mt_option_record(name, out, s == PETSC_TRUE); /* for mt_config_check_same's message */
   if (set) *set = s;
   PetscFunctionReturn(0);
 }
@@ -566,6 +567,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   /* the models read their own options before unknown ones are looked for:
    * every built-in's (an option of another built-in than -model is
    * accepted and checked, as when they were read here), and -model's */
+  if (!err) err = mt_config_applies(cfg); /* options the backend would ignore */
   if (!err) err = mt_model_read_options(cfg->model);
   if (!err) err = mt_config_amp(cfg);
   if (!err) err = mt_config_dp(cfg);
@@ -576,22 +578,6 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
     check_unused();
     if (bad_[0]) err = mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_);
   }
-  MT_CALL(mt_agree(comm, err));
-  return 0;
-}
-
-int mt_config_check_same(MPI_Comm comm, const mt_config *cfg) {
-  uint64_t h = mt_hash_bytes(cfg, sizeof(*cfg), mt_option_hash()), lo = h, hi = h;
-  MT_MPI(MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm));
-  MT_MPI(MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm));
-  int rank;
-  MT_MPI(MPI_Comm_rank(comm, &rank));
-  int err = 0;
-  if (lo != hi)
-    err = MT_ERR(MT_ERR_OPTION,
-                 "ranks resolved different configurations (hash %016llx on rank %d; "
-                 "check per-rank environment options such as PETSC_OPTIONS)",
-                 (unsigned long long)h, rank);
   MT_CALL(mt_agree(comm, err));
   return 0;
 }

@@ -72,17 +72,9 @@ int mt_config_amp(mt_config *c) {
     o.dynamic = c->loss_scale_mode == 1;
     MT_CALL(mt_scaler_check(&o));
   }
-  if (!c->amp) { /* options of the amp backends under another backend */
-    MT_CHECK(c->ddp_reduce_dtype == MT_PREC_FP32, MT_ERR_OPTION,
-             "option -ddp_reduce_dtype %s needs a ddp-amp backend (this is -backend %s)",
-             mt_precision_name((mt_precision)c->ddp_reduce_dtype), c->backend);
-    c->loss_scale_mode = 0;
-  } else if (c->ddp_reduce_dtype != MT_PREC_FP32 && !(c->backend_traits & MT_TRAIT_LOWP_REDUCE) &&
-             !(c->backend_traits & MT_TRAIT_SHARDED)) { /* fsdp's message: config_fsdp.c */
-    return MT_ERR(MT_ERR_OPTION, "option -ddp_reduce_dtype %s: the strategy of -backend %s "
-                  "all-reduces gradients in fp32 only",
-                  mt_precision_name((mt_precision)c->ddp_reduce_dtype), c->backend);
-  }
+  /* given under a backend without the policy (or, -ddp_reduce_dtype, whose
+   * strategy all-reduces in fp32 only): refused by config_applies.c */
+  if (!c->amp) c->loss_scale_mode = 0;
   return 0;
 }
 

@@ -15,11 +15,6 @@ static int given(const char *name) {
   return set == PETSC_TRUE;
 }
 
-static const char *const dp_names[] = {"-dp_noise_multiplier", "-dp_max_grad_norm", "-dp_delta",
-                                       "-dp_target_epsilon", "-dp_sampling",
-                                       "-dp_max_physical_batch", "-dp_accountant",
-                                       "-dp_grad_sample", NULL};
-
 int mt_config_dp(mt_config *c) {
   long v;
   MT_CALL(mt_option_real("-dp_noise_multiplier",
@@ -60,13 +55,7 @@ int mt_config_dp(mt_config *c) {
   MT_CHECK(!strcmp(c->dp_grad_sample, "auto") || !strcmp(c->dp_grad_sample, "exact"),
            MT_ERR_OPTION, "option -dp_grad_sample: '%s' is not one of: auto, exact",
            c->dp_grad_sample);
-  if (!c->dp) {
-    for (int i = 0; dp_names[i]; i++)
-      MT_CHECK(!given(dp_names[i]), MT_ERR_OPTION,
-               "option %s: needs a DP-SGD backend (-backend sp-dp or ddp-dp; this run has %s)",
-               dp_names[i], c->backend);
-    return 0;
-  }
+  if (!c->dp) return 0; /* given under another backend: refused by config_applies.c */
   MT_CHECK(c->dp_noise_multiplier >= 0 || c->dp_target_epsilon > 0, MT_ERR_OPTION,
            "option -dp_noise_multiplier: -backend %s needs -dp_noise_multiplier or "
            "-dp_target_epsilon", c->backend);

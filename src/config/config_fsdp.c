@@ -45,6 +45,7 @@ int mt_config_fsdp(mt_config *c) {
   PetscBool offload = PETSC_FALSE, set = PETSC_FALSE;
   if (PetscOptionsGetBool(NULL, NULL, "-fsdp_cpu_offload", &offload, &set))
     return MT_ERR(MT_ERR_OPTION, "option -fsdp_cpu_offload: not a boolean");
+  mt_option_record("-fsdp_cpu_offload", offload ? "1" : "0", set == PETSC_TRUE);
   MT_CALL(mt_option_int("-sync_module_states",
                         "ddp, fsdp: broadcast rank 0's parameters at start (1) or trust that "
                         "every rank initialised the same (0)", 1, 0, 1, &v));
@@ -53,16 +54,7 @@ int mt_config_fsdp(mt_config *c) {
                          "refuse a run whose forecast memory per rank exceeds this (0: the "
                          "node's memory or its cgroup's limit / its ranks, or ulimit -v)",
                          0, 0, 1e12, &c->memory_limit_mb));
-  if (!c->fsdp) {
-    static const char *const only[] = {"-fsdp_sharding_strategy", "-fsdp_unit", "-fsdp_node_size",
-                                       "-fsdp_cpu_offload", "-fsdp_prefetch", NULL};
-    for (int i = 0; only[i]; i++)
-      MT_CHECK(!given(only[i]), MT_ERR_OPTION, "option %s: needs -backend fsdp (this run has %s)",
-               only[i], c->backend);
-    return 0;
-  }
-  MT_CHECK(c->ddp_reduce_dtype == MT_PREC_FP32, MT_ERR_OPTION,
-           "option -ddp_reduce_dtype: -backend %s reduces gradients in fp32", c->backend);
+  if (!c->fsdp) return 0; /* given under another backend: refused by config_applies.c */
   c->fsdp_cpu_offload = offload == PETSC_TRUE; /* checked with -device (config_device.c) */
   MT_CHECK(c->fsdp_strategy == MT_FSDP_HYBRID_SHARD || !given("-fsdp_node_size"), MT_ERR_OPTION,
            "option -fsdp_node_size: only for -fsdp_sharding_strategy hybrid_shard");

@@ -144,6 +144,11 @@ const char *mt_config_device_why(const mt_config *cfg, char *buf, size_t len);
  * sharding options are known). */
 int mt_config_amp(mt_config *cfg);
 int mt_config_precision(mt_config *cfg);
+/* Refuses an option the user gave that the backend does not use (an -amp
+ * option under sp, a -dp_ option without the DP-SGD policy, ...), naming
+ * the option, the backend and the backends where it applies
+ * (config_applies.c); called once the backend is parsed. */
+int mt_config_applies(const mt_config *cfg);
 /* Prints the configuration (rank 0 only prints). */
 void mt_config_print(const mt_config *cfg, FILE *f);
 /* Fails on every rank unless every rank has the same hash. */

@@ -50,6 +50,14 @@ int mt_parse_double(const char *s, double *v);
 int mt_list_empty_entry(const char *s);
 /* Hash of the names and values read through mt_option_* so far. */
 uint64_t mt_option_hash(void);
+/* The options read so far (through mt_option_* and the configuration's own
+ * readers), each once with its latest value (the default when not given;
+ * set: given by the user): mt_option_record adds or updates one;
+ * mt_option_read returns the i-th name (0 <= i < mt_option_count()) and its
+ * value, or NULL. Used to name the options that differ between ranks. */
+void mt_option_record(const char *name, const char *value, int set);
+int mt_option_count(void);
+const char *mt_option_read(int i, const char **value, int *set);
 
 /* Counter-based generator: a pure function of (key, counter), so any rank
  * can draw the same numbers with no communication and a restart reproduces

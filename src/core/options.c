@@ -13,6 +13,42 @@
 static uint64_t hash_;
 uint64_t mt_option_hash(void) { return hash_; }
 
+/* Every option read so far with the value it resolved to, for naming the
+ * options that differ when the ranks' configurations do
+ * (mt_config_check_same). Held for the life of the process: a table of
+ * names, not of data. */
+#define MAX_READ 512
+static struct {
+  char *name, *value;
+  int set;
+} read_[MAX_READ];
+static int nread_;
+
+void mt_option_record(const char *name, const char *value, int set) {
+  int i = 0;
+  while (i < nread_ && strcmp(read_[i].name, name)) i++;
+  if (i == nread_) {
+    if (nread_ == MAX_READ) return; /* past it, the hash alone tells */
+    char *n = strdup(name);
+    if (!n) return;
+    read_[nread_++].name = n;
+  }
+  char *v = strdup(value);
+  if (!v) return; /* the old value stays: a difference is then missed, not invented */
+  free(read_[i].value);
+  read_[i].value = v;
+  read_[i].set = set != 0;
+}
+
+int mt_option_count(void) { return nread_; }
+
+const char *mt_option_read(int i, const char **value, int *set) {
+  if (i < 0 || i >= nread_ || !read_[i].value) return NULL;
+  *value = read_[i].value;
+  *set = read_[i].set;
+  return read_[i].name;
+}
+
 static int help_line(const char *name, const char *def, const char *help) {
   PetscBool h = PETSC_FALSE;
   PetscOptionsHasHelp(NULL, &h);
@@ -30,6 +66,7 @@ int mt_option_string(const char *name, const char *help, const char *def, char *
   const char *v = set ? buf : def;
   hash_ = mt_hash_bytes(name, strlen(name) + 1, hash_ ? hash_ : 1);
   hash_ = mt_hash_bytes(v, strlen(v) + 1, hash_);
+  mt_option_record(name, v, set);
   MT_CHECK(strlen(v) < len, MT_ERR_OPTION, "option %s: value longer than %zu characters", name, len - 1);
   memcpy(out, v, strlen(v) + 1);
   return 0;

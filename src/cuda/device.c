@@ -7,7 +7,24 @@
 #include "mpitrain/mpitrain.h"
 
 #include <cuda_runtime.h>
+#include <nccl.h>
 #include <stdio.h>
+
+void mt_cuda_versions(char *buf, size_t len) {
+  int rt = 0, drv = 0, nc = 0;
+  if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+  if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0; /* 0: no driver */
+  (void)cudaGetLastError();
+  if (ncclGetVersion(&nc) != ncclSuccess) nc = 0;
+  /* NCCL's code is major*10000 + minor*100 + patch since 2.9, major*1000
+   * + minor*100 + patch before */
+  const int nmaj = nc >= 20900 ? nc / 10000 : nc / 1000;
+  const int nmin = nc >= 20900 ? nc % 10000 / 100 : nc % 1000 / 100;
+  char d[32] = "none"; /* no driver on this node */
+  if (drv > 0) snprintf(d, sizeof(d), "%d.%d", drv / 1000, drv % 1000 / 10);
+  snprintf(buf, len, "CUDA runtime %d.%d, driver %s, NCCL %d.%d.%d", rt / 1000, rt % 1000 / 10, d,
+           nmaj, nmin, nc % 100);
+}
 
 int mt_cuda_device_count(char *why, size_t len) {
   int n = 0;

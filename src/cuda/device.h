@@ -41,6 +41,11 @@ int mt_device_choose(const char *want, int local_rank, int ndevices, int built, 
  * rank: agree over the ranks (mt_agree) before acting on an error. */
 int mt_device_select(const char *want, int local_rank, int *device, char *msg, size_t len);
 
+/* The CUDA runtime's, driver's and NCCL's versions ("CUDA runtime 12.4,
+ * driver 12.6, NCCL 2.21.5"; driver none where the node has none) into buf for mpitrain -version; "" in a
+ * CPU-only build. */
+void mt_device_versions(char *buf, size_t len);
+
 /* Makes device the current CUDA device of the calling thread (-1: nothing).
  * MT_ERR_LIB with the CUDA error where it fails; MT_ERR_OPTION for a
  * device >= 0 in a CPU-only build. */
@@ -50,6 +55,7 @@ int mt_device_use(int device);
 /* The CUDA side (src/cuda/device.c). */
 int mt_cuda_device_count(char *why, size_t len);
 int mt_cuda_set_device(int device);
+void mt_cuda_versions(char *buf, size_t len);
 /* "NAME, cc X.Y, N MiB" of a device into buf. */
 int mt_cuda_device_describe(int device, char *buf, size_t len);
 /* The device's PCI bus id ("0000:3b:00.0"), the same in every process

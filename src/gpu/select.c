@@ -20,6 +20,13 @@ int mt_device_built_with_cuda(void) {
 #endif
 }
 
+void mt_device_versions(char *buf, size_t len) {
+  if (len) buf[0] = '\0';
+#ifdef MT_HAVE_CUDA
+  mt_cuda_versions(buf, len);
+#endif
+}
+
 int mt_device_count(char *why, size_t len) {
 #ifdef MT_HAVE_CUDA
   return mt_cuda_device_count(why, len);

@@ -21,28 +21,36 @@ void mt_ckpt_info_free(mt_ckpt_info *info) {
 
 /* ================================================== attribute reading */
 
-/* A scalar numeric attribute converted to mtype; *found = 0 when absent. */
-static int read_num_attr(hid_t loc, const char *name, hid_t mtype, void *v, int *found) {
+/* A scalar numeric attribute of the file path converted to mtype; *found
+ * = 0 when absent. Errors name the file and the attribute. */
+static int read_num_attr(hid_t loc, const char *path, const char *name, hid_t mtype, void *v,
+                         int *found) {
   htri_t ex = H5Aexists(loc, name);
   *found = ex > 0;
-  if (ex <= 0) return ex < 0 ? MT_ERR(MT_ERR_DATA, "cannot look up attribute %s", name) : 0;
+  if (ex <= 0)
+    return ex < 0 ? MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot look up attribute %s", path, name)
+                  : 0;
   hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
   hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
   int ok = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1 && H5Aread(a, mtype, v) >= 0;
   if (sp >= 0) H5Sclose(sp);
   if (a >= 0) H5Aclose(a);
-  MT_CHECK(ok, MT_ERR_DATA, "attribute %s is not a readable number", name);
+  MT_CHECK(ok, MT_ERR_DATA, "checkpoint %s: attribute %s is not a readable number", path, name);
   return 0;
 }
 
-/* An optional string attribute copied into buf (truncated). */
-static int read_str_fixed(hid_t loc, const char *name, char *buf, size_t cap) {
+/* An optional string attribute of the file path copied into buf
+ * (truncated). Errors name the file and the attribute. */
+static int read_str_fixed(hid_t loc, const char *path, const char *name, char *buf, size_t cap) {
   buf[0] = '\0';
   htri_t ex = H5Aexists(loc, name);
   if (ex == 0) return 0;
   char *s = NULL;
-  if (ex < 0) return MT_ERR(MT_ERR_DATA, "cannot look up attribute %s", name);
-  MT_CALL(mt_ckpt_attr_read_str(loc, name, &s));
+  if (ex < 0) return MT_ERR(MT_ERR_DATA, "checkpoint %s: cannot look up attribute %s", path, name);
+  if (mt_ckpt_attr_read_str(loc, name, &s)) {
+    mt_error_clear();
+    return MT_ERR(MT_ERR_DATA, "checkpoint %s: attribute %s is not a readable string", path, name);
+  }
   snprintf(buf, cap, "%s", s);
   free(s);
   return 0;
@@ -72,26 +80,46 @@ int mt_ckpt_open(MPI_Comm comm, const char *path, hid_t *fapl, hid_t *file) {
 
 int mt_ckpt_read_header(hid_t f, const char *path, mt_ckpt_info *info) {
   int found = 0, fmt = 0, ws = 0;
-  MT_CALL(read_num_attr(f, "format", H5T_NATIVE_INT, &fmt, &found));
+  /* a model file (model_final.h5, model_best.h5) says what it is in a
+   * string attribute format: point to -init_from rather than fail on it */
+  char what[64] = "";
+  hid_t fa = H5Aexists(f, "format") > 0 ? H5Aopen(f, "format", H5P_DEFAULT) : H5I_INVALID_HID;
+  hid_t fty = fa >= 0 ? H5Aget_type(fa) : H5I_INVALID_HID;
+  const int text = fty >= 0 && H5Tget_class(fty) == H5T_STRING;
+  if (fty >= 0) H5Tclose(fty);
+  if (fa >= 0) H5Aclose(fa);
+  if (text) {
+    MT_CALL(read_str_fixed(f, path, "format", what, sizeof(what)));
+    MT_CHECK(strncmp(what, "mpitrain-params", 15), MT_ERR_DATA,
+             "checkpoint %s: a model file (attribute format is '%s'), not a checkpoint: it holds "
+             "parameters only; start from it with -init_from %s", path, what, path);
+    return MT_ERR(MT_ERR_DATA, "checkpoint %s: attribute format is '%s', not a checkpoint's "
+                  "format version (a number)", path, what);
+  }
+  MT_CALL(read_num_attr(f, path, "format", H5T_NATIVE_INT, &fmt, &found));
   MT_CHECK(found, MT_ERR_DATA, "checkpoint %s: not an mpitrain checkpoint (no attribute format)",
            path);
   MT_CHECK(fmt == MT_CKPT_FORMAT, MT_ERR_DATA,
            "checkpoint %s: format version %d; this mpitrain reads format version %d", path, fmt,
            MT_CKPT_FORMAT);
   info->format = fmt;
-  MT_CALL(read_num_attr(f, "world_size", H5T_NATIVE_INT, &ws, &found));
+  MT_CALL(read_num_attr(f, path, "world_size", H5T_NATIVE_INT, &ws, &found));
   info->world_size = ws;
   char algo[64];
-  MT_CALL(read_str_fixed(f, "checksum_algorithm", algo, sizeof(algo)));
+  MT_CALL(read_str_fixed(f, path, "checksum_algorithm", algo, sizeof(algo)));
   MT_CHECK(!strcmp(algo, MT_CKPT_CHECKSUM_NAME), MT_ERR_DATA,
            "checkpoint %s: unknown checksum algorithm '%s' (this mpitrain knows %s)", path, algo,
            MT_CKPT_CHECKSUM_NAME);
-  MT_CALL(read_str_fixed(f, "mpitrain_version", info->version, sizeof(info->version)));
-  MT_CALL(read_str_fixed(f, "backend", info->backend, sizeof(info->backend)));
-  MT_CALL(read_str_fixed(f, "created", info->created, sizeof(info->created)));
-  MT_CALL(read_str_fixed(f, "run_id", info->run_id, sizeof(info->run_id)));
+  MT_CALL(read_str_fixed(f, path, "mpitrain_version", info->version, sizeof(info->version)));
+  MT_CALL(read_str_fixed(f, path, "backend", info->backend, sizeof(info->backend)));
+  MT_CALL(read_str_fixed(f, path, "created", info->created, sizeof(info->created)));
+  MT_CALL(read_str_fixed(f, path, "run_id", info->run_id, sizeof(info->run_id)));
   if (H5Aexists(f, "options") > 0) {
-    MT_CALL(mt_ckpt_attr_read_str(f, "options", &info->options));
+    if (mt_ckpt_attr_read_str(f, "options", &info->options)) {
+      mt_error_clear();
+      return MT_ERR(MT_ERR_DATA, "checkpoint %s: attribute options is not a readable string",
+                    path);
+    }
   } else {
     info->options = strdup("");
     MT_CHECK(info->options, MT_ERR_MEM, "checkpoint %s: no memory", path);

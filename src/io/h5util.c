@@ -192,9 +192,12 @@ static int load_params_locked(hid_t f, const char *path, const mt_param_table *t
 }
 
 int mt_h5_load_model(const char *path, mt_model *m, void *params) {
+  MT_CHECK(access(path, R_OK) == 0, MT_ERR_FILE, "option -init_from: cannot read %s: %s", path,
+           strerror(errno));
   mt_h5_lock();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  int err = f < 0 ? MT_ERR(MT_ERR_FILE, "option -init_from: cannot open %s as HDF5", path)
+  int err = f < 0 ? MT_ERR(MT_ERR_FILE, "option -init_from: cannot open %s as HDF5 (truncated, "
+                           "damaged or not an HDF5 file)", path)
                   : load_params_locked(f, path, &m->params, params, m->dtype);
   if (!err && m->buffers.n)
     err = load_params_locked(f, path, &m->buffers,

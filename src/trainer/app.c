@@ -3,6 +3,7 @@
  * create, run, destroy, finalize. */
 #include "comm/comm.h"
 #include "config/mt_config.h"
+#include "cuda/device.h"
 #include "core/core.h"
 #include "io/io.h"
 #include "trainer/trainer.h"
@@ -17,6 +18,24 @@ static const char help[] =
     "mpitrain: data-parallel training of neural networks on HDF5 data.\n"
     "  mpirun -np 2 mpitrain -backend ddp -data_train train.h5 -data_val test.h5 -epochs 5\n"
     "Options come from the command line, -options_file FILE and PETSC_OPTIONS.\n\n";
+
+/* mpitrain -version (or --version): mpitrain's version and the libraries'
+ * it runs with, on rank 0; PETSc would print only its own, so this is
+ * answered before PetscInitialize. */
+static void print_version(void) {
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "", dev[256];
+  int n = 0, major = 0, minor = 0;
+  unsigned hmaj = 0, hmin = 0, hrel = 0;
+  if (MPI_Get_library_version(mpi, &n) != MPI_SUCCESS) snprintf(mpi, sizeof(mpi), "unknown");
+  mpi[strcspn(mpi, "\n")] = '\0'; /* its first line: Open MPI's goes on for several */
+  MPI_Get_version(&major, &minor);
+  H5get_libversion(&hmaj, &hmin, &hrel);
+  mt_device_versions(dev, sizeof(dev));
+  printf("mpitrain %s\n  PETSc %d.%d.%d\n  HDF5 %u.%u.%u\n  MPI %d.%d: %s\n%s%s%s",
+         MPITRAIN_VERSION, PETSC_VERSION_MAJOR, PETSC_VERSION_MINOR, PETSC_VERSION_SUBMINOR, hmaj,
+         hmin, hrel, major, minor, mpi, dev[0] ? "  " : "", dev, dev[0] ? "\n" : "");
+  fflush(stdout);
+}
 
 static int run(mt_comm *comm, int *stopped) {
   mt_config cfg;
@@ -54,6 +73,14 @@ int mt_main(int argc, char **argv) {
     return 1;
   }
   mt_mark_launch();
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-version") || !strcmp(argv[i], "--version")) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0) print_version();
+      MPI_Finalize();
+      return 0;
+    }
   /* PETSc reports an unreadable options file as a multi-line traceback
    * from PetscInitialize; find it first and say it in one line. */
   for (int i = 1; i + 1 < argc; i++)
