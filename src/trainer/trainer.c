@@ -319,7 +319,7 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     int every = c->checkpoint_every_steps > 0 && t->global_step % c->checkpoint_every_steps == 0;
     if (sig || timed || every) {
       MT_CALL(mt_trainer_checkpoint(t, epoch, s + 1, epoch_loss, t->elapsed_before + mt_now() - t->loop->run_start));
-      if (sig) {
+      if (sig || t->stop_now) {
         mt_print0("stopped by signal %d after global step %ld: restart with -restart auto\n",
                   mt_trainer_signal(), t->global_step);
         *stopped = 1;
@@ -462,6 +462,12 @@ int mt_trainer_run(mt_trainer *t) {
     if ((c->checkpoint_every_epochs > 0 && (epoch + 1) % c->checkpoint_every_epochs == 0) ||
         (last && c->checkpoint_at_end))
       MT_CALL(mt_trainer_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
+    if (t->stop_now && !last) { /* a signal during the epoch's end: that checkpoint holds it */
+      mt_print0("stopped by signal %d after global step %ld: restart with -restart auto\n",
+                mt_trainer_signal(), t->global_step);
+      t->stopped = 1;
+      return 0;
+    }
   }
   if (c->restore_best) MT_CALL(mt_best_restore(t));
   MT_CALL(mt_trainer_params_whole(t));
