@@ -8,8 +8,9 @@
 #   odls_base_sigkill_timeout) or, when it took longer (-signal_grace), warns
 #   once naming the numbers and the remedies.
 # (SIGTERM to mpirun is not tested here: mpirun exits 1 whatever the ranks
-# do, and whether they checkpoint in its grace varied from run to run; see
-# doc/checkpoints-and-jobs.md. test_restart.sh sends mpirun SIGUSR1.)
+# do, and stops reading their output, so whether they checkpoint in its
+# grace depends on how much they print; see doc/checkpoints-and-jobs.md.
+# test_restart.sh sends mpirun SIGUSR1.)
 . "$top_srcdir/tests/lib.sh"
 make_work
 need_bin "$MPITRAIN" "$MKDATA"
