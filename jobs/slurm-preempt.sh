@@ -1,7 +1,7 @@
 #!/bin/bash
-# A preemption-safe run: 120 s before the time limit (or when the job is
-# preempted) Slurm sends SIGUSR1 to this batch shell, which forwards it to the
-# ranks; they agree at the next step, write a checkpoint and exit with 75; the
+# A preemption-safe run: 120 s before the time limit (Slurm may be some
+# seconds late) Slurm sends SIGUSR1 to this batch shell, which forwards it to
+# the ranks; they agree at the next step, write a checkpoint and exit with 75; the
 # job then requeues itself and the next run resumes with -restart auto from
 # the same output folder (runs/chain-<job name>). The log file is appended
 # to, so it shows every run ("run N" is SLURM_RESTART_COUNT).
@@ -9,6 +9,10 @@
 # Environment (sbatch passes the submitter's on): MPITRAIN (the program,
 # default build/mpitrain), MT_OPTIONS (default inputs/fashion-mlp.opts),
 # MT_RUNS (where the output folder goes, default runs).
+# `scancel --signal=TERM JOB` (or USR1) signals the ranks directly: the same
+# stop. Preemption sends SIGUSR1 only with PreemptParameters=send_user_signal;
+# otherwise SIGTERM to every process of the job, GraceTime before SIGKILL
+# (doc/checkpoints-and-jobs.md#signals).
 # Note: a requeued job waits for Slurm's built-in requeue delay (about 120 s)
 # before it starts again; `scontrol update JobId=ID StartTime=now` skips it.
 #SBATCH --job-name=mpitrain-chain

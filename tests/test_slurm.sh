@@ -10,7 +10,8 @@
 #    sends), which forwards it to the ranks; they checkpoint and exit 75; the
 #    script requeues the job; the second run resumes with -restart auto and
 #    ends with the parameters of an uninterrupted run, bit for bit; its log
-#    shows both runs;
+#    shows both runs; scancel --signal=TERM (to the ranks, as an admin or a
+#    user stops a job) checkpoints, exits 75 and requeues the same way;
 # 4. qsub jobs/pbs-single.sh through slurm-wlm-torque's qsub (when installed).
 #
 # Skips (exit 77) when not root, when Slurm or munge is not installed
@@ -150,6 +151,8 @@ expect_ok "srun -n 2 --mpi=pmix mpitrain trains" \
   timeout -k 5 90 srun -n 2 --mpi=pmix --chdir="$WORK" --time=5 --job-name=mt-srun \
   "$MPITRAIN" "${small[@]}" -output_dir "$WORK/srun"
 expect_output "it ran as one job of 2 ranks" "2 ranks"
+expect_output "the first checkpoint states Slurm's grace (KillWait=3, slurm.conf.in)" \
+  "signals: Slurm (KillWait 3) leaves 3 s from SIGTERM to SIGKILL"
 expect_ok "mpirun -np 2, the same options" \
   run_mpi 2 90 "$MPITRAIN" "${small[@]}" -output_dir "$WORK/mpirun"
 same_bits "srun's model equals mpirun's bit for bit" "$WORK/srun" "$WORK/mpirun"
@@ -204,17 +207,21 @@ echo "# 2. array: $((SECONDS - t)) s"
 
 # ---- 3. signal -> checkpoint -> exit 75 -> requeue -> -restart auto
 t=$SECONDS
-# chain_try EPOCHS: one submission of jobs/slurm-preempt.sh, signalled once
-# it trains. Status 0 when it went through stop, requeue and resume (then
-# CJOB, CLOG and COUT name the job, its log and its output folder), 2 when
-# the run had ended before the test could hold its ranks (a loaded machine:
-# try again with a longer run), 1 on anything else (reported).
+# chain_try EPOCHS [TERM]: one submission of jobs/slurm-preempt.sh, signalled
+# once it trains: SIGUSR1 to the batch shell, or with TERM, SIGTERM to the
+# ranks (scancel --signal=TERM), and then the test stops at the requeue.
+# Status 0 when it went through stop, requeue and resume (then CJOB, CLOG
+# and COUT name the job, its log and its output folder), 2 when the run had
+# ended before the test could hold its ranks (a loaded machine: try again
+# with a longer run), 1 on anything else (reported).
 chain_try() {
-  local n=$1 st
-  CJOB='' CLOG=$WORK/chain-$1.out COUT=$WORK/runs/chain-mtchain$1
+  local n=$1 how=${2:-USR1} st
+  local sigbit=9 name=mtchain$1 # SIGUSR1 - 1: its bit in /proc's masks
+  [ "$how" = TERM ] && sigbit=14 name=mtterm$1
+  CJOB='' CLOG=$WORK/$name.out COUT=$WORK/runs/chain-$name
   printf '%s\n' "-backend ddp" "-model mlp" "-mlp_hidden 512,512" "-data_train $WORK/train.h5" "-epochs $n" \
     "-batch_size 24" "-lr 0.01" "-momentum 0.9" "-threads 1" "-log_every 0" >"$WORK/chain-$n.opts"
-  submit CJOB env MT_OPTIONS="$WORK/chain-$n.opts" sbatch --parsable --chdir="$WORK" --job-name="mtchain$n" \
+  submit CJOB env MT_OPTIONS="$WORK/chain-$n.opts" sbatch --parsable --chdir="$WORK" --job-name="$name" \
     --output="$CLOG" "$top_srcdir/jobs/slurm-preempt.sh"
   [ -n "$CJOB" ] || { fail "sbatch jobs/slurm-preempt.sh" "no job id (exit $LAST_RC)"; return 1; }
   pass "sbatch jobs/slurm-preempt.sh ($n epochs, job $CJOB)"
@@ -244,11 +251,16 @@ chain_try() {
   fi
   kill -STOP $RANKS 2>/dev/null
   echo "# job $CJOB: ranks $(echo $RANKS) held after $(($(wc -l <"$COUT/curve.csv" 2>/dev/null || echo 1) - 1)) of $n epochs"
-  # what --signal=B:USR1@N does, without waiting for the time limit
-  run_logged timeout 20 scancel --batch --signal=USR1 "$CJOB"
+  # what --signal=B:USR1@N does, without waiting for the time limit; or
+  # SIGTERM to the job's steps (the ranks), not to the batch shell
+  if [ "$how" = TERM ]; then
+    run_logged timeout 20 scancel --signal=TERM "$CJOB"
+  else
+    run_logged timeout 20 scancel --batch --signal=USR1 "$CJOB"
+  fi
   if [ "$LAST_RC" != 0 ]; then
     kill -CONT $RANKS 2>/dev/null
-    fail "scancel --batch --signal=USR1 $CJOB" "exit $LAST_RC"
+    fail "scancel --signal=$how $CJOB" "exit $LAST_RC"
     return 1
   fi
   LAST_LOG=$CLOG
@@ -261,7 +273,7 @@ chain_try() {
       chain_too_fast "a rank is gone"
       return
     fi
-    fail "the batch shell forwarded SIGUSR1 to the ranks" "no SIGUSR1 pending at the ranks after 60 s"
+    fail "SIG$how reached the ranks" "no SIG$how pending at the ranks after 60 s"
     return 1
   fi
   if ! wait_for 120 chain_stopped; then
@@ -279,7 +291,11 @@ chain_try() {
     grep -v '^epoch ' "$CLOG" | head -n 40 | sed 's/^/#   : /'
     return 1
   fi
-  pass "scancel --batch --signal=USR1: the job checkpointed and requeued itself"
+  pass "scancel --signal=$how: the job checkpointed and requeued itself"
+  if [ "$how" = TERM ]; then # the rest is as for SIGUSR1: end it here
+    run_logged timeout 20 scancel "$CJOB"
+    return 0
+  fi
   # skip Slurm's requeue delay (BeginTime = now + 120 s), but not by less
   # than 2 s: slurmd refuses a credential of the same job issued within the
   # second its old one was revoked ("Job credential revoked"), and the job
@@ -326,12 +342,13 @@ chain_trains() {
 chain_ranks() {
   timeout 10 scontrol listpids "$CJOB" 2>/dev/null | awk '$3 == "0" && $4 != "-" && $1 > 0 { print $1 }'
 }
-# chain_ranks_signalled: every rank has SIGUSR1 pending (it is stopped).
+# chain_ranks_signalled: every rank has the signal pending (it is stopped;
+# sigbit of chain_try, the caller).
 chain_ranks_signalled() {
   local pid m
   for pid in $RANKS; do
     m=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
-    [ -n "$m" ] && (((0x$m >> 9) & 1)) || return 1
+    [ -n "$m" ] && (((0x$m >> sigbit) & 1)) || return 1
   done
 }
 chain_ranks_gone() {
@@ -366,6 +383,21 @@ elif [ "$crc" = 0 ]; then
   same_bits "signal + requeue + restart auto == uninterrupted, bit for bit" "$COUT" "$WORK/twin"
 fi
 echo "# 3. preemption chain: $((SECONDS - t)) s"
+
+# ---- 3b. scancel --signal=TERM: checkpoint, exit 75, requeue
+t=$SECONDS
+for epochs in ${MT_SLURM_CHAIN_EPOCHS:-60 240 960}; do
+  chain_try "$epochs" TERM
+  crc=$?
+  [ "$crc" = 2 ] || break
+done
+if [ "$crc" = 2 ]; then
+  fail "the TERM job was stopped by the signal" "every run ended before the test could hold it"
+elif [ "$crc" = 0 ]; then
+  job_log "SIGTERM: the ranks stopped after a checkpoint" "$CLOG" "stopped by signal 15"
+  job_log "SIGTERM: the script requeued on status 75" "$CLOG" "checkpoint written, requeueing job $CJOB"
+fi
+echo "# 3b. SIGTERM to the ranks: $((SECONDS - t)) s"
 
 # ---- 4. PBS syntax through slurm-wlm-torque's qsub
 t=$SECONDS

@@ -404,6 +404,10 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
   PetscCall(opt_real(PetscOptionsObject, "-comm_timeout",
                      "Hang guard: abort, naming the ranks that did not arrive, after this many "
                      "seconds without progress (0: off)", 300, 0, 0, 1e9, &c->comm_timeout));
+  PetscCall(opt_real(PetscOptionsObject, "-signal_grace",
+                     "Seconds the launcher leaves between SIGTERM and SIGKILL; a first checkpoint "
+                     "that takes longer is warned about (0: Slurm's KillWait, mpirun's "
+                     "odls_base_sigkill_timeout)", 0, 0, 0, 1e9, &c->signal_grace));
   PetscCall(opt_real(PetscOptionsObject, "-ddp_first_bucket_mb",
                      "ddp: size of the first bucket (the last layers', reduced first) in MiB", 1,
                      0, 1, 4096, &c->ddp_first_bucket_mb));

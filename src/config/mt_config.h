@@ -65,6 +65,7 @@ typedef struct {
   char restart[MT_PATH_MAX]; /* none | auto | FILE                          */
   double ddp_bucket_mb;
   double comm_timeout; /* hang guard: seconds without progress, 0 = off   */
+  double signal_grace; /* seconds from SIGTERM to SIGKILL, 0: find out   */
   double peak_gflops;  /* a core's fp32 GEMM peak, for the shares printed */
   double ddp_first_bucket_mb;
   int ddp_overlap;

@@ -10,6 +10,7 @@
 
 #include <omp.h>
 #include <petscsys.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,7 +38,9 @@ static void print_version(void) {
   fflush(stdout);
 }
 
-static int run(mt_comm *comm, int *stopped) {
+/* The trainer's hang guard outlives it (*guard): mt_main ends the run under
+ * it (mt_guard_finish). */
+static int run(mt_comm *comm, int *stopped, mt_guard **guard) {
   mt_config cfg;
   int help_only = 0;
   MT_CALL(mt_config_from_options(comm->world, &cfg, &help_only));
@@ -58,6 +61,10 @@ static int run(mt_comm *comm, int *stopped) {
   int err = mt_trainer_create(&t, &cfg, comm);
   if (!err) err = mt_trainer_run(t);
   if (!err && t->stopped) *stopped = 1;
+  if (t) {
+    *guard = t->guard;
+    t->guard = NULL;
+  }
   mt_trainer_destroy(&t);
   return err;
 }
@@ -100,7 +107,8 @@ int mt_main(int argc, char **argv) {
   mt_h5_quiet();
   mt_comm comm;
   int err = mt_comm_create(&comm), stopped = 0;
-  if (!err) err = run(&comm, &stopped);
+  mt_guard *guard = NULL;
+  if (!err) err = run(&comm, &stopped, &guard);
   /* stopped by SIGUSR1/SIGTERM after a checkpoint: job scripts requeue */
   int rc = stopped ? MT_EXIT_REQUEUE : 0;
   if (err) {
@@ -121,6 +129,18 @@ int mt_main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
+  /* every rank meets here under the hang guard: one that never arrives
+   * (stopped, dead) is named and the job aborted, where MPI_Finalize would
+   * wait for it without a word. MT_TEST_STOP_AT_FINISH=RANK (tests only:
+   * tests/test_hang_guard.sh) has that rank stop itself here, after the
+   * final checkpoint, where a test cannot reliably catch it from outside */
+  const char *hold = getenv("MT_TEST_STOP_AT_FINISH");
+  if (hold && *hold && atoi(hold) == comm.rank) raise(SIGSTOP);
+  if (mt_guard_finish(guard, comm.world)) {
+    if (comm.rank == 0) fprintf(stderr, "mpitrain: error: %s\n", mt_error_message());
+    rc = 1;
+  }
+  mt_guard_stop(&guard);
   mt_comm_destroy(&comm);
   PetscFinalize(); /* the signals stay blocked: a late one cannot kill a clean stop */
   MPI_Finalize();

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ----------------------------------------------------------------- signals */
@@ -213,6 +214,29 @@ static int fill_state(const mt_trainer *t, int epoch, int64_t step, double epoch
   return 0;
 }
 
+/* Whether any rank has a stop signal, agreed right after a checkpoint: that
+ * checkpoint holds the step, so the run stops without a second write (a
+ * signal seen only at the next step would cost one more step and write). */
+static int agree_stop(mt_trainer *t) {
+  int s = mt_trainer_signal() != 0;
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_INT, MPI_MAX, t->comm->world));
+  t->stop_now = s;
+  return 0;
+}
+
+/* Tests only (tests/test_signals.sh): MT_TEST_SIGNAL_IN_CHECKPOINT=STEP has
+ * rank 0 send itself SIGUSR1 as it writes the checkpoint of that global
+ * step, the moment a test cannot reliably hit from outside. */
+static void test_signal(const mt_trainer *t) {
+  const char *v = getenv("MT_TEST_SIGNAL_IN_CHECKPOINT");
+  if (!v || !*v || t->comm->rank != 0 || atol(v) != t->global_step) return;
+  kill(getpid(), SIGUSR1);
+  for (int i = 0; i < 2000 && !mt_trainer_signal(); i++) { /* the signal thread takes it */
+    const struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+}
+
 int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,
                           double elapsed) {
   mt_ckpt_state st = {0};
@@ -245,6 +269,7 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   double t0 = mt_now();
   mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_CHECKPOINT);
   mt_ev_begin(MT_EV_CKPT);
+  test_signal(t);
   if (!err)
     err = mt_ckpt_save(t->comm->world, c->checkpoint_dir, t->global_step, c->checkpoint_keep,
                        &ts, &meta, &st, path, sizeof(path));
@@ -259,9 +284,10 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
     mt_print0("checkpoint %s: epoch %d, step %lld of %lld, global step %ld (%.2f s)\n", path,
               epoch + 1, (long long)step, (long long)t->steps_per_epoch, t->global_step,
               mt_now() - t0);
+  mt_signal_grace_check(t, mt_now() - t0);
   t->last_checkpoint = mt_now();
   snprintf(t->last_good, sizeof(t->last_good), "%s", path);
-  return 0;
+  return agree_stop(t);
 }
 
 /* --------------------------------------------------------------- restart */

@@ -348,7 +348,7 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     if (s + 1 == t->steps_per_epoch && epoch_checkpoint_follows(c, epoch)) every = timed = 0;
     if (sig || timed || every) {
       MT_CALL(save_checkpoint(t, epoch, s + 1, epoch_loss, t->elapsed_before + mt_now() - t->loop->run_start));
-      if (sig) {
+      if (sig || t->stop_now) {
         mt_print0("stopped by signal %d after global step %ld: restart with -restart auto\n",
                   agreed_signal(t), t->global_step);
         *stopped = 1;
@@ -481,8 +481,15 @@ int mt_trainer_run(mt_trainer *t) {
                     : 0;
     MT_CALL(mt_trainer_write_failed(t, mt_agree(t->comm->world, err)));
     if (t->privacy->epoch_end) MT_CALL(t->privacy->epoch_end(t, epoch));
+    const int last = epoch + 1 == c->epochs || early;
     if (epoch_checkpoint_follows(c, epoch) || (early && c->checkpoint_at_end))
       MT_CALL(save_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
+    if (t->stop_now && !last) { /* a signal during the epoch's end: that checkpoint holds it */
+      mt_print0("stopped by signal %d after global step %ld: restart with -restart auto\n",
+                agreed_signal(t), t->global_step);
+      t->stopped = 1;
+      return 0;
+    }
   }
   int restored = 0; /* the epoch whose model the test sets and last line see */
   if (c->restore_best) MT_CALL(mt_best_restore(t, &restored));

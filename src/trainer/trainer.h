@@ -69,6 +69,8 @@ typedef struct {
   /* the run's identity in its checkpoints (16 hex digits): new at a fresh
    * start, the checkpoint's at a restart; keep-K prunes only its files */
   char run_id[32];
+  int stop_now; /* a signal seen by the end of the last checkpoint: that
+                   checkpoint holds this step, stop without another      */
   struct mt_eval *eval; /* test sets, evaluation loaders, tallies (validate.c) */
   struct mt_best *best; /* smoothed loss, best model, early stop (best.c) */
   struct mt_amp *amp; /* mixed precision (trainer/amp.h), NULL for fp32  */
@@ -195,6 +197,13 @@ int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, do
 void mt_trainer_signals_block(void); /* this thread and those it starts   */
 void mt_trainer_signals_install(void);
 int mt_trainer_signal(void);
+/* The seconds from SIGTERM to SIGKILL that the launcher leaves (-signal_grace,
+ * else Slurm's KillWait, else mpirun's odls_base_sigkill_timeout; 0 when
+ * unknown) and in from what they are. Runs scontrol under Slurm. */
+double mt_signal_grace(const mt_config *c, char *from, size_t n);
+/* On rank 0, after the run's first checkpoint, which took seconds: a
+ * warning when the launcher's grace is shorter, else a line saying both. */
+void mt_signal_grace_check(const mt_trainer *t, double seconds);
 int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_loss,
                           double elapsed);
 int mt_trainer_restart(mt_trainer *t);
