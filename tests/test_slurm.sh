@@ -399,6 +399,41 @@ elif [ "$crc" = 0 ]; then
 fi
 echo "# 3b. SIGTERM to the ranks: $((SECONDS - t)) s"
 
+# ---- 3c. a checkpoint longer than KillWait (3 s here): the first checkpoint
+# warns, and a plain scancel (SIGTERM, SIGKILL 3 s later) during a later
+# checkpoint loses only that one: the one before is whole and -restart auto
+# resumes from it. MT_TEST_CHECKPOINT_DELAY (a test hook, ckpt_write.c) makes
+# each write 8 s longer.
+t=$SECONDS
+kw=(-backend ddp -model mlp -mlp_hidden 40,24 -data_train "$WORK/train.h5" -epochs 2
+  -max_train_steps_per_epoch 20 -batch_size 24 -lr 0.05 -threads 1 -log_every 0
+  -checkpoint_every_steps 5 -checkpoint_keep 0 -output_dir "$WORK/kw")
+MT_TEST_CHECKPOINT_DELAY=8 timeout -k 5 90 srun -n 2 --mpi=pmix --chdir="$WORK" --time=5 \
+  --job-name=mt-killwait "$MPITRAIN" "${kw[@]}" >"$WORK/kw.log" 2>&1 </dev/null &
+kpid=$!
+if wait_for 60 grep -q 'ckpt-5.h5: ' "$WORK/kw.log"; then
+  sleep 1.5 # ckpt-10 is in its write
+  kjob=$(squeue -h -n mt-killwait -o %i | head -n 1)
+  [ -n "$kjob" ] && scancel "$kjob"
+  wait "$kpid"
+  LAST_LOG=$WORK/kw.log
+  expect_output "the first checkpoint warns that it is longer than KillWait" \
+    "more than the 3 s that Slurm (KillWait 3) leaves between SIGTERM and SIGKILL"
+  ck=$WORK/kw/checkpoints
+  [ ! -e "$ck/ckpt-10.h5" ] && [ -f "$ck/ckpt-5.h5" ] && pass "SIGKILL in the write lost only that checkpoint" \
+    || fail "SIGKILL in the write lost only that checkpoint" "$(ls "$ck" | tr '\n' ' ')"
+  expect_ok "-restart auto after the kill" run_mpi 2 90 "$MPITRAIN" "${kw[@]}" -restart auto
+  expect_output "it resumes from the checkpoint before the kill" "restart from $ck/ckpt-5.h5"
+  ls "$ck" | grep -q '\.tmp$' && fail "the killed write's .tmp is gone" "$(ls "$ck" | tr '\n' ' ')" \
+    || pass "the killed write's .tmp is gone"
+else
+  kill "$kpid" 2>/dev/null
+  wait "$kpid"
+  LAST_LOG=$WORK/kw.log
+  fail "the slow-checkpoint run reached its first checkpoint" "no ckpt-5.h5 line in 60 s"
+fi
+echo "# 3c. a checkpoint longer than KillWait: $((SECONDS - t)) s"
+
 # ---- 4. PBS syntax through slurm-wlm-torque's qsub
 t=$SECONDS
 if ! command -v qsub >/dev/null 2>&1; then

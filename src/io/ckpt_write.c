@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -366,6 +367,14 @@ int mt_ckpt_save(MPI_Comm comm, const char *dir, int64_t step, int keep,
 
   /* each rank flushes what its node wrote; then rank 0 publishes */
   err = mt_ckpt_sync_path(tmp, 0);
+  /* TEST HOOK (tests/test_slurm.sh only): MT_TEST_CHECKPOINT_DELAY=S makes
+   * every checkpoint take S seconds more, between its write and its rename,
+   * to stand for a write longer than the launcher's grace */
+  const char *delay = getenv("MT_TEST_CHECKPOINT_DELAY");
+  if (delay && atof(delay) > 0) {
+    struct timespec ts = {(time_t)atof(delay), (long)((atof(delay) - (double)(time_t)atof(delay)) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
   err = mt_agree(comm, err);
   if (!err && rank == 0) {
     const char *base = strrchr(fin, '/') ? strrchr(fin, '/') + 1 : fin;
