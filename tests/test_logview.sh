@@ -3,8 +3,8 @@
 # convolutions' flops (PetscLogFlops) inside mtForward, mtBackward and
 # mtValidation. Each rank's count (-log_view :FILE:ascii_csv) equals the
 # model's flops per sample, worked out here from the shapes, times the
-# samples that rank computed, at 1 and 2 ranks and with 2 threads splitting
-# the batch; the text table's flop column agrees to its 3 digits and its
+# samples that rank computed, at 1 and 2 ranks, in fp64 and with 2 threads
+# splitting the batch; the text table's flop column agrees to its 3 digits and its
 # Mflop/s column is not zero.
 . "$top_srcdir/tests/lib.sh"
 make_work
@@ -82,6 +82,8 @@ check_table "mlp 1 rank: mtBackward row" mtBackward $((256 * bwd))
 check_table "mlp 1 rank: mtValidation row" mtValidation $((64 * fwd))
 run mlp2 2 1 ":$WORK/mlp2.csv:ascii_csv" "${mlp[@]}"
 check_csv "mlp 2 ranks: flops per rank" 2 "$WORK/mlp2.csv" $((128 * fwd)) $((128 * bwd)) $fwd
+run mlp64 1 1 ":$WORK/mlp64.csv:ascii_csv" "${mlp[@]}" -precision fp64
+check_csv "mlp fp64: flops" 1 "$WORK/mlp64.csv" $((256 * fwd)) $((256 * bwd)) $fwd
 # two threads split each batch: the same counts, backward in its own event
 run mlp2t 1 2 ":$WORK/mlp2t.csv:ascii_csv" "${mlp[@]}"
 check_csv "mlp 2 threads: flops" 1 "$WORK/mlp2t.csv" $((256 * fwd)) $((256 * bwd)) $fwd
@@ -101,6 +103,8 @@ check_table "cnn 1 rank: mtForward row" mtForward $((64 * fwd))
 check_table "cnn 1 rank: mtBackward row" mtBackward $((64 * bwd))
 run cnn2 2 1 ":$WORK/cnn2.csv:ascii_csv" "${cnn[@]}"
 check_csv "cnn 2 ranks: flops per rank" 2 "$WORK/cnn2.csv" $((32 * fwd)) $((32 * bwd)) $fwd
+run cnn64 1 1 ":$WORK/cnn64.csv:ascii_csv" "${cnn[@]}" -precision fp64
+check_csv "cnn fp64: flops" 1 "$WORK/cnn64.csv" $((64 * fwd)) $((64 * bwd)) $fwd
 
 # ---- gpt: L 2, C 32, T 16, byte vocabulary V 256; per token the GEMMs touch
 # 12 L C^2 + V C weights (the tied head) and attention 2 T C per layer
@@ -116,4 +120,6 @@ check_table "gpt 1 rank: mtBackward row" mtBackward $((12 * bwd))
 check_table "gpt 1 rank: mtValidation row" mtValidation $((8 * fwd))
 run gpt2 2 1 ":$WORK/gpt2.csv:ascii_csv" "${gpt[@]}"
 check_csv "gpt 2 ranks: flops per rank" 2 "$WORK/gpt2.csv" $((6 * fwd)) $((6 * bwd)) $fwd
+run gpt64 1 1 ":$WORK/gpt64.csv:ascii_csv" "${gpt[@]}" -precision fp64
+check_csv "gpt fp64: flops" 1 "$WORK/gpt64.csv" $((12 * fwd)) $((12 * bwd)) $fwd
 finish
