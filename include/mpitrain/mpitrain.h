@@ -260,6 +260,10 @@ typedef struct {
    * sample. */
   int (*backward_clipped)(mt_model *m, const float *params, float *grads, double max_norm, int B,
                           double *norms);
+  /* Optional: the forward's share of flops_per_sample (the rest is the
+   * backward's), logged with PetscLogFlops so -log_view's mtForward,
+   * mtBackward and mtValidation show flops; without it they show none. */
+  double (*forward_flops_per_sample)(const mt_model *m);
 } mt_model_ops;
 
 struct mt_model {

@@ -128,7 +128,13 @@ static void cnn_print(const mt_model_hparams *h, FILE *f, int line) {
 }
 
 static double cnn_flops_dt(const mt_model *m) {
-  return m->dtype == MT_FP64 ? cnn_flops_f64(m) : cnn_flops(m);
+  return m->dtype == MT_FP64 ? cnn_flops_f64(m, NULL) : cnn_flops(m, NULL);
+}
+
+static double cnn_forward_flops_dt(const mt_model *m) {
+  double f = 0;
+  (void)(m->dtype == MT_FP64 ? cnn_flops_f64(m, &f) : cnn_flops(m, &f));
+  return f;
 }
 
 static void cnn_destroy_dt(mt_model *m) {
@@ -146,6 +152,7 @@ const mt_model_ops mt_cnn_ops = {
     .forward = cnn_forward,
     .backward = cnn_backward,
     .flops_per_sample = cnn_flops_dt,
+    .forward_flops_per_sample = cnn_forward_flops_dt,
     .destroy = cnn_destroy_dt,
     .forward64 = cnn_forward_f64,
     .backward64 = cnn_backward_f64,

@@ -326,16 +326,20 @@ static int MT_T(cnn_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
 }
 #endif
 
-static double MT_T(cnn_flops)(const mt_model *m) {
+/* The convolutions' and GEMMs' FLOPs of one sample: forward into *fwd;
+ * the result is forward plus backward. */
+static double MT_T(cnn_flops)(const mt_model *m, double *fwd) {
   const MT_T(cnn) *s = m->data;
-  double f = 0;
+  double f = 0, f0 = 0;
   for (int l = 0; l < s->nb; l++) {
     const mt_conv2d_shape *c = &s->conv[l].s;
-    double fwd = 2.0 * c->OC * c->OH * c->OW * (double)c->IC * c->KH * c->KW;
-    f += fwd * (l ? 3 : 2); /* the first layer needs no input gradient */
+    double fl = 2.0 * c->OC * c->OH * c->OW * (double)c->IC * c->KH * c->KW;
+    f0 += fl;
+    f += fl * (l ? 3 : 2); /* the first layer needs no input gradient */
   }
-  f += 2.0 * s->flat * s->hidden * 3 + 2.0 * s->hidden * s->classes * 3;
-  return f;
+  const double lin = 2.0 * s->flat * s->hidden + 2.0 * s->hidden * s->classes;
+  if (fwd) *fwd = f0 + lin;
+  return f + 3 * lin;
 }
 
 static void MT_T(cnn_destroy)(mt_model *m) {

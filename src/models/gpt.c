@@ -137,7 +137,13 @@ const mt_gpt_hparams *mt_gpt_hparams_of(const mt_model *m) {
 static int gpt_window(const mt_model_hparams *h) { return h->gpt.block; }
 
 static double gpt_flops_dt(const mt_model *m) {
-  return m->dtype == MT_FP64 ? gpt_flops_f64(m) : gpt_flops(m);
+  return m->dtype == MT_FP64 ? gpt_flops_f64(m, NULL) : gpt_flops(m, NULL);
+}
+
+static double gpt_forward_flops_dt(const mt_model *m) {
+  double f = 0;
+  (void)(m->dtype == MT_FP64 ? gpt_flops_f64(m, &f) : gpt_flops(m, &f));
+  return f;
 }
 
 static void gpt_destroy_dt(mt_model *m) {
@@ -155,6 +161,7 @@ const mt_model_ops mt_gpt_ops = {
     .forward = gpt_forward,
     .backward = gpt_backward,
     .flops_per_sample = gpt_flops_dt,
+    .forward_flops_per_sample = gpt_forward_flops_dt,
     .destroy = gpt_destroy_dt,
     .forward64 = gpt_forward_f64,
     .backward64 = gpt_backward_f64,

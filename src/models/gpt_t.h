@@ -214,11 +214,14 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   return 0;
 }
 
-static double MT_T(gpt_flops)(const mt_model *m) {
+/* The GEMMs' FLOPs of one sample (T tokens): forward into *fwd; the result
+ * is forward plus backward (twice the forward's). */
+static double MT_T(gpt_flops)(const mt_model *m, double *fwd) {
   const MT_T(gpt) *s = m->data;
   double C = s->C, T = s->T, V = s->V;
   /* per token: 6 x (weights touched by GEMMs) + attention 2 x 2 T C per layer x 3 */
   double w = s->L * 12.0 * C * C + V * C;
+  if (fwd) *fwd = T * (2.0 * w + s->L * 2.0 * T * C);
   return T * (6.0 * w + s->L * 6.0 * T * C);
 }
 

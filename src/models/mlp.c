@@ -84,7 +84,13 @@ static void mlp_print(const mt_model_hparams *h, FILE *f, int line) {
 }
 
 static double mlp_flops_dt(const mt_model *m) {
-  return m->dtype == MT_FP64 ? mlp_flops_f64(m) : mlp_flops(m);
+  return m->dtype == MT_FP64 ? mlp_flops_f64(m, NULL) : mlp_flops(m, NULL);
+}
+
+static double mlp_forward_flops_dt(const mt_model *m) {
+  double f = 0;
+  (void)(m->dtype == MT_FP64 ? mlp_flops_f64(m, &f) : mlp_flops(m, &f));
+  return f;
 }
 
 static void mlp_destroy_dt(mt_model *m) {
@@ -102,6 +108,7 @@ const mt_model_ops mt_mlp_ops = {
     .forward = mlp_forward,
     .backward = mlp_backward,
     .flops_per_sample = mlp_flops_dt,
+    .forward_flops_per_sample = mlp_forward_flops_dt,
     .destroy = mlp_destroy_dt,
     .forward64 = mlp_forward_f64,
     .backward64 = mlp_backward_f64,

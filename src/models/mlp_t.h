@@ -200,10 +200,17 @@ static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
 }
 #endif
 
-static double MT_T(mlp_flops)(const mt_model *m) {
+/* The GEMMs' FLOPs of one sample: forward into *fwd; the result is forward
+ * plus backward (twice the forward's, but the first layer needs no input
+ * gradient). */
+static double MT_T(mlp_flops)(const mt_model *m, double *fwd) {
   const MT_T(mlp) *s = m->data;
-  double f = 0;
-  for (int l = 0; l < s->nl; l++) f += 2.0 * s->dim[l] * s->dim[l + 1] * (l ? 3 : 2);
+  double f = 0, f0 = 0;
+  for (int l = 0; l < s->nl; l++) {
+    f0 += 2.0 * s->dim[l] * s->dim[l + 1];
+    f += 2.0 * s->dim[l] * s->dim[l + 1] * (l ? 3 : 2);
+  }
+  if (fwd) *fwd = f0;
   return f;
 }
 

@@ -152,12 +152,23 @@ static int unit_use(void *ctx, int unit, int pass) {
  * gathers and reductions, ddp's overlapped all-reduce). */
 static double comm_seconds(const mt_trainer *t) { return t->owner->comm_seconds(t); }
 
+/* The model's flops of rows samples, forward (backward 0) or backward
+ * (the rest of flops_per_sample), for the events open now (-log_view). */
+static void log_flops(const mt_trainer *t, int backward, int rows) {
+  const mt_model_ops *o = t->model->ops;
+  if (!o->forward_flops_per_sample || (backward && !o->flops_per_sample)) return;
+  const double f = o->forward_flops_per_sample(t->model);
+  mt_ev_flops(rows * (backward ? o->flops_per_sample(t->model) - f : f));
+}
+
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st) {
   const int T = t->threads->n, rows = b->n;
   if (t->gpu) { /* -device cuda: training steps run mt_gpu_step_micro */
     MT_CHECK(!backward, MT_ERR_STATE, "-device cuda: a CPU backward asked for");
-    return mt_gpu_eval(t, b, losses, st);
+    MT_CALL(mt_gpu_eval(t, b, losses, st));
+    log_flops(t, 0, rows);
+    return 0;
   }
   /* evaluation passes differ in length between ranks: no gathers in them */
   MT_CHECK(backward || t->owner->pinned(t), MT_ERR_STATE,
@@ -170,6 +181,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
     m->unit_ctx = t;
     double c0 = comm_seconds(t);
     MT_CALL(mt_trainer_forward(t, m, b, losses, st));
+    log_flops(t, 0, rows);
     if (backward) {
       mt_ev_end(MT_EV_FORWARD);
       /* communication inside the passes is exposed: the pass waited for it */
@@ -185,15 +197,18 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       m->unit_done = NULL;
       MT_CALL(err);
       MT_CALL(t->threads->overlap_err);
+      log_flops(t, 1, rows);
       mt_ev_end(MT_EV_BACKWARD);
       mt_ev_move(MT_EV_BACKWARD, MT_EV_COMM, comm_seconds(t) - c0);
     }
     return 0;
   }
-  if (backward) mt_ev_begin(MT_EV_FORWARD); /* threads: forward and backward as one */
+  if (backward) mt_ev_begin(MT_EV_FORWARD);
   mt_batch_stats part[MT_MAX_THREADS];
   int err[MT_MAX_THREADS];
   char msg[1024] = "";
+  /* the forward of every thread's rows, then (a second team, so that the
+   * events and their flops stay on this thread) their backward */
 #pragma omp parallel num_threads(T)
   {
     omp_set_num_threads(1); /* this thread's own nested work: one thread */
@@ -211,7 +226,6 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       mt_batch sub = mt_batch_rows(b, r0, r1);
       err[i] = mt_trainer_forward(t, m, &sub, losses ? mt_flat_at(t, losses, (size_t)r0) : NULL,
                                   &part[i]);
-      if (!err[i] && backward) err[i] = mt_trainer_backward(t, m, t->threads->grads[i], scale, r1 - r0);
       if (err[i]) {
 #pragma omp critical(mt_compute_err)
         if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
@@ -219,7 +233,29 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       }
     }
   }
+  log_flops(t, 0, rows);
   if (backward) mt_ev_end(MT_EV_FORWARD);
+  int failed = 0;
+  for (int i = 0; i < T; i++) failed |= err[i];
+  if (backward && !failed) {
+    mt_ev_begin(MT_EV_BACKWARD);
+#pragma omp parallel num_threads(T)
+    {
+      omp_set_num_threads(1);
+      int i = omp_get_thread_num();
+      int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
+      if (r1 > r0) {
+        err[i] = mt_trainer_backward(t, t->threads->model[i], t->threads->grads[i], scale, r1 - r0);
+        if (err[i]) {
+#pragma omp critical(mt_compute_err)
+          if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
+          mt_error_clear();
+        }
+      }
+    }
+    log_flops(t, 1, rows);
+    mt_ev_end(MT_EV_BACKWARD);
+  }
   for (int i = 0; i < T; i++) {
     if (err[i]) return MT_ERR(err[i], "thread %d: %s", i, msg);
     st->loss_sum += part[i].loss_sum;

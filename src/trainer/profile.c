@@ -37,6 +37,13 @@ void mt_ev_end(mt_event e) {
   if (registered_) (void)PetscLogEventEnd(ev_[e], 0, 0, 0, 0);
 }
 
+/* PETSc adds the flops logged between an event's begin and end to that
+ * event (and to every other event open then); its counter is one global,
+ * so this is called on the thread that opened the event. */
+void mt_ev_flops(double flops) {
+  if (registered_ && flops > 0) (void)PetscLogFlops(flops);
+}
+
 void mt_ev_move(mt_event from, mt_event to, double secs) {
   total_[from] -= secs;
   total_[to] += secs;

@@ -241,8 +241,8 @@ void *mt_best_buf(const mt_trainer *t);
 /* Profiling (profile.c): PETSc logging events for -log_view and rank 0's
  * per-epoch shares of the epoch's time, GFLOP/s against -peak_gflops per
  * core, tokens/s for token data, and bytes all-reduced. Events are begun
- * and ended on the main thread only; with the batch split over threads the
- * forward event covers forward and backward. */
+ * and ended on the main thread only (the batch split over threads runs
+ * the threads' forwards, then their backwards). */
 typedef enum {
   MT_EV_DATA, MT_EV_FORWARD, MT_EV_BACKWARD, MT_EV_COMM, MT_EV_OPTIM, MT_EV_CKPT, MT_EV_VALID,
   MT_EV_COUNT
@@ -250,6 +250,9 @@ typedef enum {
 int mt_profile_init(void);
 void mt_ev_begin(mt_event e);
 void mt_ev_end(mt_event e);
+/* mt_ev_flops: flops done inside the events open now, for -log_view
+ * (PetscLogFlops); on the main thread only. */
+void mt_ev_flops(double flops);
 /* Moves secs of this epoch's tally from one phase to another (the
  * communication waits inside the forward and backward passes are counted
  * as exposed communication); PETSc's events keep them nested. */
