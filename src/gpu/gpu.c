@@ -390,6 +390,9 @@ int mt_gpu_step_micro(mt_trainer *t, const mt_batch *b, int k, int last, double 
   if (!g->zero3) dm->unit_done = NULL;
   MT_CALL(err);
   MT_CALL(g->overlap_err);
+  /* -log_view: on the device forward and backward share this event */
+  const mt_model_ops *o = t->model->ops;
+  if (o->flops_per_sample) mt_ev_flops(o->flops_per_sample(t->model) * (double)b->n);
   mt_ev_end(MT_EV_FORWARD);
   return 0;
 }
