@@ -59,9 +59,11 @@ while [ "$first" -lt "$CASES" ]; do
   k=$(awk '{ print $2 }' "$WORK/progress" 2>/dev/null)
   [ -n "$k" ] || bail "fuzz exited $rc before its first case: $(tail -5 "$WORK/fuzz.err")"
   if [ "$rc" = 124 ]; then hangs=$((hangs + 1)); what=hang; else crashes=$((crashes + 1)); what=crash; fi
+  LAST_LOG=$WORK/fuzz.err # fail() shows its end; the report's head and frames here
   fail "case $k of seed $SEED: $what (exit $rc); replay: tests/fuzz --work DIR --corpus $CORPUS --seed $SEED --case $k" \
     "$(grep -E 'ERROR: AddressSanitizer|runtime error|HANG|SUMMARY' "$WORK/fuzz.err" | head -3)"
-  tail -40 "$WORK/fuzz.err" | sed 's/^/#   | /'
+  grep -E '^ +#[0-9]+ 0x' "$WORK/fuzz.err" | head -12 | sed 's/^/#   | /'
+  cp "$WORK/fuzz.err" "$WORK/finding-$k.err"
   first=$((k + 1))
 done
 ran=$((first + $(echo "$summary" | sed -n 's/.*: \([0-9]*\) cases,.*/\1/p')))

@@ -10,6 +10,8 @@
  *   mkbad label V OUT.h5        int64 /y labels, one of them V, no nclasses
  *   mkbad wide W OUT.h5         float /x (4, W), never written (a few KiB)
  *   mkbad vocab V OUT.h5        /tokens with an int64 vocab_size of V
+ *   mkbad nclasses2 V OUT.h5    nclasses an array of 2 values {V, V} (a
+ *                               scalar read of it overran the int: fuzz)
  *
  * The 10000 rows of x_nan put row 100 inside the default sample (its first
  * block is rows 0..511) and row 600 outside it (the second starts at 1355).
@@ -46,8 +48,19 @@ static hid_t dset(hid_t f, const char *name, hid_t type, int rank, const hsize_t
   return d;
 }
 
+/* An attribute of two values. */
+static int attr2(hid_t obj, const char *name, hid_t type, const void *v) {
+  hsize_t two = 2;
+  hid_t sp = H5Screate_simple(1, &two, NULL);
+  hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t st = a < 0 ? -1 : H5Awrite(a, type, v);
+  if (a >= 0) H5Aclose(a);
+  if (sp >= 0) H5Sclose(sp);
+  return st < 0 ? -1 : 0;
+}
+
 static int usage(void) {
-  fputs("usage: mkbad x_nan|x_inf|y_nan|scale_inf|scale_nan|nclasses|label|wide|vocab V OUT.h5\n",
+  fputs("usage: mkbad x_nan|x_inf|y_nan|scale_inf|scale_nan|nclasses|nclasses2|label|wide|vocab V OUT.h5\n",
         stderr);
   return 2;
 }
@@ -84,6 +97,11 @@ int main(int argc, char **argv) {
     dy = dset(f, "y", H5T_NATIVE_INT64, 1, xd, lab);
     if (strcmp(kind, "label"))
       rc = dy < 0 || attr(dy, "nclasses", H5T_NATIVE_INT64, !strcmp(kind, "nclasses") ? (const void *)&v : &four);
+  } else if (!strcmp(kind, "nclasses2")) {
+    int64_t two[2] = {v, v};
+    dx = dset(f, "x", H5T_NATIVE_FLOAT, 2, xd, x);
+    dy = dset(f, "y", H5T_NATIVE_INT64, 1, xd, lab);
+    rc = dy < 0 || attr2(dy, "nclasses", H5T_NATIVE_INT64, two);
   } else if (!strcmp(kind, "y_nan")) {
     y2[row * 2 + 1] = NAN;
     dx = dset(f, "x", H5T_NATIVE_FLOAT, 2, xd, x);

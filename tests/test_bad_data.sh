@@ -33,6 +33,7 @@ mkbad nclasses 100000000 nclasses-1e8.h5
 mkbad nclasses 9223372036854775807 nclasses-max.h5
 mkbad label 2147483647 label-i32max.h5
 mkbad label 9223372036854775807 label-i64max.h5
+mkbad nclasses2 4 nclasses-array.h5
 mkbad wide 2147483656 wide.h5
 mkbad label 3 good4.h5 # all finite, labels 0..3: the training set beside x-nan-600
 mkbad vocab 9223372036854775807 vocab.h5
@@ -102,6 +103,9 @@ for np in 1 2; do
     $np -data_train "$WORK/nclasses-1e8.h5"
   bad_run "np=$np nclasses int64 max" "attribute nclasses of /y is 2147483647, above" \
     $np -data_train "$WORK/nclasses-max.h5"
+  # an attribute of 2 values read as one overran the int (tests/fuzz, ASan)
+  bad_run "np=$np nclasses an array of 2" "$WORK/nclasses-array.h5: attribute nclasses of /y is unreadable" \
+    $np -data_train "$WORK/nclasses-array.h5"
   bad_run "np=$np label int32 max, no nclasses" "largest label 2147483647 makes 2147483648 classes" \
     $np -data_train "$WORK/label-i32max.h5"
   bad_run "np=$np label int64 max" "$WORK/label-i64max.h5: /y holds a label outside the 32-bit" \

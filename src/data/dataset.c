@@ -10,6 +10,18 @@
 
 #define FAIL(...) return MT_ERR(MT_ERR_DATA, __VA_ARGS__)
 
+/* Reads the one-value attribute name of obj as mtype into *v: -1 when it
+ * cannot be read or holds other than one value (H5Aread would write an
+ * attribute of 2 values past *v: found by tests/fuzz). */
+static herr_t read_attr1(hid_t obj, const char *name, hid_t mtype, void *v) {
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t sp = a < 0 ? -1 : H5Aget_space(a);
+  herr_t st = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1 ? H5Aread(a, mtype, v) : -1;
+  if (sp >= 0) H5Sclose(sp);
+  if (a >= 0) H5Aclose(a);
+  return st;
+}
+
 /* /tokens (M) integers: windows of T + 1 tokens. */
 static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like, int window) {
   MT_CHECK(!like || like->tokens, MT_ERR_DATA,
@@ -28,10 +40,8 @@ static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like
   if (cls != H5T_INTEGER) FAIL("data file %s: /tokens must hold integers", path);
   int vocab = 256;
   if (H5Aexists(d->dx, "vocab_size") > 0) {
-    hid_t a = H5Aopen(d->dx, "vocab_size", H5P_DEFAULT);
-    herr_t st = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT, &vocab);
-    if (a >= 0) H5Aclose(a);
-    if (st < 0 || vocab < 2) FAIL("data file %s: attribute vocab_size of /tokens is unreadable or < 2", path);
+    if (read_attr1(d->dx, "vocab_size", H5T_NATIVE_INT, &vocab) < 0 || vocab < 2)
+      FAIL("data file %s: attribute vocab_size of /tokens is unreadable or < 2", path);
     if (vocab > MT_DATA_MAX_CLASSES)
       FAIL("data file %s: attribute vocab_size of /tokens is %d, above the %d tokens mpitrain takes",
            path, vocab, MT_DATA_MAX_CLASSES);
@@ -169,10 +179,8 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   if (d->x_uint8) {
     double s = 1.0 / 255.0;
     if (H5Aexists(d->dx, "scale") > 0) {
-      hid_t a = H5Aopen(d->dx, "scale", H5P_DEFAULT);
-      herr_t st = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_DOUBLE, &s);
-      if (a >= 0) H5Aclose(a);
-      if (st < 0) FAIL("data file %s: cannot read attribute scale of /x", path);
+      if (read_attr1(d->dx, "scale", H5T_NATIVE_DOUBLE, &s) < 0)
+        FAIL("data file %s: cannot read attribute scale of /x (one number)", path);
     }
     /* a non-finite scale (or one whose 255 steps are not finite as floats)
      * makes every input non-finite: the run would train to NaN silently */
@@ -214,10 +222,8 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   if (!err) err = read_labels(dy, path, d->labels);
   int nclasses = 0;
   if (!err && H5Aexists(dy, "nclasses") > 0) {
-    hid_t a = H5Aopen(dy, "nclasses", H5P_DEFAULT);
-    if (a < 0 || H5Aread(a, H5T_NATIVE_INT, &nclasses) < 0 || nclasses < 1)
+    if (read_attr1(dy, "nclasses", H5T_NATIVE_INT, &nclasses) < 0 || nclasses < 1)
       err = MT_ERR(MT_ERR_DATA, "data file %s: attribute nclasses of /y is unreadable or < 1", path);
-    if (a >= 0) H5Aclose(a);
     /* read as int, a larger value is clipped to INT_MAX: refused here too */
     if (!err && nclasses > MT_DATA_MAX_CLASSES)
       err = MT_ERR(MT_ERR_DATA, "data file %s: attribute nclasses of /y is %d, above the %d classes mpitrain takes",
