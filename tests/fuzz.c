@@ -4,7 +4,8 @@
  * cases fit in minutes under AddressSanitizer + UBSan.
  *
  *   fuzz --work DIR --corpus FILE [--seed S] [--cases N | --case K]
- *        [--first K] [--minutes M] [--case_seconds T] [--verbose 1]
+ *        [--first K] [--minutes M] [--case_seconds T] [--verbose 1] [--keep 1]
+ *        [--flip_from BYTE]
  *
  * DIR holds the seed files that tests/fuzz.sh makes (train.h5, img.h5,
  * reg.h5, tokens.h5 if any, ckpt.h5) and the cases' scratch files. FILE has
@@ -91,7 +92,7 @@ static void on_alarm(int sig) {
 /* ------------------------------------------------------------ helpers */
 
 /* A clean refusal: counted, printed with --verbose 1, cleared. */
-static int verbose;
+static int verbose, keep; /* --keep 1: the case's file stays */
 static void refused(void) {
   if (verbose) fprintf(stderr, "  refused: %s\n", mt_error_message());
   mt_error_clear();
@@ -166,6 +167,10 @@ static void any_value(rng *r, char *v, size_t cap) {
     static const char *const f[] = {"train.h5", "img.h5", "reg.h5", "tokens.h5", "ckpt.h5",
                                     "missing.h5", "progress"};
     snprintf(v, cap, "%s/%s", work, f[below(r, 7)]);
+  } else if (k < 8) { /* plausible: a run may get through to training */
+    static const char *const p[] = {"0", "1", "2", "3", "4", "8", "16", "0.1", "0.9", "0.999",
+                                    "1e-3", "-0.1", "4,4", "2,2,2", "5", "64", "1e-8", "65"};
+    snprintf(v, cap, "%s", p[below(r, (int)(sizeof(p) / sizeof(p[0])))]);
   } else {
     snprintf(v, cap, "%s", boundary[below(r, NBOUNDARY)]);
   }
@@ -197,7 +202,7 @@ static int split(const char *line, opt *o) {
 }
 
 static void mutate_options(rng *r, opt *o, int *n) {
-  int m = 1 + below(r, 4);
+  int m = below(r, 2) ? 1 : 1 + below(r, 4);
   for (int k = 0; k < m; k++) {
     int i = below(r, *n), j = below(r, *n);
     switch (below(r, 8)) {
@@ -279,6 +284,7 @@ static void train(const char *line, int always) {
     refused();
   else
     stat_trained++;
+  if (verbose && !err) fprintf(stderr, "  trained: %s\n", line);
   rm_rf(out);
 }
 
@@ -293,19 +299,22 @@ static void case_options(rng *r) {
 
 /* ------------------------------------------------- HDF5 mutations */
 
-/* Flips bytes of path outside its first 512 (HDF5's superblock: a broken
- * one is a clean "not an HDF5 file"), or truncates it. */
+/* Flips bytes of path from byte flip_from on (default 512: past HDF5's
+ * superblock, whose damage is a clean "not an HDF5 file" anyway), or
+ * truncates it. */
+static long flip_from = 512;
 static void mutate_bytes(rng *r, const char *path) {
   struct stat s;
-  if (stat(path, &s) || s.st_size <= 512) return;
+  if (stat(path, &s) || s.st_size <= flip_from) return;
+  const int span = (int)(s.st_size - flip_from);
   if (below(r, 4) == 0) {
-    if (truncate(path, 512 + below(r, (int)(s.st_size - 512)))) return;
+    if (truncate(path, flip_from + below(r, span))) return;
     return;
   }
   int fd = open(path, O_RDWR);
   if (fd < 0) return;
   for (int k = 1 + below(r, 8); k > 0; k--) {
-    off_t at = 512 + (off_t)below(r, (int)(s.st_size - 512));
+    off_t at = flip_from + (off_t)below(r, span);
     unsigned char b;
     if (pread(fd, &b, 1, at) == 1) {
       b ^= (unsigned char)(1u << below(r, 8));
@@ -510,7 +519,7 @@ static void case_data(rng *r, int64_t K) {
       train(line, 1);
     }
   }
-  remove(path);
+  if (!keep) remove(path);
 }
 
 static void case_ckpt(rng *r, int64_t K) {
@@ -535,7 +544,7 @@ static void case_ckpt(rng *r, int64_t K) {
     snprintf(line, sizeof(line), "%s -restart %s -epochs 2", lines[0], path);
     train(line, 1);
   }
-  remove(path);
+  if (!keep) remove(path);
 }
 
 /* --------------------------------------------------------------- main */
@@ -568,6 +577,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--work")) work = v;
     else if (!strcmp(a, "--corpus")) corpus = v;
     else if (!strcmp(a, "--verbose")) verbose = atoi(v);
+    else if (!strcmp(a, "--keep")) keep = atoi(v);
+    else if (!strcmp(a, "--flip_from")) flip_from = atol(v);
     else {
       fprintf(stderr, "fuzz: unknown argument %s\n", a);
       return 2;

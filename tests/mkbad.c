@@ -12,6 +12,9 @@
  *   mkbad vocab V OUT.h5        /tokens with an int64 vocab_size of V
  *   mkbad nclasses2 V OUT.h5    nclasses an array of 2 values {V, V} (a
  *                               scalar read of it overran the int: fuzz)
+ *   mkbad state_epoch V CKPT.h5 sets the checkpoint's trainer state entry
+ *   mkbad state_step V CKPT.h5  epoch / step_in_epoch to V (in place: no
+ *                               checksum covers them; fuzz found INT_MIN)
  *
  * The 10000 rows of x_nan put row 100 inside the default sample (its first
  * block is rows 0..511) and row 600 outside it (the second starts at 1355).
@@ -60,7 +63,8 @@ static int attr2(hid_t obj, const char *name, hid_t type, const void *v) {
 }
 
 static int usage(void) {
-  fputs("usage: mkbad x_nan|x_inf|y_nan|scale_inf|scale_nan|nclasses|nclasses2|label|wide|vocab V OUT.h5\n",
+  fputs("usage: mkbad x_nan|x_inf|y_nan|scale_inf|scale_nan|nclasses|nclasses2|label|wide|vocab|\n"
+        "       state_epoch|state_step V OUT.h5\n",
         stderr);
   return 2;
 }
@@ -78,6 +82,16 @@ int main(int argc, char **argv) {
   for (int i = 0; i < N * 2; i++) y2[i] = (float)(i % 7);
   for (int i = 0; i < N; i++) lab[i] = i % 4;
   int row = (v >= 0 && v < N) ? (int)v : 0;
+  if (!strncmp(kind, "state_", 6)) {
+    const char *key = !strcmp(kind, "state_epoch") ? "epoch" : "step_in_epoch";
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = f < 0 ? -1 : H5Gopen2(f, "trainer_state", H5P_DEFAULT);
+    int rc = g < 0 || H5Adelete(g, key) < 0 || attr(g, key, H5T_NATIVE_INT64, &v);
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0 && H5Fclose(f) < 0) rc = 1;
+    if (rc) fprintf(stderr, "mkbad: error: cannot set %s in %s\n", key, path);
+    return rc;
+  }
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) {
     fprintf(stderr, "mkbad: error: cannot create %s\n", path);
