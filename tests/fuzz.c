@@ -615,7 +615,7 @@ int main(int argc, char **argv) {
   }
 #ifndef __SANITIZE_ADDRESS__
   /* a mutated width must not take the machine (ASan: malloc_limit_mb) */
-  struct rlimit lim = {(rlim_t)8 << 30, (rlim_t)8 << 30};
+  struct rlimit lim = {(rlim_t)4 << 30, (rlim_t)4 << 30};
   setrlimit(RLIMIT_AS, &lim);
 #endif
   int provided, pargc = 2;
