@@ -20,8 +20,8 @@
  *               is short (epochs, steps), mt_trainer_create/run/destroy
  *   data        a seed data file copied and mutated (bytes of the stored
  *               data flipped (--flip_metadata 1: any past the superblock,
- *               where libhdf5 itself can crash), truncated, or through the HDF5 API: /x or
- *               /y replaced by another shape and type, values NaN/Inf/huge,
+ *               where libhdf5 itself can crash), the file truncated, or
+ *               through the HDF5 API: /x or /y replaced by another shape and type, values NaN/Inf/huge,
  *               attributes nclasses/scale/vocab_size deleted or set to
  *               boundary values), then mt_dataset_open and a few batches
  *               through the loader, sometimes a short training run on it
@@ -681,12 +681,14 @@ int main(int argc, char **argv) {
     if (minutes > 0 && mt_now() - t0 > 60 * minutes) break;
     char rec[64];
     int n = snprintf(rec, sizeof(rec), "%llu %lld\n", (unsigned long long)seed, (long long)K);
-    if (progress_fd >= 0 && (ftruncate(progress_fd, 0) || pwrite(progress_fd, rec, (size_t)n, 0) != n))
+    if (progress_fd >= 0 &&
+        (ftruncate(progress_fd, 0) || pwrite(progress_fd, rec, (size_t)n, 0) != n))
       progress_fd = -1;
     snprintf(hang_msg, sizeof(hang_msg),
              "fuzz: HANG: case %lld of seed %llu ran over %.0f s (replay: tests/fuzz --seed %llu "
              "--case %lld ...)\n",
-             (long long)K, (unsigned long long)seed, case_s, (unsigned long long)seed, (long long)K);
+             (long long)K, (unsigned long long)seed, case_s, (unsigned long long)seed,
+             (long long)K);
     if (verbose) fprintf(stderr, "case %lld\n", (long long)K);
     alarm((unsigned)case_s);
     run_case(seed, K);

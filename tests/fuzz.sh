@@ -11,7 +11,9 @@
 #   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 #   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 #   FUZZ_CASES=10000 FUZZ_SEED=1 bash ../tests/fuzz.sh
-# (FUZZ_MINUTES=30 instead of FUZZ_CASES for a timed run). Replay a case:
+# (FUZZ_MINUTES=30 instead of FUZZ_CASES for a timed run; FUZZ_FLIP_METADATA=1
+# flips bytes of HDF5's own metadata too, where libhdf5 itself is not
+# hardened: see tests/fuzz.c). Replay a case:
 #   tests/fuzz --work DIR --corpus ../tests/fuzz_corpus/options.txt --seed S --case K
 # with DIR a folder this script filled (KEEP_WORK=1 keeps it).
 . "${top_srcdir:-$(dirname "$0")/..}/tests/lib.sh"
@@ -48,6 +50,7 @@ first=0 crashes=0 hangs=0 start=$(date +%s)
 while [ "$first" -lt "$CASES" ]; do
   left=$((CASES - first))
   args=(--work "$WORK" --corpus "$CORPUS" --seed "$SEED" --first "$first" --cases "$left")
+  [ "${FUZZ_FLIP_METADATA:-0}" = 1 ] && args+=(--flip_metadata 1)
   if [ "$MINUTES" != 0 ]; then
     m=$(awk -v m="$MINUTES" -v s=$(($(date +%s) - start)) 'BEGIN { print m - s / 60 }')
     awk -v m="$m" 'BEGIN { exit !(m > 0) }' || break

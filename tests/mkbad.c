@@ -110,7 +110,8 @@ int main(int argc, char **argv) {
     dx = dset(f, "x", H5T_NATIVE_FLOAT, 2, xd, x);
     dy = dset(f, "y", H5T_NATIVE_INT64, 1, xd, lab);
     if (strcmp(kind, "label"))
-      rc = dy < 0 || attr(dy, "nclasses", H5T_NATIVE_INT64, !strcmp(kind, "nclasses") ? (const void *)&v : &four);
+      rc = dy < 0 || attr(dy, "nclasses", H5T_NATIVE_INT64,
+                          !strcmp(kind, "nclasses") ? (const void *)&v : &four);
   } else if (!strcmp(kind, "nclasses2")) {
     int64_t two[2] = {v, v};
     dx = dset(f, "x", H5T_NATIVE_FLOAT, 2, xd, x);

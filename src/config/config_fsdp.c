@@ -50,13 +50,15 @@ int mt_config_fsdp(mt_config *c) {
                            "host (CPU offload)", "0", b, sizeof(b)));
   int offload = -1;
   if (given("-fsdp_cpu_offload") && !b[0]) offload = 1; /* a bare flag */
-  static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  static const char *const no[] = {"0", "false", "no", "off"};
   for (int i = 0; i < 4; i++) {
     if (!strcasecmp(b, yes[i])) offload = 1;
     if (!strcasecmp(b, no[i])) offload = 0;
   }
   MT_CHECK(offload >= 0, MT_ERR_OPTION,
-           "option -fsdp_cpu_offload: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, on, off)", b);
+           "option -fsdp_cpu_offload: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, "
+           "on, off)", b);
   MT_CALL(mt_option_int("-sync_module_states",
                         "ddp, fsdp: broadcast rank 0's parameters at start (1) or trust that "
                         "every rank initialised the same (0)", 1, 0, 1, &v));

@@ -226,7 +226,8 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
       err = MT_ERR(MT_ERR_DATA, "data file %s: attribute nclasses of /y is unreadable or < 1", path);
     /* read as int, a larger value is clipped to INT_MAX: refused here too */
     if (!err && nclasses > MT_DATA_MAX_CLASSES)
-      err = MT_ERR(MT_ERR_DATA, "data file %s: attribute nclasses of /y is %d, above the %d classes mpitrain takes",
+      err = MT_ERR(MT_ERR_DATA,
+                   "data file %s: attribute nclasses of /y is %d, above the %d classes mpitrain takes",
                    path, nclasses, MT_DATA_MAX_CLASSES);
   }
   H5Dclose(dy);
@@ -293,8 +294,8 @@ static int check_x(mt_dataset *d, mt_data_check check, int rank, int world) {
       if (isfinite(buf[i])) continue;
       const int64_t row = first + i / numel;
       if (full)
-        err = MT_ERR(MT_ERR_DATA, "data file %s: /x row %lld holds %s (value %lld of the row)", d->path,
-                     (long long)row, isnan(buf[i]) ? "NaN" : "Inf", (long long)(i % numel));
+        err = MT_ERR(MT_ERR_DATA, "data file %s: /x row %lld holds %s (value %lld of the row)",
+                     d->path, (long long)row, isnan(buf[i]) ? "NaN" : "Inf", (long long)(i % numel));
       else
         err = MT_ERR(MT_ERR_DATA,
                      "data file %s: /x row %lld holds %s (value %lld of the row; checked a sample "
