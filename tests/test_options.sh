@@ -229,6 +229,11 @@ expect_error "np=2 -fsdp_cpu_offload with -device auto on a CPU run" "option -fs
   run_mpi 2 "$T" "$MPITRAIN" -backend fsdp -fsdp_sharding_strategy shard_grad_op \
   -fsdp_cpu_offload -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -device auto \
   -output_dir "$(out)"
+# read through PetscOptionsGetBool, a bad value printed PETSc's traceback (tests/fuzz)
+expect_error "np=1 -fsdp_cpu_offload 1e-5" "option -fsdp_cpu_offload: '1e-5' is not a boolean" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend fsdp -fsdp_cpu_offload 1e-5 -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_no_output "np=1 -fsdp_cpu_offload 1e-5: no PETSc traceback" "PETSC ERROR"
 expect_error "np=1 -device cuda -precision fp64" "option -device cuda: -precision fp64" \
   run_mpi 1 "$T" "$MPITRAIN" -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 \
   -precision fp64 -device cuda -output_dir "$(out)"

@@ -118,7 +118,7 @@ static void test_loader(void) {
   const int d = 3;
   CHECK(make_file(path, n, d) == 0, "test file written");
   mt_dataset ds;
-  CHECK_OK(mt_dataset_open(&ds, path, MPI_COMM_SELF, NULL, 0), "dataset opens");
+  CHECK_OK(mt_dataset_open(&ds, path, MPI_COMM_SELF, NULL, 0, MT_DATA_CHECK_SAMPLE), "dataset opens");
   CHECK(ds.n == n && ds.spec.sample_numel == d && ds.spec.nclasses == 5, "dataset shape and classes");
   int64_t perm[97];
   mt_sampler_permutation(7, 0, n, perm);

@@ -8,6 +8,7 @@
 #include "config/mt_config.h"
 #include "backends/backends.h"
 #include "core/core.h"
+#include "data/data.h"
 #include "models/models.h"
 #include "mpitrain/mpitrain.h"
 
@@ -228,6 +229,15 @@ static PetscErrorCode read_run(PetscOptionItems *PetscOptionsObject, mt_config *
   PetscCall(opt_str(PetscOptionsObject, "-data_val",
                     "Validation data sets (HDF5), comma-separated", "", s, sizeof(s), &set));
   parse_files("-data_val", s, c->data_val, &c->nval);
+  /* in mt_data_check's order */
+  static const char *const checks[] = {"sample", "full", "none", NULL};
+  char check[8];
+  PetscCall(opt_choice(PetscOptionsObject, "-data_check",
+                       "Rows of a float /x checked for NaN and Inf at open: sample (4096 rows "
+                       "spread over the file), full (every row) or none",
+                       checks, check, sizeof(check)));
+  for (int i = 0; checks[i]; i++)
+    if (!strcmp(check, checks[i])) c->data_check = i;
   PetscCall(opt_int(PetscOptionsObject, "-epochs",
                     "Number of epochs (0: only evaluate the validation and test sets)", 1, 0,
                     1000000, &c->epochs));

@@ -8,6 +8,7 @@
 
 #include <petscsys.h>
 #include <string.h>
+#include <strings.h>
 
 static int given(const char *name) {
   PetscBool set = PETSC_FALSE;
@@ -42,10 +43,22 @@ int mt_config_fsdp(mt_config *c) {
                         "of gradients held); 0: one unit of each, communication not overlapped",
                         1, 0, 1, &v));
   c->fsdp_prefetch = (int)v;
-  PetscBool offload = PETSC_FALSE, set = PETSC_FALSE;
-  if (PetscOptionsGetBool(NULL, NULL, "-fsdp_cpu_offload", &offload, &set))
-    return MT_ERR(MT_ERR_OPTION, "option -fsdp_cpu_offload: not a boolean");
-  mt_option_record("-fsdp_cpu_offload", offload ? "1" : "0", set == PETSC_TRUE);
+  /* read as a string: PetscOptionsGetBool prints PETSc's traceback for a
+   * value like 1e-5 (tests/fuzz) before the one line the user should see */
+  char b[64];
+  MT_CALL(mt_option_string("-fsdp_cpu_offload", "fsdp: keep the shards and the optimizer on the "
+                           "host (CPU offload)", "0", b, sizeof(b)));
+  int offload = -1;
+  if (given("-fsdp_cpu_offload") && !b[0]) offload = 1; /* a bare flag */
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  static const char *const no[] = {"0", "false", "no", "off"};
+  for (int i = 0; i < 4; i++) {
+    if (!strcasecmp(b, yes[i])) offload = 1;
+    if (!strcasecmp(b, no[i])) offload = 0;
+  }
+  MT_CHECK(offload >= 0, MT_ERR_OPTION,
+           "option -fsdp_cpu_offload: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, "
+           "on, off)", b);
   MT_CALL(mt_option_int("-sync_module_states",
                         "ddp, fsdp: broadcast rank 0's parameters at start (1) or trust that "
                         "every rank initialised the same (0)", 1, 0, 1, &v));
@@ -55,7 +68,7 @@ int mt_config_fsdp(mt_config *c) {
                          "node's memory or its cgroup's limit / its ranks, or ulimit -v)",
                          0, 0, 1e12, &c->memory_limit_mb));
   if (!c->fsdp) return 0; /* given under another backend: refused by config_applies.c */
-  c->fsdp_cpu_offload = offload == PETSC_TRUE; /* checked with -device (config_device.c) */
+  c->fsdp_cpu_offload = offload; /* checked with -device (config_device.c) */
   MT_CHECK(c->fsdp_strategy == MT_FSDP_HYBRID_SHARD || !given("-fsdp_node_size"), MT_ERR_OPTION,
            "option -fsdp_node_size: only for -fsdp_sharding_strategy hybrid_shard");
   MT_CHECK(c->fsdp_node_size == 0 || c->world_size % c->fsdp_node_size == 0, MT_ERR_OPTION,

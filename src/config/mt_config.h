@@ -21,6 +21,7 @@ typedef struct {
   char data_train[MT_PATH_MAX];
   char data_val[MT_MAX_VAL][MT_PATH_MAX];
   int nval;
+  int data_check; /* -data_check: mt_data_check (data/data.h)          */
   int epochs;
   int batch_size;       /* global                                           */
   int micro_batch_size; /* per rank per micro-step                          */

@@ -24,12 +24,29 @@ typedef struct {
   int window;      /* T (tokens)                                          */
 } mt_dataset;
 
+/* The most classes (or tokens of a vocabulary, or float targets of a sample)
+ * a file may declare: the model's output layer is sized by it, and a file
+ * that asks for more (an nclasses attribute of 1e8, a label of 2^31 - 1) is
+ * far likelier broken than meant; refused by name before anything is sized. */
+#define MT_DATA_MAX_CLASSES (1 << 24)
+/* The most values one sample may hold: the models index a sample with int. */
+#define MT_DATA_MAX_SAMPLE_NUMEL INT32_MAX
+
+/* -data_check: which rows of a float /x are checked for NaN and Inf at open
+ * (a uint8 /x's scale and float /y targets are always checked whole). The
+ * sample is MT_DATA_CHECK_ROWS rows (fewer for wide rows) in 8 blocks spread
+ * evenly over the file, the first and last rows included; a file that small
+ * is checked whole. Each rank checks every world-th block. */
+typedef enum { MT_DATA_CHECK_SAMPLE, MT_DATA_CHECK_FULL, MT_DATA_CHECK_NONE } mt_data_check;
+#define MT_DATA_CHECK_ROWS 4096
+
 /* Opens and validates path on every rank of comm; fails on every rank if it
  * fails on any, with a message naming the file. like != NULL (validation
  * sets) requires the training set's kind, sample shape and classes (or
- * vocabulary). window is T for token files (ignored otherwise). */
+ * vocabulary). window is T for token files (ignored otherwise). check:
+ * which rows of a float /x are scanned for non-finite values. */
 int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
-                    int window);
+                    int window, mt_data_check check);
 void mt_dataset_close(mt_dataset *d);
 /* Bytes of scratch mt_dataset_read needs for n rows. */
 size_t mt_dataset_scratch_size(const mt_dataset *d, int n);

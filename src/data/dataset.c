@@ -10,6 +10,18 @@
 
 #define FAIL(...) return MT_ERR(MT_ERR_DATA, __VA_ARGS__)
 
+/* Reads the one-value attribute name of obj as mtype into *v: -1 when it
+ * cannot be read or holds other than one value (H5Aread would write an
+ * attribute of 2 values past *v: found by tests/fuzz). */
+static herr_t read_attr1(hid_t obj, const char *name, hid_t mtype, void *v) {
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t sp = a < 0 ? -1 : H5Aget_space(a);
+  herr_t st = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1 ? H5Aread(a, mtype, v) : -1;
+  if (sp >= 0) H5Sclose(sp);
+  if (a >= 0) H5Aclose(a);
+  return st;
+}
+
 /* /tokens (M) integers: windows of T + 1 tokens. */
 static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like, int window) {
   MT_CHECK(!like || like->tokens, MT_ERR_DATA,
@@ -28,10 +40,11 @@ static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like
   if (cls != H5T_INTEGER) FAIL("data file %s: /tokens must hold integers", path);
   int vocab = 256;
   if (H5Aexists(d->dx, "vocab_size") > 0) {
-    hid_t a = H5Aopen(d->dx, "vocab_size", H5P_DEFAULT);
-    herr_t st = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT, &vocab);
-    if (a >= 0) H5Aclose(a);
-    if (st < 0 || vocab < 2) FAIL("data file %s: attribute vocab_size of /tokens is unreadable or < 2", path);
+    if (read_attr1(d->dx, "vocab_size", H5T_NATIVE_INT, &vocab) < 0 || vocab < 2)
+      FAIL("data file %s: attribute vocab_size of /tokens is unreadable or < 2", path);
+    if (vocab > MT_DATA_MAX_CLASSES)
+      FAIL("data file %s: attribute vocab_size of /tokens is %d, above the %d tokens mpitrain takes",
+           path, vocab, MT_DATA_MAX_CLASSES);
   }
   if (like) {
     if (vocab > like->nclasses)
@@ -39,6 +52,8 @@ static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like
            like->nclasses);
     vocab = like->nclasses;
   }
+  if (m > (hsize_t)INT64_MAX) FAIL("data file %s: /tokens holds %llu tokens, too many to count", path,
+                                   (unsigned long long)m);
   d->window = window;
   d->n = m > 1 ? (int64_t)(m - 1) / window : 0;
   if (d->n < 1)
@@ -60,6 +75,9 @@ static int open_targets(mt_dataset *d, hid_t dy, const char *path, const mt_data
   if ((int64_t)ydims[0] != d->n)
     FAIL("data file %s: /x has %lld samples but /y has %lld targets", path, (long long)d->n,
          (long long)ydims[0]);
+  if (ndy == 2 && ydims[1] > MT_DATA_MAX_CLASSES)
+    FAIL("data file %s: /y dim 1 is %llu targets per sample, above the %d mpitrain takes", path,
+         (unsigned long long)ydims[1], MT_DATA_MAX_CLASSES);
   int k = ndy == 2 ? (int)ydims[1] : 1;
   if (k < 1) FAIL("data file %s: /y has rows of 0 targets", path);
   if (like && like->ntargets != k)
@@ -70,10 +88,33 @@ static int open_targets(mt_dataset *d, hid_t dy, const char *path, const mt_data
     FAIL("data file %s: cannot read /y", path);
   for (int64_t i = 0; i < d->n * k; i++)
     if (!isfinite(d->targets[i]))
-      FAIL("data file %s: target %lld of sample %lld is not finite", path, (long long)(i % k),
-           (long long)(i / k));
+      FAIL("data file %s: /y row %lld holds %s (target %lld)", path, (long long)(i / k),
+           isnan(d->targets[i]) ? "NaN" : "Inf", (long long)(i % k));
   d->spec.ntargets = k;
   d->spec.nclasses = 0;
+  return 0;
+}
+
+/* HDF5 clips an integer that int32 cannot hold (an int64 label of 2^40)
+ * to INT32_MAX without a word; a conversion exception aborts the read. */
+static H5T_conv_ret_t label_overflow(H5T_conv_except_t ex, hid_t src, hid_t dst, void *sbuf,
+                                     void *dbuf, void *flag) {
+  (void)src, (void)dst, (void)sbuf, (void)dbuf;
+  if (ex != H5T_CONV_EXCEPT_RANGE_HI && ex != H5T_CONV_EXCEPT_RANGE_LOW) return H5T_CONV_UNHANDLED;
+  *(int *)flag = 1;
+  return H5T_CONV_ABORT;
+}
+
+static int read_labels(hid_t dy, const char *path, int32_t *labels) {
+  int overflow = 0;
+  hid_t xfer = H5Pcreate(H5P_DATASET_XFER);
+  herr_t st = xfer < 0 ? -1 : H5Pset_type_conv_cb(xfer, label_overflow, &overflow);
+  if (st >= 0) st = H5Dread(dy, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, xfer, labels);
+  if (xfer >= 0) H5Pclose(xfer);
+  if (overflow)
+    FAIL("data file %s: /y holds a label outside the 32-bit integer range (at most %d classes)", path,
+         MT_DATA_MAX_CLASSES);
+  if (st < 0) FAIL("data file %s: cannot read /y", path);
   return 0;
 }
 
@@ -119,23 +160,32 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   else
     FAIL("data file %s: /x must be float32 or uint8 (found a %s of %zu bytes)", path,
          cls == H5T_FLOAT ? "float" : cls == H5T_INTEGER ? "integer" : "non-numeric type", tsize);
-  d->n = (int64_t)dims[0];
-  if (d->n < 1) FAIL("data file %s: /x holds no samples", path);
+  if (dims[0] < 1) FAIL("data file %s: /x holds no samples", path);
   d->spec.ndim = nd - 1;
   d->spec.sample_numel = 1;
+  /* every product of the file's dimensions checked before it is formed */
   for (int i = 1; i < nd; i++) {
+    if (dims[i] < 1 || dims[i] > (hsize_t)MT_DATA_MAX_SAMPLE_NUMEL / (hsize_t)d->spec.sample_numel)
+      FAIL("data file %s: /x dim %d is %llu: a sample of /x would hold %s values (1 to %d)", path, i,
+           (unsigned long long)dims[i], dims[i] < 1 ? "no" : "more than the most", MT_DATA_MAX_SAMPLE_NUMEL);
     d->spec.shape[i - 1] = (int64_t)dims[i];
     d->spec.sample_numel *= (int64_t)dims[i];
   }
+  if (dims[0] > (hsize_t)INT64_MAX / (hsize_t)d->spec.sample_numel)
+    FAIL("data file %s: /x dim 0 is %llu samples, too many to count", path,
+         (unsigned long long)dims[0]);
+  d->n = (int64_t)dims[0];
   d->scale = 1.0f;
   if (d->x_uint8) {
     double s = 1.0 / 255.0;
     if (H5Aexists(d->dx, "scale") > 0) {
-      hid_t a = H5Aopen(d->dx, "scale", H5P_DEFAULT);
-      herr_t st = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_DOUBLE, &s);
-      if (a >= 0) H5Aclose(a);
-      if (st < 0) FAIL("data file %s: cannot read attribute scale of /x", path);
+      if (read_attr1(d->dx, "scale", H5T_NATIVE_DOUBLE, &s) < 0)
+        FAIL("data file %s: cannot read attribute scale of /x (one number)", path);
     }
+    /* a non-finite scale (or one whose 255 steps are not finite as floats)
+     * makes every input non-finite: the run would train to NaN silently */
+    if (!isfinite((float)s) || !isfinite((float)s * 255.0f))
+      FAIL("data file %s: attribute scale of /x is %g, not a finite number", path, s);
     d->scale = (float)s;
   }
   if (like && (like->ndim != d->spec.ndim ||
@@ -169,22 +219,28 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
     err = MT_ERR(MT_ERR_DATA, "data file %s: /x has %lld samples but /y has %lld labels", path,
                  (long long)d->n, (long long)ydims[0]);
   if (!err) err = mt_calloc(&d->labels, (size_t)d->n, sizeof(int32_t), "labels");
-  if (!err && H5Dread(dy, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->labels) < 0)
-    err = MT_ERR(MT_ERR_DATA, "data file %s: cannot read /y", path);
+  if (!err) err = read_labels(dy, path, d->labels);
   int nclasses = 0;
   if (!err && H5Aexists(dy, "nclasses") > 0) {
-    hid_t a = H5Aopen(dy, "nclasses", H5P_DEFAULT);
-    if (a < 0 || H5Aread(a, H5T_NATIVE_INT, &nclasses) < 0 || nclasses < 1)
+    if (read_attr1(dy, "nclasses", H5T_NATIVE_INT, &nclasses) < 0 || nclasses < 1)
       err = MT_ERR(MT_ERR_DATA, "data file %s: attribute nclasses of /y is unreadable or < 1", path);
-    if (a >= 0) H5Aclose(a);
+    /* read as int, a larger value is clipped to INT_MAX: refused here too */
+    if (!err && nclasses > MT_DATA_MAX_CLASSES)
+      err = MT_ERR(MT_ERR_DATA,
+                   "data file %s: attribute nclasses of /y is %d, above the %d classes mpitrain takes",
+                   path, nclasses, MT_DATA_MAX_CLASSES);
   }
   H5Dclose(dy);
   if (err) return err;
   if (like) nclasses = like->nclasses;
   if (nclasses == 0) {
-    int32_t mx = 0;
+    int64_t mx = 0; /* + 1 in 64 bits: a label of INT32_MAX must not wrap */
     for (int64_t i = 0; i < d->n; i++) mx = d->labels[i] > mx ? d->labels[i] : mx;
-    nclasses = mx + 1;
+    if (mx + 1 > MT_DATA_MAX_CLASSES)
+      FAIL("data file %s: /y's largest label %lld makes %lld classes, above the %d mpitrain takes "
+           "(without an nclasses attribute the classes are the largest label + 1)",
+           path, (long long)mx, (long long)mx + 1, MT_DATA_MAX_CLASSES);
+    nclasses = (int)(mx + 1);
   }
   for (int64_t i = 0; i < d->n; i++)
     if (d->labels[i] < 0 || d->labels[i] >= nclasses)
@@ -195,12 +251,73 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   return 0;
 }
 
+/* Rows [first, first + count) of a float /x into buf (count x numel). */
+static int read_block(mt_dataset *d, int64_t first, int64_t count, float *buf) {
+  hsize_t start[MT_MAX_DIMS + 1] = {0}, cnt[MT_MAX_DIMS + 1];
+  start[0] = (hsize_t)first;
+  cnt[0] = (hsize_t)count;
+  for (int k = 0; k < d->spec.ndim; k++) cnt[k + 1] = (hsize_t)d->spec.shape[k];
+  hsize_t m = (hsize_t)count * (hsize_t)d->spec.sample_numel;
+  hid_t fs = H5Dget_space(d->dx), ms = H5Screate_simple(1, &m, NULL);
+  herr_t st = fs < 0 || ms < 0 ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL);
+  if (st >= 0) st = H5Dread(d->dx, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
+  if (ms >= 0) H5Sclose(ms);
+  if (fs >= 0) H5Sclose(fs);
+  if (st < 0)
+    return MT_ERR(MT_ERR_FILE, "data file %s: reading rows %lld..%lld of /x failed", d->path,
+                  (long long)first, (long long)(first + count - 1));
+  return 0;
+}
+
+/* NaN or Inf in a float /x trains silently to NaN: found here, by row.
+ * -data_check sample reads 8 blocks spread over the file (one hyperslab
+ * read each), full every row in chunks of up to 1 Mi values; each rank
+ * checks every world-th block, and mt_agree reports the lowest rank's. */
+static int check_x(mt_dataset *d, mt_data_check check, int rank, int world) {
+  if (check == MT_DATA_CHECK_NONE || d->x_uint8 || d->spec.tokens) return 0;
+  const int64_t numel = d->spec.sample_numel, n = d->n;
+  int64_t per = (1 << 20) / numel, rows = (4 << 20) / numel; /* rows a read, rows in a sample */
+  if (per < 1) per = 1;
+  if (rows < 8) rows = 8;
+  if (rows > MT_DATA_CHECK_ROWS) rows = MT_DATA_CHECK_ROWS;
+  const int full = check == MT_DATA_CHECK_FULL || rows >= n;
+  const int64_t nblocks = full ? (n + per - 1) / per : 8, blk = full ? per : rows / 8;
+  float *buf = NULL;
+  MT_CALL(mt_calloc(&buf, (size_t)(blk * numel), sizeof(float), "the data check's rows"));
+  int err = 0;
+  for (int64_t b = rank; b < nblocks && !err; b += world) {
+    /* a sample's blocks: evenly spaced from row 0 to the last row */
+    int64_t first = full ? b * per : (int64_t)((double)(n - blk) * (double)b / 7.0);
+    int64_t count = full && first + blk > n ? n - first : blk;
+    err = read_block(d, first, count, buf);
+    for (int64_t i = 0; !err && i < count * numel; i++) {
+      if (isfinite(buf[i])) continue;
+      const int64_t row = first + i / numel;
+      if (full)
+        err = MT_ERR(MT_ERR_DATA, "data file %s: /x row %lld holds %s (value %lld of the row)",
+                     d->path, (long long)row, isnan(buf[i]) ? "NaN" : "Inf", (long long)(i % numel));
+      else
+        err = MT_ERR(MT_ERR_DATA,
+                     "data file %s: /x row %lld holds %s (value %lld of the row; checked a sample "
+                     "of %lld of the %lld rows; -data_check full scans every row)",
+                     d->path, (long long)row, isnan(buf[i]) ? "NaN" : "Inf", (long long)(i % numel),
+                     (long long)(8 * blk), (long long)n);
+    }
+  }
+  mt_free(&buf);
+  return err;
+}
+
 int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
-                    int window) {
+                    int window, mt_data_check check) {
   memset(d, 0, sizeof(*d));
   d->file = d->dx = H5I_INVALID_HID;
+  int rank = 0, world = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &world);
   mt_h5_lock();
   int err = open_local(d, path, like, window);
+  if (!err) err = check_x(d, check, rank, world);
   mt_h5_unlock();
   if (err) mt_dataset_close(d);
   MT_CALL(mt_agree(comm, err));

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -360,11 +361,20 @@ static int restore(mt_trainer *t, const char *path) {
   mt_ckpt_tensors ts;
   if (!err) err = tensors(t, bufs, &ts);
   if (!err) err = mt_ckpt_read(t->comm->world, path, &ts, NULL, NULL);
+  /* the position is in attributes, which no checksum covers: a damaged one
+   * must not index outside the epoch (tests/fuzz: step_in_epoch INT_MIN) */
+  int64_t step = 0;
   if (!err) err = mt_ckpt_state_get_i64(&st, "epoch", &v);
-  if (!err) t->start_epoch = (int)v;
-  if (!err) err = mt_ckpt_state_get_i64(&st, "step_in_epoch", &v);
-  if (!err) t->start_step = v;
+  if (!err) err = mt_ckpt_state_get_i64(&st, "step_in_epoch", &step);
+  if (!err && (v < 0 || v > INT_MAX || step < 0 || step >= t->steps_per_epoch))
+    err = MT_ERR(MT_ERR_DATA, "checkpoint %s: trainer state epoch %lld, step_in_epoch %lld is not a "
+                 "position of this run's epochs of %lld steps (the file is damaged)", path,
+                 (long long)v, (long long)step, (long long)t->steps_per_epoch);
+  if (!err) t->start_epoch = (int)v, t->start_step = step;
   if (!err) err = mt_ckpt_state_get_i64(&st, "global_step", &v);
+  if (!err && v < 0)
+    err = MT_ERR(MT_ERR_DATA, "checkpoint %s: trainer state global_step %lld is negative (the file "
+                 "is damaged)", path, (long long)v);
   if (!err) t->global_step = (long)v;
   if (!err) err = mt_ckpt_state_get_f64(&st, "epoch_loss_partial", &t->start_epoch_loss);
   if (!err) err = mt_ckpt_state_get_f64(&st, "elapsed_seconds", &t->elapsed_before);

@@ -39,9 +39,11 @@ static int open_data(mt_trainer *t) {
   /* the model's options were read with the configuration: it knows its
    * window before it is made, and the data layer is told only the number */
   t->window = mt_model_window(c->model);
-  MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL, t->window));
+  MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL, t->window,
+                          c->data_check));
   for (int i = 0; i < c->nval; i++) {
-    MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec, t->window));
+    MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec, t->window,
+                            c->data_check));
     t->nval_open = i + 1;
   }
   t->steps_per_epoch = mt_sampler_train_steps(t->train.n, c->batch_size, c->max_train_steps);

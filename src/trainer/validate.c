@@ -168,7 +168,8 @@ int mt_eval_setup(mt_trainer *t) {
                  c->data_train);
   MT_CALL(mt_agree(w, err));
   for (int i = 0; i < c->ntest; i++) {
-    MT_CALL(mt_dataset_open(&t->eval->test[i], c->data_test[i], w, &t->train.spec, t->window));
+    MT_CALL(mt_dataset_open(&t->eval->test[i], c->data_test[i], w, &t->train.spec, t->window,
+                            c->data_check));
     t->eval->ntest_open = i + 1;
     MT_CALL(mt_agree(w, mt_loader_create(&t->eval->test_loader[i], &t->eval->test[i], c->val_batch_size,
                                          c->prefetch)));
