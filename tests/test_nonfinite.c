@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void make(mt_param_table *t, float *x, mt_ckpt_buf *b, mt_ckpt_tensors *ts) {
@@ -101,6 +102,42 @@ int main(int argc, char **argv) {
   int64_t step = 0;
   rc = mt_ckpt_find_latest(MPI_COMM_WORLD, dir, MT_CKPT_CHECK_DATA, found, sizeof(found), &step);
   CHECK(rc == 0 && step == 5 && !strcmp(found, p5), "-restart auto passes over it to ckpt-5");
+
+  /* the reservation bounds the real file: tensors above the 1 MiB
+   * alignment, two buffers, trainer state */
+  {
+    mt_param_table tb;
+    memset(&tb, 0, sizeof(tb));
+    int64_t sa[2] = {600, 700}, sb[1] = {5}, sc[2] = {1024, 300};
+    if (mt_param_table_add(&tb, "big.weight", 2, sa, 0) || mt_param_table_add(&tb, "b", 1, sb, 1) ||
+        mt_param_table_add(&tb, "big2.weight", 2, sc, 2))
+      tu_fatal("table", "");
+    float *p1 = calloc(tb.total, sizeof(float)), *p2 = calloc(tb.total, sizeof(float));
+    if (!p1 || !p2) tu_fatal("out of memory", "");
+    mt_ckpt_buf bb[2] = {{"params", p1}, {"momentum_buffer", p2}};
+    mt_ckpt_tensors tt = {&tb, bb, 2, mt_ckpt_replicated(), MT_FP32};
+    mt_ckpt_state st = {0};
+    double curve[300];
+    for (int i = 0; i < 300; i++) curve[i] = i;
+    if (mt_ckpt_state_set_f64s(&st, "curve.train_loss", curve, 300) ||
+        mt_ckpt_state_set_str(&st, "model", "mlp"))
+      tu_fatal("state", "");
+    mt_ckpt_meta meta = {"ddp", "mpitrain 0.1.0: backend ddp ...", "0123456789abcdef"};
+    char pb[1200];
+    snprintf(pb, sizeof(pb), "%s/bound.h5", dir);
+    CHECK(mt_ckpt_write(MPI_COMM_WORLD, pb, &tt, &meta, &st) == 0, "a checkpoint of 3.3 MiB written");
+    struct stat sbuf;
+    const uint64_t bound = mt_ckpt_file_bytes(&tt, &meta, &st);
+    if (stat(pb, &sbuf) != 0) sbuf.st_size = -1;
+    CHECK(sbuf.st_size > 0 && (uint64_t)sbuf.st_size <= bound,
+          "its %lld bytes are within the %llu reserved", (long long)sbuf.st_size,
+          (unsigned long long)bound);
+    unlink(pb);
+    mt_ckpt_state_free(&st);
+    free(p1);
+    free(p2);
+    mt_param_table_free(&tb);
+  }
 
   /* room: a file that cannot fit is refused before anything is written */
   char big[1200];

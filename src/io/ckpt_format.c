@@ -116,7 +116,7 @@ hid_t mt_ckpt_fapl(MPI_Comm comm) {
    * keeps large attributes in dense storage. */
   if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 ||
       H5Pset_all_coll_metadata_ops(fapl, 1) < 0 || H5Pset_coll_metadata_write(fapl, 1) < 0 ||
-      H5Pset_alignment(fapl, (hsize_t)1 << 20, (hsize_t)1 << 20) < 0 ||
+      H5Pset_alignment(fapl, MT_CKPT_ALIGN, MT_CKPT_ALIGN) < 0 ||
       H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) < 0) {
     H5Pclose(fapl);
     return H5I_INVALID_HID;

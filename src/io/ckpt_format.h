@@ -82,6 +82,9 @@ hid_t mt_ckpt_h5_mem_type(mt_dtype dtype);
 /* File access list for the MPI-IO driver over comm (collective metadata),
  * a collective transfer list; H5I_INVALID_HID on failure. The caller
  * closes them (H5Pclose). */
+/* Objects of this many bytes or more start on a multiple of it (file
+ * system stripes): mt_ckpt_fapl's alignment. */
+#define MT_CKPT_ALIGN ((hsize_t)1 << 20)
 hid_t mt_ckpt_fapl(MPI_Comm comm);
 hid_t mt_ckpt_dxpl(void);
 

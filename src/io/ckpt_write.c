@@ -71,16 +71,16 @@ static int find_nonfinite(const mt_ckpt_tensors *ts, const mt_ckpt_plan *pl, int
   return 0;
 }
 
-/* The bytes the file will take, at most: the tensors, whose data is
- * allocated at creation (contiguous, no fill), and the metadata: object
- * headers and names per tensor, the trainer state and the header
- * attributes, with room to spare (mt_ckpt_write checks the real size
- * against it). */
-static uint64_t file_bytes(const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
+uint64_t mt_ckpt_file_bytes(const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
                            const mt_ckpt_state *st) {
   const mt_param_table *t = ts->table;
   uint64_t data = 0, meta_b = 256 * 1024;
-  for (int i = 0; i < t->n; i++) data += (uint64_t)t->p[i].numel * mt_ckpt_esz(ts->dtype);
+  for (int i = 0; i < t->n; i++) {
+    const uint64_t b = (uint64_t)t->p[i].numel * mt_ckpt_esz(ts->dtype);
+    /* an object of MT_CKPT_ALIGN bytes or more starts on such a boundary:
+     * up to that much room before it (mt_ckpt_fapl) */
+    data += b >= MT_CKPT_ALIGN ? b + MT_CKPT_ALIGN : b;
+  }
   data *= (uint64_t)ts->nbufs;
   meta_b += (uint64_t)ts->nbufs * (uint64_t)t->n * 4096;
   for (int i = 0; st && i < st->n; i++)
@@ -292,7 +292,7 @@ int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
   w.meta = meta;
   w.st = st;
   w.fapl = w.dxpl = w.dcpl = w.gcpl = w.file = H5I_INVALID_HID;
-  w.bytes = file_bytes(ts, meta, st);
+  w.bytes = mt_ckpt_file_bytes(ts, meta, st);
 
   /* never from non-finite values: named, and nothing written */
   int b = 0, i = 0;

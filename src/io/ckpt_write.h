@@ -33,6 +33,12 @@ typedef struct {
  * and the entries of st (may be NULL) under /trainer_state. st and meta must
  * be the same on every rank (checked). On failure the partial file is
  * removed. Not crash-safe by itself: use mt_ckpt_save. */
+/* The bytes a checkpoint of ts, meta and st takes at most: the tensors
+ * (with their alignment) and a bound on the metadata. mt_ckpt_write
+ * reserves this much before any collective write (io/space.h), and warns
+ * when a file came out larger. */
+uint64_t mt_ckpt_file_bytes(const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
+                           const mt_ckpt_state *st);
 int mt_ckpt_write(MPI_Comm comm, const char *path, const mt_ckpt_tensors *ts,
                   const mt_ckpt_meta *meta, const mt_ckpt_state *st);
 

@@ -166,7 +166,8 @@ static int write_locked(writer *w) {
    * columns, the attributes and headers */
   if (w->rank == 0) {
     const int64_t f = (int64_t)mt_ckpt_esz(w->r->dtype);
-    err = mt_space_reserve(w->path, (uint64_t)(w->total * (16 + f + f * (int64_t)w->C)) + 262144);
+    err = mt_space_reserve(w->path, (uint64_t)(w->total * (16 + f + f * (int64_t)w->C)) + 262144 +
+                                         ND * (uint64_t)MT_CKPT_ALIGN);
   }
   MT_CALL(mt_agree(w->comm, err));
 
