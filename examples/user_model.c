@@ -12,7 +12,9 @@
  * through mt_batch_stats (prediction, logits), and counts the samples it
  * evaluates; its metrics op combines every rank's count and host name with
  * mt_allgather_values into two columns of curve.csv: metric.val_samples
- * (the samples of the pass, over all ranks: the validation set's size) and
+ * (the samples evaluated since the last report, over all ranks and
+ * threads: the validation set's size; with -outputs train the training
+ * set's evaluation pass counts in the next epoch's first report) and
  * metric.hosts (the distinct hosts the ranks ran on).
  * The backend: data parallel like ddp, but summing gradients with
  * MPI_Reduce to rank 0 and MPI_Bcast back (a deliberately different
