@@ -9,7 +9,13 @@
  *   h = tanh(x W1^T + b1),  logits = h W2^T + b2,  loss = cross-entropy,
  * with parameters named like torch.nn.Sequential(Linear, Tanh, Linear).
  * Its forward also fills the per-sample outputs that -outputs asks for
- * through mt_batch_stats (prediction, logits).
+ * through mt_batch_stats (prediction, logits), and counts the samples it
+ * evaluates; its metrics op combines every rank's count and host name with
+ * mt_allgather_values into two columns of curve.csv: metric.val_samples
+ * (the samples evaluated since the last report, over all ranks and
+ * threads: the validation set's size; with -outputs train the training
+ * set's evaluation pass counts in the next epoch's first report) and
+ * metric.hosts (the distinct hosts the ranks ran on).
  * The backend: data parallel like ddp, but summing gradients with
  * MPI_Reduce to rank 0 and MPI_Bcast back (a deliberately different
  * algorithm that must give the same model).
@@ -21,10 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------- the model */
 
 static long hidden_ = 16;
+/* 1: report this rank's own count, uncombined: the trainer refuses metrics
+ * that differ between ranks (shown by tests/test_example.sh) */
+static long local_metrics_ = 0;
 
 typedef struct {
   int D, H, C;
@@ -33,11 +43,15 @@ typedef struct {
   const float *x;
   const int32_t *y;
   int B;
+  int64_t evaluated;  /* samples of evaluation forwards since the last report */
 } net;
 
 static int net_options(void) {
-  return mt_option_int("-softmax_tanh_hidden", "softmax_tanh: hidden units", 16, 1, 1 << 16,
-                       &hidden_);
+  MT_CALL(mt_option_int("-softmax_tanh_hidden", "softmax_tanh: hidden units", 16, 1, 1 << 16,
+                        &hidden_));
+  return mt_option_int("-softmax_tanh_local_metrics",
+                       "softmax_tanh: 1 reports each rank's own count (refused on several ranks)",
+                       0, 0, 1, &local_metrics_);
 }
 
 static int net_setup(mt_model *m, const mt_data_spec *spec, int max_batch) {
@@ -120,6 +134,7 @@ static int net_forward(mt_model *m, const float *params, const mt_batch *bt, flo
     st->loss_sum += loss;
     st->correct += arg == y[b];
   }
+  if (!bt->train) s->evaluated += B;
   return 0;
 }
 
@@ -159,6 +174,48 @@ static void net_destroy(mt_model *m) {
   mt_free(&m->data);
 }
 
+/* The trainer calls this on every rank after each validation pass: the
+ * rank's threads' counts summed, then every rank's count and host gathered
+ * (a mixed-type all-gather) and combined the same way on every rank. */
+static int net_metrics(mt_model *const *models, int nmodels, MPI_Comm comm, int set,
+                       mt_metric *out, int max, int *n) {
+  (void)set;
+  MT_CHECK(max >= 2, MT_ERR_ARG, "softmax_tanh: room for %d metrics, it reports 2", max);
+  int64_t mine = 0;
+  for (int i = 0; i < nmodels; i++) {
+    net *s = models[i]->data;
+    mine += s->evaluated;
+    s->evaluated = 0;
+  }
+  char host[MT_VALUE_STR_MAX] = "";
+  if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
+  int size;
+  MT_MPI(MPI_Comm_size(comm, &size));
+  mt_value v[2] = {mt_value_i64(mine), mt_value_str(host)}, *all = NULL;
+  /* a rank that cannot allocate must not leave the others in the all-gather */
+  int err = mt_calloc(&all, (size_t)size * 2, sizeof(mt_value), "per-rank metrics"), bad = !!err;
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
+  if (bad) {
+    mt_free(&all);
+    return err ? err : MT_ERR(MT_ERR_MEM, "softmax_tanh: another rank could not allocate");
+  }
+  err = mt_allgather_values(comm, v, 2, all);
+  int64_t total = local_metrics_ ? mine : 0;
+  int hosts = 0;
+  for (int r = 0; !err && r < size; r++) {
+    if (!local_metrics_) total += all[2 * r].i;
+    int seen = 0; /* a host counts at its first rank */
+    for (int q = 0; q < r && !seen; q++) seen = strcmp(all[2 * q + 1].s, all[2 * r + 1].s) == 0;
+    hosts += !seen;
+  }
+  mt_free(&all);
+  MT_CALL(err);
+  out[0] = (mt_metric){.name = "val_samples", .value = (double)total};
+  out[1] = (mt_metric){.name = "hosts", .value = hosts};
+  *n = 2;
+  return 0;
+}
+
 static const mt_model_ops softmax_tanh = {
     .name = "softmax_tanh",
     .options = net_options,
@@ -167,6 +224,7 @@ static const mt_model_ops softmax_tanh = {
     .forward = net_forward,
     .backward = net_backward,
     .destroy = net_destroy,
+    .metrics = net_metrics,
 };
 
 /* ----------------------------------------------------------- the backend */

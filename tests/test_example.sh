@@ -4,12 +4,17 @@
 # (and a misspelt one refused), the user's backend on 2 ranks equals sp on 1
 # and composes with the -amp policy its traits allow (and no other), and the
 # user's optimizer equals the built-in sgd, its state restarting bit for bit.
+# Its own metrics (the metrics op, combined over ranks with the public
+# mt_allgather_values) are columns of curve.csv and curve.h5 with the values
+# it must give, restored from a checkpoint, and refused when they differ
+# between ranks.
 . "$top_srcdir/tests/lib.sh"
 make_work
 EX=$top_builddir/examples/user_model
 need_bin "$EX" "$MKDATA"
 "$MKDATA" synth "$WORK/train.h5" 600 10 3 21 >/dev/null || bail "mkdata synth failed"
 "$MKDATA" synth "$WORK/val.h5" 300 10 3 22 >/dev/null || bail "mkdata synth failed"
+"$MKDATA" synth "$WORK/val2.h5" 131 10 3 23 >/dev/null || bail "mkdata synth failed"
 args=(-model softmax_tanh -softmax_tanh_hidden 12 -data_train "$WORK/train.h5" -data_val "$WORK/val.h5"
   -epochs 3 -batch_size 30 -lr 0.2 -momentum 0.5 -log_every 0 -threads 1)
 
@@ -55,4 +60,40 @@ run_logged "$MKDATA" compare "$WORK/hb/model_final.h5" "$WORK/hbr/model_final.h5
   fail "user optimizer restarted == uninterrupted" "parameters differ"
 expect_error "the user's optimizer checks its hyper-parameters" "option -optimizer heavy_ball" \
   run_mpi 1 60 "$EX" "${args[@]}" -optimizer heavy_ball -weight_decay 0.1 -output_dir "$WORK/bad4"
+
+# the user model's own metrics: metric.val_samples is the samples it
+# evaluated in the pass over all ranks (the set's size), metric.hosts the
+# distinct host names of the ranks (one machine here)
+col() { # col FILE NAME: that column of a CSV file, one line per row
+  awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == n) c = i; next }
+    c { print $c }' "$1"
+}
+# what the curve must keep across a restart: everything but the timings
+curve_kept() { cut -d, -f1-4,7- "$1"; }
+expect_ok "user metrics, 2 ranks x 2 threads, 2 validation sets" run_mpi 2 120 "$EX" "${args[@]}" \
+  -backend ddp -threads 2 -thread_split batch -data_val "$WORK/val.h5,$WORK/val2.h5" -output_dir "$WORK/met"
+got=$(col "$WORK/met/curve.csv" metric.val_samples | tr '\n' ' ')
+[ "$got" = "300 131 300 131 300 131 " ] && pass "metric.val_samples is each set's size" ||
+  fail "metric.val_samples is each set's size" "got '$got'"
+got=$(col "$WORK/met/curve.csv" metric.hosts | sort -u | tr '\n' ' ')
+[ "$got" = "1 " ] && pass "metric.hosts gathered from the ranks' strings" ||
+  fail "metric.hosts gathered from the ranks' strings" "got '$got'"
+run_logged "$top_builddir/tests/h5digest" "$WORK/met/curve.h5"
+expect_output "curve.h5 has the metrics' fields" "metric.val_samples@72:f64le,metric.hosts@80:f64le"
+expect_ok "user metrics without validation sets (after each epoch)" run_mpi 1 120 "$EX" \
+  -model softmax_tanh -softmax_tanh_hidden 12 -data_train "$WORK/train.h5" -epochs 2 \
+  -batch_size 30 -log_every 0 -threads 1 -output_dir "$WORK/metnoval"
+got=$(col "$WORK/metnoval/curve.csv" metric.val_samples | tr '\n' ' ')
+[ "$got" = "0 0 " ] && pass "metric.val_samples is 0 without evaluation" ||
+  fail "metric.val_samples is 0 without evaluation" "got '$got'"
+# the restart above (from step 25, in epoch 2) brings epoch 1's metrics back
+[ -n "$(col "$WORK/hbr/curve.csv" metric.val_samples)" ] &&
+  diff <(curve_kept "$WORK/hb/curve.csv") <(curve_kept "$WORK/hbr/curve.csv") >/dev/null &&
+  pass "restarted curve.csv == uninterrupted, metrics included" ||
+  fail "restarted curve.csv == uninterrupted, metrics included" \
+    "$(diff <(curve_kept "$WORK/hb/curve.csv") <(curve_kept "$WORK/hbr/curve.csv") | head -4)"
+expect_error "metrics that differ between ranks are refused, naming the model and metric" \
+  "model softmax_tanh: metric val_samples is" \
+  run_mpi 2 60 "$EX" "${args[@]}" -backend ddp -data_val "$WORK/val2.h5" \
+  -softmax_tanh_local_metrics 1 -output_dir "$WORK/bad5"
 finish

@@ -1,13 +1,15 @@
 /* Collective helpers under MPI at any rank count (run by test_outputs.sh at
  * 1 to 4 ranks, and alone by make check):
- * - mt_allgather_values: every rank receives every rank's values of mixed
- *   types in rank order; long strings are cut; n = 0 works; ranks passing
- *   different counts or types fail on every rank, without a hang;
+ * - mt_allgather_values (public: mpitrain/mpitrain.h alone declares it and
+ *   mt_value): every rank receives every rank's values of mixed types in
+ *   rank order; long strings are cut; n = 0 works; ranks passing different
+ *   counts or types fail on every rank, without a hang;
  * - mt_outputs_write: ranks with unequal row counts (none on some, several
  *   write rounds on others) make one file whose rows are every rank's rows
  *   in order, read back serially; rows out of data-set order or ranks with
  *   different logits widths fail on every rank and leave no file. */
-#include "comm/comm.h"
+#include <mpitrain/mpitrain.h>
+
 #include "io/outputs.h"
 #include "testutil.h"
 

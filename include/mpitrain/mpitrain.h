@@ -147,6 +147,39 @@ int mt_main(int argc, char **argv);
  * written before are intact (74 is sysexits' EX_IOERR). */
 #define MT_EXIT_WRITE 74
 
+/* ------------------------------------------- small per-rank values */
+
+/* One small value of a rank: a count, a time, a host name (aitoolbox's
+ * mp_sync gathers such values). Make them with the constructors below;
+ * only the field of the type is meaningful. */
+typedef enum { MT_VALUE_I64 = 1, MT_VALUE_F64, MT_VALUE_STR } mt_value_type;
+
+#define MT_VALUE_STR_MAX 64 /* string bytes with the NUL; longer is cut   */
+
+typedef struct {
+  int type; /* mt_value_type                                               */
+  int64_t i;
+  double f;
+  char s[MT_VALUE_STR_MAX];
+} mt_value;
+
+/* Not collective, cannot fail. */
+mt_value mt_value_i64(int64_t v);
+mt_value mt_value_f64(double v);
+mt_value mt_value_str(const char *v); /* NULL is ""; cut to MT_VALUE_STR_MAX-1 */
+
+/* Gathers n values of every rank of comm to every rank (the counterpart of
+ * aitoolbox's mp_sync): all[r * n + k] receives rank r's mine[k]; all has
+ * room for size * n values (the caller's) and is written on every rank, so
+ * every rank can combine them the same way (a sum of counts, the slowest
+ * rank's time, the distinct hosts). Collective over comm: one small
+ * all-reduce and one all-gather of a derived MPI datatype (so it holds
+ * across architectures). Every rank passes the same n and the same types in
+ * the same order: anything else fails on every rank with MT_ERR_ARG naming
+ * the first rank and position at fault (never a hang); an MPI failure is
+ * MT_ERR_MPI. Meant for metrics and summaries, not for bulk data. */
+int mt_allgather_values(MPI_Comm comm, const mt_value *mine, int n, mt_value *all);
+
 /* --------------------------------------------------------------- models */
 
 /* What a data set tells a model: sample shape and target kind. */
@@ -215,6 +248,15 @@ typedef struct {
 
 typedef struct mt_model mt_model;
 
+/* A model's own metric (its metrics op): a name, written to curve.csv as
+ * the column metric.NAME, and this pass's value. */
+#define MT_METRIC_NAME_MAX 32 /* name bytes with the NUL                  */
+#define MT_METRICS_MAX 8      /* metrics one model may report             */
+typedef struct {
+  char name[MT_METRIC_NAME_MAX]; /* letters, digits, '_' and '.'            */
+  double value;
+} mt_metric;
+
 /* A model's operations. Forward consumes a batch of b->n <= max_batch
  * samples, keeps what backward needs (it may keep pointers into the batch
  * until backward returns), fills per-sample losses (may be NULL) and the
@@ -264,6 +306,23 @@ typedef struct {
    * backward's), logged with PetscLogFlops so -log_view's mtForward,
    * mtBackward and mtValidation show flops; without it they show none. */
   double (*forward_flops_per_sample)(const mt_model *m);
+  /* Optional: the model's own metrics, which the trainer writes to
+   * curve.csv as columns metric.NAME (and to curve.h5, and to checkpoints
+   * with the curve, so a restarted run's curve keeps them). Called on every
+   * rank after each validation pass (set: the validation set's index) or,
+   * without validation sets, after each epoch's training (set -1);
+   * collective over comm (the run's ranks). models: the rank's nmodels
+   * models (one per thread with a model of its own, -thread_split batch;
+   * models[0] is the rank's main one), so a model that counts in its
+   * forward sums its threads' counts. The op combines the ranks' values
+   * itself over comm (mt_allgather_values, or MPI) and fills out[0, *n),
+   * *n <= max: the same names in the same order at every call, and the
+   * same values on every rank. The trainer refuses other names, a changed
+   * list or values that differ between ranks with an error naming the
+   * model and the metric; an error the op returns on any rank stops the run
+   * on every rank. */
+  int (*metrics)(mt_model *const *models, int nmodels, MPI_Comm comm, int set, mt_metric *out,
+                 int max, int *n);
 } mt_model_ops;
 
 struct mt_model {

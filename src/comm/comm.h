@@ -23,34 +23,8 @@ void mt_comm_destroy(mt_comm *c);
  * and no more than the rank's own cores (a rank bound to one core gets 1). */
 int mt_comm_default_threads(const mt_comm *c, int requested);
 
-/* ------------------------------------------------ small per-rank values */
-
-/* One small value of a rank (sync.c): a count, a time, a host name. Make
- * them with the constructors below. */
-typedef enum { MT_VALUE_I64 = 1, MT_VALUE_F64, MT_VALUE_STR } mt_value_type;
-
-#define MT_VALUE_STR_MAX 64 /* string bytes with the NUL; longer is cut   */
-
-typedef struct {
-  int type; /* mt_value_type                                               */
-  int64_t i;
-  double f;
-  char s[MT_VALUE_STR_MAX];
-} mt_value;
-
-mt_value mt_value_i64(int64_t v);
-mt_value mt_value_f64(double v);
-mt_value mt_value_str(const char *v); /* NULL is ""; cut to MT_VALUE_STR_MAX-1 */
-
-/* Gathers n values of every rank of comm to every rank (the counterpart of
- * aitoolbox's mp_sync): all[r * n + k] receives rank r's mine[k]; all has
- * room for size * n values and is written on every rank. Collective, one
- * small all-reduce and one all-gather of a derived MPI datatype (so it
- * holds across architectures). Every rank passes the same n and the same
- * types in the same order: anything else fails on every rank with
- * MT_ERR_ARG naming the first rank and position at fault (never a hang).
- * Meant for metrics and summaries, not for bulk data. */
-int mt_allgather_values(MPI_Comm comm, const mt_value *mine, int n, mt_value *all);
+/* small per-rank values of mixed types: mt_value and mt_allgather_values
+ * are public (mpitrain/mpitrain.h), for a user's model as for the trainer */
 
 /* ------------------------------------- collectives for sharding (FSDP) */
 

@@ -50,11 +50,15 @@ typedef struct {
   double train_loss, lr, samples_per_s, seconds;
   int set;
   double val_loss, val_acc;
+  double metric[MT_METRICS_MAX]; /* a user model's metrics (NaN: none)      */
 } mt_curve_row;
 
-/* Appends rows to DIR/curve.csv and rewrites DIR/curve.h5 (rank 0). */
+/* Rewrites DIR/curve.csv and DIR/curve.h5 (rank 0); the first nmetric
+ * metric[] values of each row are the columns metric.NAME, NAME from
+ * metric_names (NaN is an empty CSV cell). */
 int mt_curve_write(const char *dir, const mt_curve_row *rows, int nrows,
-                   char val_names[][MT_PATH_MAX], int nval);
+                   char val_names[][MT_PATH_MAX], int nval,
+                   char metric_names[][MT_METRIC_NAME_MAX], int nmetric);
 
 /* mkdir -p */
 int mt_mkdir_p(const char *dir);

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -114,9 +115,48 @@ static int put_curve(const mt_trainer *t, mt_ckpt_state *st) {
   CURVE_F64(PUT_F)
   for (int i = 0; !err && i < n; i++) iv[i] = t->curve[i].step;
   if (!err) err = mt_ckpt_state_set_i64s(st, "curve.step", iv, (size_t)n);
+  /* a user model's metrics (only then: a built-in's checkpoint is unchanged):
+   * their names in order, and a column each */
+  char names[MT_METRICS_MAX * MT_METRIC_NAME_MAX] = "", key[MT_NAME_MAX];
+  for (int k = 0; !err && k < t->nmetrics; k++) {
+    size_t len = strlen(names);
+    snprintf(names + len, sizeof(names) - len, "%s%s", k ? "," : "", t->metric_names[k]);
+    for (int i = 0; i < n; i++) fv[i] = t->curve[i].metric[k];
+    snprintf(key, sizeof(key), "curve.metric.%s", t->metric_names[k]);
+    err = mt_ckpt_state_set_f64s(st, key, fv, (size_t)n);
+  }
+  if (!err && t->nmetrics) err = mt_ckpt_state_set_str(st, "curve.metric_names", names);
   mt_free(&iv);
   mt_free(&fv);
   return err;
+}
+
+/* The metrics' columns of a curve (none in a checkpoint of a model
+ * without them: NaN); the names come back, so the run's later reports must
+ * keep them (metrics.c). */
+static int get_metrics(mt_trainer *t, const mt_ckpt_state *st, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < MT_METRICS_MAX; k++) t->curve[i].metric[k] = NAN;
+  t->nmetrics = 0;
+  if (!mt_ckpt_state_find(st, "curve.metric_names")) return 0;
+  const char *names;
+  MT_CALL(mt_ckpt_state_get_str(st, "curve.metric_names", &names));
+  for (const char *p = names; *p;) {
+    size_t len = strcspn(p, ",");
+    MT_CHECK(t->nmetrics < MT_METRICS_MAX && len > 0 && len < MT_METRIC_NAME_MAX, MT_ERR_DATA,
+             "checkpoint: curve.metric_names '%s' is not a list of metric names", names);
+    const int k = t->nmetrics++;
+    snprintf(t->metric_names[k], MT_METRIC_NAME_MAX, "%.*s", (int)len, p);
+    char key[MT_NAME_MAX];
+    snprintf(key, sizeof(key), "curve.metric.%s", t->metric_names[k]);
+    const double *fv;
+    size_t m;
+    MT_CALL(mt_ckpt_state_get_f64s(st, key, &fv, &m));
+    MT_CHECK(m == n, MT_ERR_DATA, "checkpoint: %s has %zu rows, not %zu", key, m, n);
+    for (size_t i = 0; i < n; i++) t->curve[i].metric[k] = fv[i];
+    p += len + (p[len] == ',');
+  }
+  return 0;
 }
 
 static int get_curve(mt_trainer *t, const mt_ckpt_state *st) {
@@ -145,7 +185,7 @@ static int get_curve(mt_trainer *t, const mt_ckpt_state *st) {
   CURVE_I64(GET_I)
   CURVE_F64(GET_F)
   t->ncurve = (int)n;
-  return 0;
+  return get_metrics(t, st, n);
 }
 
 /* ----------------------------------------------------------------- save */

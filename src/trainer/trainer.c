@@ -448,8 +448,12 @@ int mt_trainer_run(mt_trainer *t) {
     int nsets = c->nval ? c->nval : 0;
     MT_CALL(grow_curve(t));
     mt_curve_row base = {epoch + 1, t->global_step, train_loss,
-                         mt_lr_at(&t->sched, mt_amp_lr_step(t) - 1), rate, tm[1], -1, NAN, NAN};
-    if (nsets == 0) t->curve[t->ncurve++] = base;
+                         mt_lr_at(&t->sched, mt_amp_lr_step(t) - 1), rate, tm[1], -1, NAN, NAN,
+                         {0}};
+    if (nsets == 0) { /* the model's own metrics after the epoch (none: NaN) */
+      MT_CALL(mt_trainer_metrics(t, -1, base.metric));
+      t->curve[t->ncurve++] = base;
+    }
     MT_CALL(mt_trainer_params_whole(t)); /* sharded: evaluation and the best model */
     for (int i = 0; i < nsets; i++) {
       double loss, acc;
@@ -464,6 +468,7 @@ int mt_trainer_run(mt_trainer *t) {
       r.set = i;
       r.val_loss = loss;
       r.val_acc = acc;
+      MT_CALL(mt_trainer_metrics(t, i, r.metric)); /* the model's own, after this pass */
       t->curve[t->ncurve++] = r;
     }
     MT_CALL(mt_eval_train(t, epoch));
@@ -479,7 +484,8 @@ int mt_trainer_run(mt_trainer *t) {
                   t->sched.plateau.lr);
     }
     err = rank == 0 ? mt_curve_write(c->output_dir, t->curve, t->ncurve,
-                                     (char(*)[MT_PATH_MAX])c->data_val, c->nval)
+                                     (char(*)[MT_PATH_MAX])c->data_val, c->nval,
+                                     t->metric_names, t->nmetrics)
                     : 0;
     MT_CALL(mt_trainer_write_failed(t, mt_agree(t->comm->world, err)));
     if (t->privacy->epoch_end) MT_CALL(t->privacy->epoch_end(t, epoch));

@@ -55,6 +55,10 @@ typedef struct {
   mt_optimizer *optim; /* -optimizer, over the owned part (mt_owned)       */
   mt_curve_row *curve;
   int ncurve, capcurve;
+  /* the model's own metrics (its metrics op; metrics.c): their names, fixed
+   * by the first report (or a restarted curve), columns metric.NAME */
+  char metric_names[MT_METRICS_MAX][MT_METRIC_NAME_MAX];
+  int nmetrics;
   long global_step;
   int64_t steps_per_epoch;
   double last_val_loss[MT_MAX_VAL], last_val_acc[MT_MAX_VAL];
@@ -282,6 +286,13 @@ int mt_eval_train(mt_trainer *t, int epoch);
  * OUTPUT_DIR/test.csv, outputs when -outputs has test (a no-op without
  * -data_test). */
 int mt_eval_test(mt_trainer *t, int epochs_done);
+/* (metrics.c) The model's own metrics after validation set `set` (-1:
+ * after an epoch without validation sets) into row[0, MT_METRICS_MAX) in
+ * the order of t->metric_names (NaN where none; all NaN for a model
+ * without a metrics op). Collective; checks the names and that every rank
+ * has the same values. */
+int mt_trainer_metrics(mt_trainer *t, int set, double *row);
+
 /* Rank 0 prints each rank's evaluated samples and evaluation time (gathered
  * with mt_allgather_values). */
 int mt_eval_report(mt_trainer *t);
