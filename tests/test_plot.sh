@@ -11,7 +11,8 @@
 #   ranks): exactly one warning for the whole run, no picture, exit 0;
 # - a gnuplot that fails: one warning naming its log; one that hangs:
 #   stopped after -plot_timeout (it and its child killed), one warning;
-# - -plot 0 writes no picture and looks for no gnuplot.
+# - -plot 0 writes no picture and looks for no gnuplot; bad -plot and
+#   -plot_timeout values are refused naming the option.
 . "$top_srcdir/tests/lib.sh"
 make_work
 need_bin "$MPITRAIN" "$MKDATA" "$top_builddir/tests/h5digest"
@@ -87,6 +88,11 @@ in_script "the fp16 picture draws the loss scale" "$o" "'loss_scale.csv' skip 1"
 rows=$(($(wc -l <"$o/loss_scale.csv") - 1))
 [ "$rows" = 12 ] && pass "loss_scale.csv holds the 12 steps" || fail "loss_scale.csv's rows" "$rows"
 
+expect_error "-plot_timeout 0 is refused" "option -plot_timeout" \
+  run_mpi 1 30 "$MPITRAIN" "${run[@]}" -plot_timeout 0 -output_dir "$WORK/bad"
+expect_error "-plot maybe is refused" "-plot" \
+  run_mpi 1 30 "$MPITRAIN" "${run[@]}" -plot maybe -output_dir "$WORK/bad"
+
 # ---- not drawn
 # the ranks' PATH (mpirun -x) an empty folder: no gnuplot there
 mkdir -p "$WORK/empty" "$WORK/bin"
@@ -117,7 +123,13 @@ o=$WORK/stuck
 run_logged with_env MT_GNUPLOT="$WORK/bin/stuck" run_mpi 1 60 "$MPITRAIN" "${run[@]}" \
   -plot_timeout 2 -output_dir "$o"
 none "a stuck gnuplot: stopped after -plot_timeout, one warning, exit 0" "$o" 1
-expect_output "the warning says it was too slow" "took more than 2 s (-plot_timeout)"
+expect_output "the warning says it was too slow" "took more than 2 s (-plot_timeout"
+# at 2 ranks rank 1 waits for rank 0 meanwhile: the hang guard must not fire
+o=$WORK/stuck-guard
+run_logged with_env MT_GNUPLOT="$WORK/bin/stuck" run_mpi 2 60 "$MPITRAIN" "${run[@]}" -backend ddp \
+  -plot_timeout 100 -comm_timeout 6 -output_dir "$o"
+none "a stuck gnuplot at 2 ranks with -comm_timeout 6: stopped after 3 s, no hang reported" "$o" 1
+expect_output "the warning says it was too slow" "took more than 3 s (-plot_timeout"
 child=$(cat "$WORK/child.pid" 2>/dev/null)
 sleep 0.5
 # killed: gone, or a zombie (an orphan's new parent may never reap it)

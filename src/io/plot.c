@@ -213,7 +213,8 @@ static int run_gnuplot(const mt_plot_spec *p, const char *prog, const char *log)
       kill(-pid, SIGKILL);
       while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
       }
-      return warn("%s took more than %g s (-plot_timeout) and was stopped", prog, p->timeout);
+      return warn("%s took more than %g s (-plot_timeout, at most half of -comm_timeout) and was stopped",
+                  prog, p->timeout);
     }
     nanosleep(&nap, NULL);
     if (nap.tv_nsec < 64000000) nap.tv_nsec *= 2;

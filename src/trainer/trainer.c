@@ -406,9 +406,12 @@ static int draw_curve(const mt_trainer *t) {
   snprintf(title, sizeof(title), "mpitrain: model %s, backend %s, %d rank%s", c->model, c->backend,
            c->world_size, c->world_size > 1 ? "s" : "");
   mt_amp_flush(t); /* loss_scale.csv */
+  /* the other ranks wait meanwhile: the hang guard must not see a hang */
+  double timeout = c->plot_timeout;
+  if (c->comm_timeout > 0 && timeout > c->comm_timeout / 2) timeout = c->comm_timeout / 2;
   const mt_plot_spec p = {c->output_dir, t->curve, t->ncurve, (char(*)[MT_PATH_MAX])c->data_val,
                           c->nval, title, c->dp, mt_amp_scaling(t),
-                          (double)t->steps_per_epoch, c->plot_timeout};
+                          (double)t->steps_per_epoch, timeout};
   return mt_plot_curve(&p);
 }
 
