@@ -62,7 +62,7 @@ o=$WORK/sp
 run_logged run_mpi 1 60 "$MPITRAIN" "${run[@]}" -backend sp -output_dir "$o"
 drawn "sp, 2 epochs, 2 validation sets: curve.png is a 1024x768 PNG" "$o"
 in_script "the picture has both validation sets" "$o" "val: val2.h5"
-in_script "and the validation accuracy" "$o" "validation accuracy"
+in_script "and the validation accuracy" "$o" "validation accuracy by epoch"
 odd="$WORK/out dir's"
 run_logged run_mpi 1 60 "$MPITRAIN" "${run[@]}" -epochs 1 -backend sp -output_dir "$odd"
 drawn "an output folder named with a space and a quote" "$odd"

@@ -101,8 +101,8 @@ static void script(FILE *f, const mt_plot_spec *p) {
              "set multiplot layout %d,%d title ",
           MT_PLOT_WIDTH, MT_PLOT_HEIGHT, panels > 2 ? 2 : panels, panels > 2 ? 2 : 1);
   quoted(f, p->title);
-  fprintf(f, "\nset grid\nset key top right\nset xlabel 'epoch'\nset xrange [0:*]\n"
-             "set title 'loss and learning rate'\nset ylabel 'loss'\n"
+  fprintf(f, "\nset grid\nset key below Left reverse samplen 2\nset xrange [0:*]\n"
+             "set title 'loss and learning rate by epoch'\nset ylabel 'loss'\n"
              "set y2label 'learning rate'\nset ytics nomirror\nset y2tics\n"
              "plot 'curve.csv' skip 1 using 1:($7 <= 0 ? $3 : NaN) with linespoints lw 2 "
              "lc rgb 'black' title 'train'");
@@ -117,21 +117,21 @@ static void script(FILE *f, const mt_plot_spec *p) {
              "lc rgb 'gray60' title 'lr (right)'\n"
              "unset y2label\nunset y2tics\nset ytics mirror\n");
   if (acc) {
-    fprintf(f, "set title 'validation accuracy'\nset ylabel 'accuracy'\nset key bottom right\nplot ");
+    fprintf(f, "set title 'validation accuracy by epoch'\nset ylabel 'accuracy'\nplot ");
     for (int i = 0; i < p->nval; i++) {
       fprintf(f, "%s'curve.csv' skip 1 using 1:($7 == %d ? $10 : NaN) with linespoints lw 2 "
                  "lc rgb '%s' title ", i ? ", \\\n  " : "", i, colors[i % NCOLORS]);
       quoted(f, base_name(p->val_names[i]));
     }
-    fprintf(f, "\nset key top right\n");
+    fprintf(f, "\n");
   }
   if (p->dp)
-    fprintf(f, "set title 'privacy spent (DP-SGD)'\nset ylabel 'epsilon'\n"
+    fprintf(f, "set title 'privacy spent (DP-SGD) by epoch'\nset ylabel 'epsilon'\n"
                "plot 'dp.csv' skip 1 using 1:3 with linespoints lw 2 lc rgb 'black' title 'epsilon'\n");
   if (p->loss_scale)
     /* loss_scale.csv: step (from 0), scale, found_inf, skipped; the scale
      * a step used, drawn at the step's end in epochs */
-    fprintf(f, "set title 'loss scale'\nset ylabel 'loss scale'\nset logscale y 2\nset format y '2^%%L'\n"
+    fprintf(f, "set title 'loss scale by epoch'\nset ylabel 'loss scale'\nset logscale y 2\nset format y '2^%%L'\n"
                "S = %.17g\n"
                "plot 'loss_scale.csv' skip 1 using (($1 + 1) / S):2 with steps lw 2 lc rgb 'black' "
                "title 'loss scale', \\\n"
