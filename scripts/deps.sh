@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential autoconf automake pkg-config libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev libpetsc-real-dev libdnnl-dev libblas-dev zlib1g-dev dataset-fashion-mnist
+  gnuplot-nox # OUTPUT_DIR/curve.png
   slurmctld slurmd slurm-client munge slurm-wlm-torque) # last line: for tests/test_slurm.sh
 missing=()
 for p in "${pkgs[@]}"; do

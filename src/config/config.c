@@ -378,6 +378,12 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
   PetscCall(opt_bool(PetscOptionsObject, "-log_step_losses",
                      "Write every global step's mean loss and lr to OUTPUT_DIR/steps.csv", 0,
                      &c->log_step_losses));
+  PetscCall(opt_bool(PetscOptionsObject, "-plot",
+                     "Draw OUTPUT_DIR/curve.png after every epoch with gnuplot (MT_GNUPLOT: the "
+                     "program; without it one warning)", 1, &c->plot));
+  PetscCall(opt_real(PetscOptionsObject, "-plot_timeout",
+                     "Seconds gnuplot may take per picture before it is stopped", 30, 0, 1, 1e6,
+                     &c->plot_timeout));
   PetscCall(opt_str(PetscOptionsObject, "-checkpoint_dir",
                     "Directory of checkpoints (default: OUTPUT_DIR/checkpoints)", "",
                     c->checkpoint_dir, sizeof(c->checkpoint_dir), NULL));

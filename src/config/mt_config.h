@@ -58,6 +58,8 @@ typedef struct {
   char output_dir[MT_PATH_MAX];
   char init_from[MT_PATH_MAX];
   int log_step_losses;
+  int plot;            /* rank 0 draws OUTPUT_DIR/curve.png each epoch     */
+  double plot_timeout; /* seconds gnuplot may take per picture            */
   char checkpoint_dir[MT_PATH_MAX];
   int checkpoint_every_steps, checkpoint_every_epochs, checkpoint_keep, checkpoint_at_end;
   int checkpoint_write_continue; /* -checkpoint_write_error continue      */

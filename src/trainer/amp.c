@@ -188,6 +188,10 @@ void mt_amp_device_step_begin(mt_trainer *t) {
 
 int mt_amp_scaling(const mt_trainer *t) { return t->amp && t->amp->scaling; }
 
+void mt_amp_flush(const mt_trainer *t) {
+  if (t->amp && t->amp->csv) fflush(t->amp->csv);
+}
+
 int mt_amp_o2_ranges(const mt_trainer *t, const size_t (**ranges)[2]) {
   const struct mt_amp *a = t->amp;
   if (!a || a->level != 2) return 0;

@@ -65,6 +65,9 @@ long mt_amp_lr_step(const mt_trainer *t);
 /* Checkpoint state (resume.c). */
 int mt_amp_state_put(const mt_trainer *t, mt_ckpt_state *st);
 int mt_amp_state_get(mt_trainer *t, const mt_ckpt_state *st);
+/* Rank 0: loss_scale.csv's rows so far onto the disk (the picture reads
+ * them after every epoch). */
+void mt_amp_flush(const mt_trainer *t);
 /* A summary for the end of the run (rank 0 prints). */
 void mt_amp_report(const mt_trainer *t);
 

@@ -7,6 +7,7 @@
 #include "trainer/step.h"
 #include "gpu/gpu.h"
 #include "backends/fsdp.h"
+#include "io/plot.h"
 
 #include <math.h>
 #include <omp.h>
@@ -399,6 +400,23 @@ static int evaluate_only(mt_trainer *t) {
   return 0;
 }
 
+/* Rank 0's picture of the run (io/plot.h), from the CSV files written by
+ * the epoch's end; returns whether to draw again (0 after its warning). */
+static int draw_curve(const mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  char title[160];
+  snprintf(title, sizeof(title), "mpitrain: model %s, backend %s, %d rank%s", c->model, c->backend,
+           c->world_size, c->world_size > 1 ? "s" : "");
+  mt_amp_flush(t); /* loss_scale.csv */
+  /* the other ranks wait meanwhile: the hang guard must not see a hang */
+  double timeout = c->plot_timeout;
+  if (c->comm_timeout > 0 && timeout > c->comm_timeout / 2) timeout = c->comm_timeout / 2;
+  const mt_plot_spec p = {c->output_dir, t->curve, t->ncurve, (char(*)[MT_PATH_MAX])c->data_val,
+                          c->nval, title, c->dp, mt_amp_scaling(t),
+                          (double)t->steps_per_epoch, timeout};
+  return mt_plot_curve(&p);
+}
+
 int mt_trainer_run(mt_trainer *t) {
   const mt_config *c = t->cfg;
   int rank = t->comm->rank;
@@ -421,6 +439,7 @@ int mt_trainer_run(mt_trainer *t) {
   t->loop->run_start = mt_now();
   t->last_checkpoint = mt_now();
   int done = t->start_epoch; /* epochs trained */
+  int plot = c->plot && rank == 0; /* off after -plot 0 or a picture not drawn */
   double bytes0 = t->backend->comm_bytes;
   MT_CALL(mt_profile_init());
   if (c->epochs == 0) MT_CALL(evaluate_only(t));
@@ -489,6 +508,7 @@ int mt_trainer_run(mt_trainer *t) {
                     : 0;
     MT_CALL(mt_trainer_write_failed(t, mt_agree(t->comm->world, err)));
     if (t->privacy->epoch_end) MT_CALL(t->privacy->epoch_end(t, epoch));
+    if (plot) plot = draw_curve(t); /* after dp.csv; a warning at worst, never an error */
     const int last = epoch + 1 == c->epochs || early;
     if (epoch_checkpoint_follows(c, epoch) || (early && c->checkpoint_at_end))
       MT_CALL(save_checkpoint(t, epoch + 1, 0, 0.0, mt_now() - start));
