@@ -12,13 +12,14 @@
 
 #define MIB (1024.0 * 1024.0)
 
-int mt_errno_is_storage(int e) {
+/* Whether errno e is the file system's (full, quota, I/O, read-only). */
+static int errno_is_storage(int e) {
   return e == ENOSPC || e == EDQUOT || e == EIO || e == EFBIG || e == EROFS;
 }
 
 int mt_write_failed(const char *file, int line, const char *func, const char *what,
                     const char *path, int e) {
-  return mt_error_set(file, line, func, mt_errno_is_storage(e) ? MT_ERR_WRITE : MT_ERR_FILE,
+  return mt_error_set(file, line, func, errno_is_storage(e) ? MT_ERR_WRITE : MT_ERR_FILE,
                       "%s %s: %s", what, path, strerror(e));
 }
 

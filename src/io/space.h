@@ -30,7 +30,5 @@ void mt_space_release(const char *path);
 int mt_write_failed(const char *file, int line, const char *func, const char *what,
                     const char *path, int e);
 #define MT_WRITE_FAILED(what, path, e) mt_write_failed(__FILE__, __LINE__, __func__, what, path, e)
-/* Whether errno e is the file system's (full, quota, I/O, read-only). */
-int mt_errno_is_storage(int e);
 
 #endif
