@@ -286,6 +286,22 @@ int mt_eval_train(mt_trainer *t, int epoch);
  * OUTPUT_DIR/test.csv, outputs when -outputs has test (a no-op without
  * -data_test). */
 int mt_eval_test(mt_trainer *t, int epochs_done);
+/* For the modes (mode_evaluate.c, mode_predict.c): one pass over all of
+ * d through loader L (made for d with -val_batch_size), its loss, accuracy
+ * (NaN for regression) and sample count, exact at any rank count (the
+ * per-sample losses summed with mt_xsum); with w (NULL: none) the
+ * per-sample outputs written collectively to w->path, each sample once in
+ * data-set order. Collective, agreed. */
+typedef struct {
+  const char *path;
+  const char *set; /* the file's set attribute ("val", "predict")        */
+  int index;       /* its set_index                                      */
+  int probs;       /* /probs: the logits' softmax (class data)           */
+  int values;      /* /values: a regression's predicted targets          */
+  int unlabelled;  /* no /label and /loss (a file without /y)            */
+} mt_eval_write;
+int mt_eval_pass(mt_trainer *t, mt_dataset *d, mt_loader *L, const mt_eval_write *w,
+                 double *loss, double *acc, int64_t *count);
 /* (metrics.c) The model's own metrics after validation set `set` (-1:
  * after an epoch without validation sets) into row[0, MT_METRICS_MAX) in
  * the order of t->metric_names (NaN where none; all NaN for a model
