@@ -11,6 +11,13 @@
  * that all ranks resolved the same configuration, so it is zero-filled
  * before use and holds no pointers. */
 typedef struct {
+  /* -mode: what the run does (trainer/mode.h): train, or a trained
+   * model's evaluate, predict, ...; the training options apply to train */
+  char mode[16];
+  char model_file[MT_PATH_MAX]; /* -model_file: the model of the other modes */
+  char data[MT_PATH_MAX];       /* -data: predict's samples                  */
+  char predictions[MT_PATH_MAX]; /* -predictions: predict's file            */
+  int outputs_probs;            /* predict: the softmax probabilities too   */
   char backend[32];
   /* -backend parsed once (mt_backend_parse): its strategy's MT_TRAIT_* and
    * the policies amp, dp and fsdp below */

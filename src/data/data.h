@@ -22,6 +22,7 @@ typedef struct {
   int32_t *labels; /* all N labels, read once (classification)            */
   float *targets;  /* all N x K targets, read once (regression)           */
   int window;      /* T (tokens)                                          */
+  int unlabelled;  /* opened without /y (mt_dataset_how.unlabelled)       */
 } mt_dataset;
 
 /* The most classes (or tokens of a vocabulary, or float targets of a sample)
@@ -47,6 +48,19 @@ typedef enum { MT_DATA_CHECK_SAMPLE, MT_DATA_CHECK_FULL, MT_DATA_CHECK_NONE } mt
  * which rows of a float /x are scanned for non-finite values. */
 int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
                     int window, mt_data_check check);
+/* How mt_dataset_open_as opens a file: like, window and check as above;
+ * like_what names like's owner in messages (NULL: "the training set");
+ * unlabelled (-mode predict, with like): a file of /x without /y is taken,
+ * of like's kind, with labels (or targets) of zeros that nothing reports,
+ * and d->unlabelled set. */
+typedef struct {
+  const mt_data_spec *like;
+  const char *like_what;
+  int window;
+  mt_data_check check;
+  int unlabelled;
+} mt_dataset_how;
+int mt_dataset_open_as(mt_dataset *d, const char *path, MPI_Comm comm, const mt_dataset_how *how);
 void mt_dataset_close(mt_dataset *d);
 /* Bytes of scratch mt_dataset_read needs for n rows. */
 size_t mt_dataset_scratch_size(const mt_dataset *d, int n);

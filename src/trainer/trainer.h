@@ -15,6 +15,23 @@
 
 #define MT_MAX_THREADS 256
 
+/* Evaluation passes run every model forward on one piece of the data set:
+ * rows [k P, (k + 1) P) of it (the last one shorter), P = MT_EVAL_PIECE,
+ * each piece by one thread with one-threaded GEMMs. A GEMM's row depends
+ * on the rows beside it (oneDNN picks kernels and splits by M and by
+ * threads: measured), so this is what makes a sample's loss, and the
+ * exact sums of them, the same at any number of ranks and threads and any
+ * -val_batch_size; ranks take whole pieces and batches are whole pieces
+ * (mt_eval_rows). 16 rows of floats are 64-byte multiples: a piece's
+ * inputs start equally aligned wherever it is in a batch. */
+#define MT_EVAL_PIECE 16
+/* The rows of an evaluation batch: -val_batch_size rounded down to whole
+ * pieces, at least one; the evaluation loaders take that many. */
+static inline int mt_eval_rows(int val_batch_size) {
+  return val_batch_size < MT_EVAL_PIECE ? MT_EVAL_PIECE
+                                        : val_batch_size - val_batch_size % MT_EVAL_PIECE;
+}
+
 /* Memory per rank in bytes, by part (memory.c): forecast from shapes
  * before any large allocation (mem_plan) and allocated (mem). */
 typedef struct {
@@ -93,6 +110,8 @@ typedef struct {
                          NULL on the CPU                                   */
   int device;         /* the rank's CUDA device, -1 for the CPU            */
   int max_batch;      /* samples one forward takes: -micro_batch_size      */
+  int thread_rows;    /* > 0: mt_compute gives thread i rows [i n, (i + 1) n)
+                         (an evaluation's pieces), not an even share       */
 } mt_trainer;
 
 /* Memory per rank (memory.c), collective:

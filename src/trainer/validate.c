@@ -8,6 +8,7 @@
 #include "trainer/trainer.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -82,14 +83,24 @@ static void outs_softmax(outs *o) {
   }
 }
 
-/* This rank's batches of d: its block, in batches of -val_batch_size, at
- * most limit of them (0: all); *rows evaluated, from sample *start. */
+typedef struct {
+  double loss, acc;
+  int64_t count;
+} result;
+
+/* This rank's batches of d: its block of whole pieces (trainer.h:
+ * rank r the r-th share of the pieces, every sample once over all ranks),
+ * in batches of mt_eval_rows(-val_batch_size), at most limit of them (0:
+ * all); *rows evaluated, from sample *start. */
 static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *start,
                 int64_t *rows, int64_t *nbatches) {
   const mt_config *c = t->cfg;
-  int64_t n;
-  mt_sampler_val_block(d->n, t->comm->rank, t->comm->size, start, &n);
-  int vb = c->val_batch_size;
+  const int64_t P = MT_EVAL_PIECE, np = (d->n + P - 1) / P, r = t->comm->rank, W = t->comm->size;
+  const int64_t p0 = np * r / W, p1 = np * (r + 1) / W;
+  const int64_t end = p1 * P < d->n ? p1 * P : d->n;
+  int64_t n = end - p0 * P > 0 ? end - p0 * P : 0;
+  *start = p0 * P;
+  const int vb = mt_eval_rows(c->val_batch_size);
   int64_t nb = (n + vb - 1) / vb;
   if (limit > 0 && nb > limit) nb = limit;
   *rows = nb * vb < n ? nb * vb : n;
@@ -125,7 +136,11 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   const double t0 = mt_now();
   mt_ev_begin(MT_EV_VALID);
   int64_t start = 0, rows = 0, nb = 0, off = 0, hits = 0;
-  const int piece = t->max_batch;
+  const int nthr = t->gpu ? 1 : mt_compute_nthr(t);
+  const int piece = t->gpu ? t->max_batch : MT_EVAL_PIECE * nthr;
+  /* one model for the rank's threads (-thread_split gemm): its GEMMs on
+   * one thread, whose sums do not depend on the thread count */
+  const int gemm_threads = !t->gpu && nthr == 1 ? omp_get_max_threads() : 0;
   /* a sample of token data counts its T predicted tokens' hits */
   const int per = d->spec.tokens ? t->window : 1;
   void *scratch = NULL; /* the per-sample losses when no outputs are kept */
@@ -139,6 +154,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
                      how & EV_PROBS);
   if (!err && !o) err = mt_calloc(&scratch, (size_t)piece, t->esz, "evaluation losses");
   mt_batch_stats st = {0};
+  if (gemm_threads > 1) omp_set_num_threads(1);
   for (int64_t b = 0; !err && b < nb; b++) {
     mt_batch bt;
     mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_VALIDATE);
@@ -154,13 +170,13 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
         o->label[off + i] = bt.labels ? bt.labels[i] : -1;
       }
     }
-    /* one forward of the rank takes t->max_batch samples (-micro_batch_size:
-     * the model's, the threads' together, or the device twin's): a larger
-     * -val_batch_size is evaluated in pieces of that size (the sums are the
-     * same; a GPT's activations for 500 samples took 3 GB) */
+    /* on the CPU one piece (trainer.h) a thread, each thread its own;
+     * on a GPU one forward of the device twin takes t->max_batch samples
+     * (-micro_batch_size; a GPT's activations for 500 samples took 3 GB) */
     for (int r0 = 0; !err && r0 < bt.n; r0 += piece) {
       const int r1 = bt.n - r0 < piece ? bt.n : r0 + piece;
       mt_batch sub = mt_batch_rows(&bt, r0, r1);
+      t->thread_rows = nthr > 1 ? MT_EVAL_PIECE : 0;
       void *losses = scratch;
       if (o) {
         void *lg = o->logits ? mt_flat_at(t, o->logits, (size_t)((off + r0) * o->logits_len)) : NULL;
@@ -172,6 +188,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
       }
       const double before = st.correct;
       err = mt_compute(t, &sub, 0.0, 0, losses, &st);
+      t->thread_rows = 0;
       /* the piece's hits: an integer (token data: a sum of hits / T) */
       hits += llround((st.correct - before) * per);
       for (int i = 0; !err && i < r1 - r0; i++)
@@ -179,6 +196,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
     }
     off += bt.n;
   }
+  if (gemm_threads > 1) omp_set_num_threads(gemm_threads);
   mt_free(&scratch);
   if (!err && o) outs_softmax(o);
   MT_CALL(mt_agree(t->comm->world, err));
@@ -199,12 +217,11 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
  * Collective. */
 static int write_path(mt_trainer *t, const outs *o, const char *path, const char *set, int index,
                       const mt_dataset *d, int epoch, int unlabelled, int how) {
-  mt_outputs_rows r = {o->rows,  o->index,  o->label,      o->pred,
-                       o->loss,  o->logits, o->logits_len, o->dtype};
-  r.unlabelled = unlabelled;
-  r.with_probs = o->want_probs;
-  r.probs = o->probs;
-  r.values = (how & EV_VALUES) && d->spec.ntargets;
+  const mt_outputs_rows r = {.rows = o->rows, .index = o->index, .label = o->label,
+                             .pred = o->pred, .loss = o->loss, .logits = o->logits,
+                             .logits_len = o->logits_len, .dtype = o->dtype,
+                             .unlabelled = unlabelled, .with_probs = o->want_probs,
+                             .values = (how & EV_VALUES) && d->spec.ntargets, .probs = o->probs};
   mt_outputs_meta m = {set, index, d->path, d->n, epoch, t->global_step, t->cfg->model};
   MT_CALL(mt_outputs_write(t->comm->world, path, &m, &r));
   return 0;
@@ -252,12 +269,12 @@ int mt_eval_setup(mt_trainer *t) {
     MT_CALL(mt_dataset_open(&t->eval->test[i], c->data_test[i], w, &t->train.spec, t->window,
                             c->data_check));
     t->eval->ntest_open = i + 1;
-    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->test_loader[i], &t->eval->test[i], c->val_batch_size,
-                                         c->prefetch)));
+    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->test_loader[i], &t->eval->test[i],
+                                         mt_eval_rows(c->val_batch_size), c->prefetch)));
   }
   if (c->outputs & MT_OUTPUTS_TRAIN)
-    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->train_loader, &t->train, c->val_batch_size,
-                                         c->prefetch)));
+    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->train_loader, &t->train,
+                                         mt_eval_rows(c->val_batch_size), c->prefetch)));
   return 0;
 }
 
