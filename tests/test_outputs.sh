@@ -68,12 +68,23 @@ agree() {
   fi
 }
 
+# block N NP R: "start count" of rank R's block: its share of the set's
+# pieces of 16 rows (MT_EVAL_PIECE, src/trainer/trainer.h), the last one short
+block() {
+  local n=$1 np=$2 r=$3 p a b
+  p=$(((n + 15) / 16))
+  a=$((16 * (p * r / np))) b=$((16 * (p * (r + 1) / np)))
+  [ "$b" -gt "$n" ] && b=$n
+  [ "$b" -lt "$a" ] && b=$a
+  echo "$a $((b - a))"
+}
+
 # expected_rows N NP K VB: samples evaluated when each of NP ranks takes at
-# most K batches of VB from its block (K = 0: all)
+# most K batches of VB (a multiple of 16) from its block (K = 0: all)
 expected_rows() {
-  local n=$1 np=$2 k=$3 vb=$4 r a b c t=0
+  local n=$1 np=$2 k=$3 vb=$4 r a c t=0
   for ((r = 0; r < np; r++)); do
-    a=$((n * r / np)) b=$((n * (r + 1) / np)) c=$((b - a))
+    read -r a c <<<"$(block "$n" "$np" "$r")"
     [ "$k" -gt 0 ] && [ "$c" -gt $((k * vb)) ] && c=$((k * vb))
     t=$((t + c))
   done
@@ -82,9 +93,9 @@ expected_rows() {
 
 # expected_index N NP K VB: those samples' indices, one a line
 expected_index() {
-  local n=$1 np=$2 k=$3 vb=$4 r a b c
+  local n=$1 np=$2 k=$3 vb=$4 r a c
   for ((r = 0; r < np; r++)); do
-    a=$((n * r / np)) b=$((n * (r + 1) / np)) c=$((b - a))
+    read -r a c <<<"$(block "$n" "$np" "$r")"
     [ "$k" -gt 0 ] && [ "$c" -gt $((k * vb)) ] && c=$((k * vb))
     [ "$c" -gt 0 ] && seq "$a" $((a + c - 1))
   done
