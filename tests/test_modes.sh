@@ -5,7 +5,8 @@
 #   other threads and -val_batch_size) from model_final.h5 alone: the loss
 #   and accuracy of evaluate.csv equal the training run's last validation
 #   row of curve.csv as strings, and the per-sample losses and predictions
-#   (-outputs val) equal the training's bit for bit; a cnn the same way;
+#   (-outputs val) equal the training's bit for bit; a cnn and a regression
+#   the same way; a regression's predicted /values;
 # - predict at 1, 2 and 3 ranks on a file without /y: identical files,
 #   each sample once in order, /probs present; a file with /y adds /label
 #   and /loss and the same predictions;
@@ -86,6 +87,28 @@ for np in 1 3; do
     -model_file "$C/model_final.h5" -data_val "$WORK/imgval.h5" -outputs val -output_dir "$WORK/ceval-$np"
   same_eval "cnn evaluated at $np ranks" "$C" "$WORK/ceval-$np"
 done
+
+# ---- a regression model: mean squared error, predicted values
+"$MKDATA" regress "$WORK/reg.h5" 300 6 2 7 >/dev/null || bail "mkdata regress failed"
+"$MKDATA" regress "$WORK/regval.h5" 70 6 2 8 >/dev/null || bail "mkdata regress failed"
+R=$WORK/reg
+expect_ok "regression mlp trained at 2 ranks" run_mpi 2 60 "$MPITRAIN" -backend ddp -model mlp \
+  -mlp_hidden 8 -data_train "$WORK/reg.h5" -data_val "$WORK/regval.h5" -epochs 1 -batch_size 20 \
+  -lr 0.01 -outputs val -log_every 0 -plot 0 -output_dir "$R"
+expect_ok "regression evaluated at 3 ranks" run_mpi 3 60 "$MPITRAIN" -mode evaluate \
+  -model_file "$R/model_final.h5" -data_val "$WORK/regval.h5" -outputs val -output_dir "$WORK/reval"
+expect_output "regression: the mean squared error printed" "evaluate val[0] $WORK/regval.h5: mse "
+same_eval "regression evaluated at 3 ranks" "$R" "$WORK/reval"
+expect_ok "regression predicted at 2 ranks" run_mpi 2 60 "$MPITRAIN" -mode predict \
+  -model_file "$R/model_final.h5" -data "$WORK/regval.h5" -predictions "$WORK/reg-pred.h5"
+if "$H5DIGEST" "$WORK/reg-pred.h5" | grep -q '^/values f32le 70x2 '; then
+  pass "regression predict: /values of 70 x 2 targets"
+else
+  fail "regression predict: /values of 70 x 2 targets" "$("$H5DIGEST" "$WORK/reg-pred.h5" 2>&1 | tr '\n' ' ')"
+fi
+expect_error "regression: -outputs_probs refused" "option -outputs_probs: the model of $R/model_final.h5 predicts 2 float targets" \
+  run_mpi 2 60 "$MPITRAIN" -mode predict -model_file "$R/model_final.h5" -data "$WORK/regval.h5" \
+  -outputs_probs -output_dir "$WORK/bad"
 
 # ---- predict: one file, each sample once in order, the same at 1, 2, 3 ranks
 ref=
