@@ -5,7 +5,8 @@
 # the element's ranks (-mode predict, doc/running.md).
 #   sbatch --array=0-$((NSHARDS - 1)) jobs/slurm-predict-array.sh MODEL.h5 [more mpitrain options]
 # The shards: the lines of the file MT_SHARD_LIST (one path a line), else
-# the files matching the glob MT_SHARDS (default data/shard-*.h5), sorted.
+# the files matching the glob MT_SHARDS (default data/shard-*.h5), sorted,
+# but the *.pred.h5 that the elements write.
 # Environment (sbatch passes the submitter's on): MPITRAIN (the program,
 # default build/mpitrain); MT_DRY_RUN=1 prints the command instead of
 # running it.
@@ -22,8 +23,12 @@ if [ -n "${MT_SHARD_LIST:-}" ]; then
 else
   shopt -s nullglob
   # shellcheck disable=SC2206 # the glob is meant to expand
-  shards=(${MT_SHARDS:-data/shard-*.h5})
+  all=(${MT_SHARDS:-data/shard-*.h5})
   shopt -u nullglob
+  # the outputs are never shards: an element that starts after another has
+  # finished would see its shard.pred.h5 and number the shards differently
+  shards=()
+  for f in "${all[@]}"; do [[ "$f" == *.pred.h5 ]] || shards+=("$f"); done
 fi
 n=${#shards[@]}
 if [ "$i" -ge "$n" ]; then

@@ -149,6 +149,7 @@ fi
 
 # ---- the Slurm job array's choice of shard (a dry run; test_slurm.sh runs it)
 cp "$WORK/nolabel.h5" "$WORK/shard-0.h5" && cp "$WORK/nolabel.h5" "$WORK/shard-1.h5"
+cp "$WORK/nolabel.h5" "$WORK/shard-0.pred.h5" # an element that ended: not a shard
 run_logged env SLURM_ARRAY_TASK_ID=1 MT_SHARDS="$WORK/shard-*.h5" MT_DRY_RUN=1 \
   bash "$top_srcdir/jobs/slurm-predict-array.sh" "$F" -threads 1
 if [ "$LAST_RC" = 0 ] && last_output | grep -qF -- "-data $WORK/shard-1.h5 -predictions $WORK/shard-1.pred.h5 -threads 1"; then

@@ -512,30 +512,6 @@ static void check_unused(void) {
   PetscOptionsLeftRestore(NULL, &n, &names, &values);
 }
 
-/* The modes that use a trained model (-mode evaluate, predict, ...): one
- * forward of a rank takes -val_batch_size samples; the training options
- * they do not read are refused by the mode (trainer/mode.c). */
-static void derive_use(mt_config *c) {
-  const int predict = !strcmp(c->mode, "predict"), evaluate = !strcmp(c->mode, "evaluate");
-  if (!c->model_file[0])
-    bad("option -model_file: -mode %s needs the trained model's file (model_final.h5, "
-        "model_best.h5 or a checkpoint)", c->mode);
-  c->micro_batch_size = c->val_batch_size;
-  c->accum_steps = 1;
-  if (evaluate && c->nval == 0)
-    bad("option -data_val: -mode evaluate needs the data sets to evaluate (comma-separated)");
-  if (predict && !c->data[0]) bad("option -data: -mode predict needs the data file to predict");
-  if (!predict && (c->data[0] || c->predictions[0] || c->outputs_probs))
-    bad("option %s: only -mode predict uses it, not -mode %s",
-        c->data[0] ? "-data" : c->predictions[0] ? "-predictions" : "-outputs_probs", c->mode);
-  if (c->outputs & ~MT_OUTPUTS_VAL)
-    bad("option -outputs: -mode %s writes the outputs of its data sets (-outputs val)", c->mode);
-  if (c->outputs && !evaluate)
-    bad("option -outputs: only -mode evaluate and train use it, not -mode %s", c->mode);
-  if (c->outputs_logits && !c->outputs && !predict)
-    bad("option -outputs_logits: needs -outputs val");
-}
-
 static void derive(mt_config *c) {
   int W = c->world_size;
   if (!c->checkpoint_dir[0]) {
@@ -548,8 +524,11 @@ static void derive(mt_config *c) {
       memcpy(c->checkpoint_dir + k, sub, sizeof(sub));
     }
   }
-  if (strcmp(c->mode, "train")) {
-    derive_use(c);
+  if (strcmp(c->mode, "train")) { /* a trained model's modes (config_mode.c) */
+    if (mt_config_mode(c)) {
+      bad("%s", mt_error_message());
+      mt_error_clear();
+    }
     return;
   }
   /* options of the other modes (trainer/mode.h) */
@@ -672,23 +651,9 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   return 0;
 }
 
-/* -mode evaluate, predict, ...: what they read. */
-static void print_use(const mt_config *c, FILE *f) {
-  fprintf(f, "mpitrain %s: -mode %s, precision %s, model %s", MPITRAIN_VERSION, c->mode,
-          c->dtype == MT_FP64 ? "fp64" : "fp32", c->model);
-  mt_model_print(c->model, f, 0);
-  fprintf(f, " from %s, %d rank%s x %d thread%s\n", c->model_file, c->world_size,
-          c->world_size > 1 ? "s" : "", c->threads, c->threads > 1 ? "s" : "");
-  fprintf(f, "  data:");
-  if (c->data[0]) fprintf(f, " %s", c->data);
-  for (int i = 0; i < c->nval; i++) fprintf(f, "%s%s", i ? ", " : " ", c->data_val[i]);
-  fprintf(f, "; batch %d per rank; output_dir %s\n", c->val_batch_size, c->output_dir);
-  if (strcmp(c->device, "cpu")) fprintf(f, "  device: %s\n", c->device);
-}
-
 void mt_config_print(const mt_config *c, FILE *f) {
   if (strcmp(c->mode, "train")) {
-    print_use(c, f);
+    mt_config_mode_print(c, f);
     return;
   }
   fprintf(f, "mpitrain %s: backend %s, precision %s, model %s", MPITRAIN_VERSION, c->backend,

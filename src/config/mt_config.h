@@ -160,6 +160,11 @@ int mt_config_precision(mt_config *cfg);
  * the option, the backend and the backends where it applies
  * (config_applies.c); called once the backend is parsed. */
 int mt_config_applies(const mt_config *cfg);
+/* The options of a mode other than train (config_mode.c): checked (the
+ * first problem, MT_ERR_OPTION naming the option) and derived; their
+ * part of mt_config_print. */
+int mt_config_mode(mt_config *cfg);
+void mt_config_mode_print(const mt_config *cfg, FILE *f);
 /* Prints the configuration (rank 0 only prints). */
 void mt_config_print(const mt_config *cfg, FILE *f);
 /* Fails on every rank unless every rank has the same hash. */
