@@ -69,18 +69,19 @@ agree() {
 }
 
 # block N NP R: "start count" of rank R's block: its share of the set's
-# pieces of 16 rows (MT_EVAL_PIECE, src/trainer/trainer.h), the last one short
+# pieces of 64 samples (mt_eval_piece, src/trainer/trainer.h), the last one
+# short
 block() {
   local n=$1 np=$2 r=$3 p a b
-  p=$(((n + 15) / 16))
-  a=$((16 * (p * r / np))) b=$((16 * (p * (r + 1) / np)))
+  p=$(((n + 63) / 64))
+  a=$((64 * (p * r / np))) b=$((64 * (p * (r + 1) / np)))
   [ "$b" -gt "$n" ] && b=$n
   [ "$b" -lt "$a" ] && b=$a
   echo "$a $((b - a))"
 }
 
 # expected_rows N NP K VB: samples evaluated when each of NP ranks takes at
-# most K batches of VB (a multiple of 16) from its block (K = 0: all)
+# most K batches of VB (a multiple of 64) from its block (K = 0: all)
 expected_rows() {
   local n=$1 np=$2 k=$3 vb=$4 r a c t=0
   for ((r = 0; r < np; r++)); do
@@ -116,7 +117,9 @@ rows_equal() { # NAME A B [subset]
   [ "$LAST_RC" = 0 ] && pass "$1" || fail "$1" "$(last_output | tail -n 2 | tr '\n' ' ')"
 }
 
-K=2 VB=16
+# -val_batch_size 16 (base) makes batches of one piece, 64 samples
+# (src/trainer/trainer.h); one of them per rank cuts every block short
+K=1 VB=64
 all=("${mlp[@]}" -data_test "$WORK/test.h5" -outputs val,train,test -outputs_logits)
 for np in 1 2 3; do
   train full$np $np "${all[@]}"

@@ -65,7 +65,8 @@ int mt_mode_check_options(const mt_mode_ops *m) {
     /* who reads it: train, or another mode that lists it */
     const char *who = "train";
     for (int k = 0; k < NMODES; k++)
-      if (modes_[k] != m && modes_[k]->options && listed(modes_[k]->options, name)) who = modes_[k]->name;
+      if (modes_[k] != m && modes_[k]->options && listed(modes_[k]->options, name))
+        who = modes_[k]->name;
     return MT_ERR(MT_ERR_OPTION, "option %s: only -mode %s uses it, not -mode %s", name, who,
                   m->name);
   }

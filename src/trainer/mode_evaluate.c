@@ -57,7 +57,8 @@ static int evaluate(mt_trainer *t, const mt_data_spec *spec) {
     const mt_dataset_how how = {spec, whose, t->window, (mt_data_check)c->data_check, 0};
     MT_CALL(mt_dataset_open_as(&t->val[i], c->data_val[i], w, &how));
     t->nval_open = i + 1;
-    MT_CALL(mt_agree(w, mt_loader_create(&t->val_loader[i], &t->val[i], mt_eval_rows(c->val_batch_size),
+    MT_CALL(mt_agree(w, mt_loader_create(&t->val_loader[i], &t->val[i],
+                                         mt_eval_rows(c->val_batch_size, mt_eval_piece(t)),
                                          c->prefetch)));
   }
   for (int i = 0; i < c->nval; i++) {

@@ -26,7 +26,8 @@ static int predict(mt_trainer *t, const mt_data_spec *spec) {
   const mt_dataset_how how = {spec, whose, t->window, (mt_data_check)c->data_check, 1};
   MT_CALL(mt_dataset_open_as(&t->val[0], c->data, w, &how));
   t->nval_open = 1;
-  MT_CALL(mt_agree(w, mt_loader_create(&t->val_loader[0], &t->val[0], mt_eval_rows(c->val_batch_size),
+  MT_CALL(mt_agree(w, mt_loader_create(&t->val_loader[0], &t->val[0],
+                                       mt_eval_rows(c->val_batch_size, mt_eval_piece(t)),
                                        c->prefetch)));
   const mt_dataset *d = &t->val[0];
   const mt_eval_write out = {path, "predict", 0, c->outputs_probs, spec->ntargets > 0,

@@ -90,17 +90,18 @@ typedef struct {
 
 /* This rank's batches of d: its block of whole pieces (trainer.h:
  * rank r the r-th share of the pieces, every sample once over all ranks),
- * in batches of mt_eval_rows(-val_batch_size), at most limit of them (0:
+ * in batches of mt_eval_rows(-val_batch_size, P), at most limit of them (0:
  * all); *rows evaluated, from sample *start. */
 static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *start,
                 int64_t *rows, int64_t *nbatches) {
   const mt_config *c = t->cfg;
-  const int64_t P = MT_EVAL_PIECE, np = (d->n + P - 1) / P, r = t->comm->rank, W = t->comm->size;
+  const int64_t P = mt_eval_piece(t), np = (d->n + P - 1) / P;
+  const int64_t r = t->comm->rank, W = t->comm->size;
   const int64_t p0 = np * r / W, p1 = np * (r + 1) / W;
   const int64_t end = p1 * P < d->n ? p1 * P : d->n;
   int64_t n = end - p0 * P > 0 ? end - p0 * P : 0;
   *start = p0 * P;
-  const int vb = mt_eval_rows(c->val_batch_size);
+  const int vb = mt_eval_rows(c->val_batch_size, (int)P);
   int64_t nb = (n + vb - 1) / vb;
   if (limit > 0 && nb > limit) nb = limit;
   *rows = nb * vb < n ? nb * vb : n;
@@ -137,7 +138,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   mt_ev_begin(MT_EV_VALID);
   int64_t start = 0, rows = 0, nb = 0, off = 0, hits = 0;
   const int nthr = t->gpu ? 1 : mt_compute_nthr(t);
-  const int piece = t->gpu ? t->max_batch : MT_EVAL_PIECE * nthr;
+  const int piece = t->gpu ? t->max_batch : mt_eval_piece(t) * nthr;
   /* one model for the rank's threads (-thread_split gemm): its GEMMs on
    * one thread, whose sums do not depend on the thread count */
   const int gemm_threads = !t->gpu && nthr == 1 ? omp_get_max_threads() : 0;
@@ -176,7 +177,7 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
     for (int r0 = 0; !err && r0 < bt.n; r0 += piece) {
       const int r1 = bt.n - r0 < piece ? bt.n : r0 + piece;
       mt_batch sub = mt_batch_rows(&bt, r0, r1);
-      t->thread_rows = nthr > 1 ? MT_EVAL_PIECE : 0;
+      t->thread_rows = nthr > 1 ? mt_eval_piece(t) : 0;
       void *losses = scratch;
       if (o) {
         void *lg = o->logits ? mt_flat_at(t, o->logits, (size_t)((off + r0) * o->logits_len)) : NULL;
@@ -270,11 +271,11 @@ int mt_eval_setup(mt_trainer *t) {
                             c->data_check));
     t->eval->ntest_open = i + 1;
     MT_CALL(mt_agree(w, mt_loader_create(&t->eval->test_loader[i], &t->eval->test[i],
-                                         mt_eval_rows(c->val_batch_size), c->prefetch)));
+                                         mt_eval_rows(c->val_batch_size, mt_eval_piece(t)), c->prefetch)));
   }
   if (c->outputs & MT_OUTPUTS_TRAIN)
     MT_CALL(mt_agree(w, mt_loader_create(&t->eval->train_loader, &t->train,
-                                         mt_eval_rows(c->val_batch_size), c->prefetch)));
+                                         mt_eval_rows(c->val_batch_size, mt_eval_piece(t)), c->prefetch)));
   return 0;
 }
 
