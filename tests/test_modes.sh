@@ -5,8 +5,9 @@
 #   other threads and -val_batch_size) from model_final.h5 alone: the loss
 #   and accuracy of evaluate.csv equal the training run's last validation
 #   row of curve.csv as strings, and the per-sample losses and predictions
-#   (-outputs val) equal the training's bit for bit; a cnn and a regression
-#   the same way; a regression's predicted /values;
+#   (-outputs val) equal the training's bit for bit; a cnn, a regression and
+#   a gpt the same way; a regression's predicted /values; a gpt refused by
+#   predict;
 # - predict at 1, 2 and 3 ranks on a file without /y: identical files,
 #   each sample once in order, /probs present; a file with /y adds /label
 #   and /loss and the same predictions;
@@ -14,7 +15,7 @@
 # - bad inputs end in one line naming them.
 . "$top_srcdir/tests/lib.sh"
 make_work
-need_bin "$MPITRAIN" "$MKDATA" "$top_builddir/tests/h5digest" "$top_builddir/tests/test_xsum"
+need_bin "$MPITRAIN" "$MKDATA" "$MT_DATA" "$top_builddir/tests/h5digest" "$top_builddir/tests/test_xsum"
 H5DIGEST=$top_builddir/tests/h5digest
 
 run_logged run_mpi 3 60 "$top_builddir/tests/test_xsum"
@@ -109,6 +110,24 @@ fi
 expect_error "regression: -outputs_probs refused" "option -outputs_probs: the model of $R/model_final.h5 predicts 2 float targets" \
   run_mpi 2 60 "$MPITRAIN" -mode predict -model_file "$R/model_final.h5" -data "$WORK/regval.h5" \
   -outputs_probs -output_dir "$WORK/bad"
+
+# ---- a gpt (token windows): evaluated exactly; predict refuses its files
+text=/usr/share/common-licenses/GPL-3
+if [ -f "$text" ] && [ -x "$MT_DATA" ]; then
+  "$MT_DATA" text "$text" -out "$WORK" -name gpl -val_fraction 0.1 >/dev/null || bail "mt-data text failed"
+  G=$WORK/gpt
+  expect_ok "gpt trained at 2 ranks" run_mpi 2 60 "$MPITRAIN" -backend ddp -model gpt -gpt_layers 1 \
+    -gpt_heads 2 -gpt_embd 16 -gpt_block 16 -data_train "$WORK/gpl-train.h5" \
+    -data_val "$WORK/gpl-val.h5" -batch_size 6 -epochs 1 -max_train_steps_per_epoch 3 \
+    -val_batch_size 20 -outputs val -log_every 0 -plot 0 -output_dir "$G"
+  expect_ok "gpt evaluated at 3 ranks" run_mpi 3 60 "$MPITRAIN" -mode evaluate \
+    -model_file "$G/model_final.h5" -data_val "$WORK/gpl-val.h5" -outputs val -output_dir "$WORK/geval"
+  same_eval "gpt evaluated at 3 ranks" "$G" "$WORK/geval"
+  expect_error "predict refuses a gpt" "option -mode predict: the model of $G/model_final.h5 reads token windows" \
+    run_mpi 2 60 "$MPITRAIN" -mode predict -model_file "$G/model_final.h5" -data "$WORK/gpl-val.h5"
+else
+  echo "# no $text or mt-data: the gpt case is not run"
+fi
 
 # ---- predict: one file, each sample once in order, the same at 1, 2, 3 ranks
 ref=
