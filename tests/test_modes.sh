@@ -5,8 +5,9 @@
 #   other threads and -val_batch_size) from model_final.h5 alone: the loss
 #   and accuracy of evaluate.csv equal the training run's last validation
 #   row of curve.csv as strings, and the per-sample losses and predictions
-#   (-outputs val) equal the training's bit for bit; a cnn, a regression and
-#   a gpt the same way; a regression's predicted /values; a gpt refused by
+#   (-outputs val) equal the training's bit for bit; a cnn with batch norm
+#   (from model_final.h5 and from a checkpoint), a regression and a gpt the
+#   same way; a regression's predicted /values; a gpt refused by
 #   predict;
 # - predict at 1, 2 and 3 ranks on a file without /y: identical files,
 #   each sample once in order, /probs present; a file with /y adds /label
@@ -75,12 +76,14 @@ for run in "1 0 500" "3 1 500" "2 2 7"; do
   same_eval "evaluate at $np ranks" "$T" "$E"
 done
 
-# ---- a cnn (convolutions, pooling) the same way
+# ---- a cnn with batch norm (its running statistics are buffers; its rank's
+# threads share one model) the same way, from model_final.h5 and from its
+# last checkpoint (tensors in /params, buffers in the trainer state)
 "$MKDATA" synth "$WORK/img.h5" 160 64 3 4 image >/dev/null || bail "mkdata synth image failed"
 "$MKDATA" synth "$WORK/imgval.h5" 53 64 3 5 image >/dev/null || bail "mkdata synth image failed"
 C=$WORK/cnn
 expect_ok "cnn trained at 2 ranks (ddp)" run_mpi 2 60 "$MPITRAIN" -backend ddp -model cnn \
-  -cnn_channels 4,6 -cnn_hidden 16 -data_train "$WORK/img.h5" -data_val "$WORK/imgval.h5" \
+  -cnn_channels 4,6 -cnn_hidden 16 -cnn_batchnorm -data_train "$WORK/img.h5" -data_val "$WORK/imgval.h5" \
   -epochs 1 -batch_size 32 -lr 0.05 -val_batch_size 20 -outputs val -log_every 0 -plot 0 \
   -output_dir "$C"
 for np in 1 3; do
@@ -88,6 +91,10 @@ for np in 1 3; do
     -model_file "$C/model_final.h5" -data_val "$WORK/imgval.h5" -outputs val -output_dir "$WORK/ceval-$np"
   same_eval "cnn evaluated at $np ranks" "$C" "$WORK/ceval-$np"
 done
+ck=$(ls "$C"/checkpoints/ckpt-*.h5 2>/dev/null | sort -V | tail -n 1)
+expect_ok "cnn evaluated at 3 ranks from its checkpoint" run_mpi 3 60 "$MPITRAIN" -mode evaluate \
+  -model_file "$ck" -data_val "$WORK/imgval.h5" -outputs val -output_dir "$WORK/ceval-ck"
+same_eval "cnn evaluated from its checkpoint" "$C" "$WORK/ceval-ck"
 
 # ---- a regression model: mean squared error, predicted values
 "$MKDATA" regress "$WORK/reg.h5" 300 6 2 7 >/dev/null || bail "mkdata regress failed"
