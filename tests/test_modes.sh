@@ -197,6 +197,9 @@ expect_error "a data file as -model_file" "$WORK/val.h5 is a data set (/x or /to
   run_mpi 2 60 "$MPITRAIN" "${ev[@]}" -model_file "$WORK/val.h5"
 expect_error "a data file of another shape" "data file $WORK/wide.h5: samples of /x are (8), those of the model of $F (-model_file) (12)" \
   run_mpi 2 60 "$MPITRAIN" -mode evaluate -model_file "$F" -data_val "$WORK/wide.h5"
+"$MKDATA" synth "$WORK/six.h5" 40 12 6 3 >/dev/null || bail "mkdata synth failed"
+expect_error "a data file of other classes" "data file $WORK/six.h5: /y has 6 classes (attribute nclasses), the model of $F (-model_file) has 5" \
+  run_mpi 2 60 "$MPITRAIN" -mode evaluate -model_file "$F" -data_val "$WORK/six.h5"
 expect_error "predict: a data file of another shape" "data file $WORK/wide.h5: samples of /x are (8)" \
   run_mpi 2 60 "$MPITRAIN" -mode predict -model_file "$F" -data "$WORK/wide.h5" -output_dir "$WORK/bad"
 expect_error "a training option in evaluate" "option -lr: only -mode train uses it, not -mode evaluate" \

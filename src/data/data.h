@@ -49,7 +49,9 @@ typedef enum { MT_DATA_CHECK_SAMPLE, MT_DATA_CHECK_FULL, MT_DATA_CHECK_NONE } mt
 int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
                     int window, mt_data_check check);
 /* How mt_dataset_open_as opens a file: like, window and check as above;
- * like_what names like's owner in messages (NULL: "the training set");
+ * like_what names like's owner in messages (NULL: "the training set"),
+ * and when given a file whose nclasses attribute differs from like's is
+ * refused (a validation set's is overridden by the training set's);
  * unlabelled (-mode predict, with like): a file of /x without /y is taken,
  * of like's kind, with labels (or targets) of zeros that nothing reports,
  * and d->unlabelled set. */

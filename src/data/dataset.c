@@ -264,6 +264,11 @@ static int open_local(mt_dataset *d, const char *path, const mt_dataset_how *how
   }
   H5Dclose(dy);
   if (err) return err;
+  /* a model's file (the modes: like_what given) names its classes: a file
+   * that declares others is not its data */
+  if (like && how->like_what && nclasses && nclasses != like->nclasses)
+    FAIL("data file %s: /y has %d classes (attribute nclasses), %s has %d", path, nclasses, W,
+         like->nclasses);
   if (like) nclasses = like->nclasses;
   if (nclasses == 0) {
     int64_t mx = 0; /* + 1 in 64 bits: a label of INT32_MAX must not wrap */
