@@ -87,6 +87,11 @@ int64_t mt_sampler_train_first(int64_t step, int global_batch, int world, int ra
 /* Validation: the contiguous block of samples of rank r, every sample exactly
  * once over all ranks (sizes differ by at most one). */
 void mt_sampler_val_block(int64_t n, int rank, int world, int64_t *start, int64_t *count);
+/* The same in whole pieces of piece samples (the last one short): rank r
+ * takes the r-th share of the pieces (the evaluation passes' blocks,
+ * src/trainer/trainer.h: a piece is never split between ranks). */
+void mt_sampler_val_pieces(int64_t n, int64_t piece, int rank, int world, int64_t *start,
+                           int64_t *count);
 
 /* Prefetching loader: hands out a planned sequence of batches; with prefetch
  * on, a thread reads batch b+1 while the caller computes on batch b. */

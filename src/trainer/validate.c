@@ -95,13 +95,10 @@ typedef struct {
 static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *start,
                 int64_t *rows, int64_t *nbatches) {
   const mt_config *c = t->cfg;
-  const int64_t P = mt_eval_piece(t), np = (d->n + P - 1) / P;
-  const int64_t r = t->comm->rank, W = t->comm->size;
-  const int64_t p0 = np * r / W, p1 = np * (r + 1) / W;
-  const int64_t end = p1 * P < d->n ? p1 * P : d->n;
-  int64_t n = end - p0 * P > 0 ? end - p0 * P : 0;
-  *start = p0 * P;
-  const int vb = mt_eval_rows(c->val_batch_size, (int)P);
+  const int P = mt_eval_piece(t);
+  int64_t n;
+  mt_sampler_val_pieces(d->n, P, t->comm->rank, t->comm->size, start, &n);
+  const int vb = mt_eval_rows(c->val_batch_size, P);
   int64_t nb = (n + vb - 1) / vb;
   if (limit > 0 && nb > limit) nb = limit;
   *rows = nb * vb < n ? nb * vb : n;
@@ -127,10 +124,11 @@ static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *
  *
  * The loss is the exact sum of the per-sample losses (core.h, mt_xsum),
  * rounded once, over the count, and the hits are integers: the results do
- * not depend on the ranks, threads or pieces that computed the samples,
- * only on each sample's loss, which a model computes from its row alone
- * (its GEMMs' rows are independent of the batch they are in; checked by
- * tests/test_modes.sh at 1, 2 and 3 ranks). */
+ * not depend on the ranks, threads or batches that computed the samples,
+ * only on each sample's loss, which is always computed in the same piece
+ * (trainer.h, mt_eval_piece) by one-threaded GEMMs, so it has the same
+ * bits wherever it is computed (on the CPU; tests/test_modes.sh at 1, 2
+ * and 3 ranks). */
 enum { EV_PROBS = 1, EV_VALUES = 2 };
 static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, int how,
                 result *res) {
