@@ -114,6 +114,7 @@ static void attend(const mt_gpt_gen *g, float *y, const float *qkv, const float 
       for (int j = 0; j < npos; j++) {
         const float *k = kc + (int64_t)j * C + h * hs;
         float s = 0;
+#pragma omp simd reduction(+ : s)
         for (int d = 0; d < hs; d++) s += q[d] * k[d];
         a[j] = scale * s;
         mx = a[j] > mx ? a[j] : mx;
