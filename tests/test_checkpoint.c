@@ -364,7 +364,7 @@ static void test_write(void) {
   path_in(shard, sizeof(shard), "shard.h5");
   mt_ckpt_state st;
   make_state(&st, 12345);
-  mt_ckpt_meta meta = {"ddp", "-epochs 3 -lr 0.1", "0123456789abcdef"};
+  mt_ckpt_meta meta = {"ddp", "-epochs 3 -lr 0.1", "0123456789abcdef", NULL};
 
   model m;
   model_make(&m, 0, 0, 0, 0);
@@ -648,7 +648,7 @@ static void test_dir(void) {
   int64_t s, *steps = NULL;
   int n = 0;
   make_state(&st, 0);
-  mt_ckpt_meta meta = {"sp", "", "00000000000000aa"}; /* pruning takes this run's files */
+  mt_ckpt_meta meta = {"sp", "", "00000000000000aa", NULL}; /* pruning takes this run's files */
   int64_t found = -1;
   int rc = mt_ckpt_find_latest(MPI_COMM_WORLD, d, MT_CKPT_CHECK_DATA, p, sizeof(p), &found);
   expect_err(rc, MT_ERR_FILE, "no checkpoint yet", "no checkpoint", "ck/sub", NULL);

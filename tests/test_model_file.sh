@@ -4,7 +4,10 @@
 # file (not a checkpoint) points to -init_from; a checkpoint whose header
 # attributes were altered (tests/h5attr) names the attribute; -init_from of
 # a file without the model's tensors, or with other shapes, names the
-# tensor. The untouched files restart and initialise a run.
+# tensor. The files describe their model (src/io/modelfile.h): -init_from
+# alone makes it, a contradicting -model or model option or training set of
+# another shape is refused naming both. The untouched files restart and
+# initialise a run.
 . "$top_srcdir/tests/lib.sh"
 make_work
 H5ATTR=${H5ATTR:-$top_builddir/tests/h5attr}
@@ -44,9 +47,31 @@ expect_error "a checkpoint whose options are a number names the file and the att
   run_mpi 2 "$T" "$MPITRAIN" "${args[@]}" -backend ddp -restart "$WORK/opts-int.h5" \
   -output_dir "$(out)"
 
-expect_error "-init_from of a model of other shapes names the file and the tensor" \
-  "option -init_from: $M: tensor layers.0.weight is (8,8), the model's is (16,8)" \
+# the files describe their model (src/io/modelfile.h): what they say makes
+# the model, what contradicts them is refused naming both values
+expect_error "-init_from with a contradicting model option names both values" \
+  "option -mlp_hidden: 16 contradicts $M (option -init_from), whose mlp model was made with -mlp_hidden 8" \
   run_mpi 1 "$T" "$MPITRAIN" "${args[@]}" -mlp_hidden 16 -init_from "$M" -output_dir "$(out)"
+expect_error "-init_from with another -model names both" \
+  "option -model: cnn contradicts $M (option -init_from), which holds a mlp model" \
+  run_mpi 1 "$T" "$MPITRAIN" "${args[@]}" -model cnn -init_from "$M" -output_dir "$(out)"
+expect_error "a checkpoint describes its model too" \
+  "option -mlp_hidden: 9 contradicts $C (option -init_from), whose mlp model was made with -mlp_hidden 8" \
+  run_mpi 1 "$T" "$MPITRAIN" "${args[@]}" -mlp_hidden 9 -init_from "$C" -output_dir "$(out)"
+"$MKDATA" synth "$WORK/narrow.h5" 64 6 3 1 >/dev/null || bail "mkdata synth failed"
+expect_error "-init_from with training data of another shape names both" \
+  "option -data_train: $WORK/narrow.h5 holds samples (6) with 3 classes; the model of $M (option -init_from) was made for (8) with 3 classes" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend sp -data_train "$WORK/narrow.h5" -epochs 1 -batch_size 8 \
+  -log_every 0 -threads 1 -init_from "$M" -output_dir "$(out)"
+expect_error "-init_from of a data set says it is not a model file" \
+  "option -init_from: $WORK/train.h5 is a data set (/x or /tokens), not a model file" \
+  run_mpi 1 "$T" "$MPITRAIN" "${args[@]}" -init_from "$WORK/train.h5" -output_dir "$(out)"
+o=$(out)
+expect_ok "-init_from alone makes the file's model; its dropout may differ (training only)" \
+  run_mpi 1 "$T" "$MPITRAIN" -backend sp -data_train "$WORK/train.h5" -epochs 1 -batch_size 8 \
+  -log_every 0 -threads 1 -mlp_dropout 0.5 -mlp_hidden 8 -init_from "$M" -output_dir "$o"
+grep -q "model mlp (hidden 8)" "$LAST_LOG" && pass "the file's -mlp_hidden 8 made the model" ||
+  fail "the file's -mlp_hidden 8 made the model" "$(grep -m1 'model mlp' "$LAST_LOG")"
 expect_error "-init_from of a checkpoint names the file and the tensor it lacks" \
   "option -init_from: $C has no tensor layers.0.weight" \
   run_mpi 1 "$T" "$MPITRAIN" "${args[@]}" -init_from "$C" -output_dir "$(out)"

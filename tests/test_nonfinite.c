@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     if (mt_ckpt_state_set_f64s(&st, "curve.train_loss", curve, 300) ||
         mt_ckpt_state_set_str(&st, "model", "mlp"))
       tu_fatal("state", "");
-    mt_ckpt_meta meta = {"ddp", "mpitrain 0.1.0: backend ddp ...", "0123456789abcdef"};
+    mt_ckpt_meta meta = {"ddp", "mpitrain 0.1.0: backend ddp ...", "0123456789abcdef", NULL};
     char pb[1200];
     snprintf(pb, sizeof(pb), "%s/bound.h5", dir);
     CHECK(mt_ckpt_write(MPI_COMM_WORLD, pb, &tt, &meta, &st) == 0, "a checkpoint of 3.3 MiB written");

@@ -17,10 +17,12 @@ the whole loading is:
 
 This script does that for any of mlp, cnn and gpt, keeping the file's type:
 a float64 file gives the model made double (model.double()), and its inputs
-are converted to float64 at the model's input, as mpitrain's fp64 run did
-(the architecture is read from the tensor shapes; a gpt's head count and
-GELU form are not in them:
---opts FILE, the options file of the run, or --heads/--gelu), then
+are converted to float64 at the model's input, as mpitrain's fp64 run did.
+The architecture comes from the file's own description (src/io/modelfile.h:
+attributes model, option.NAME such as option.gpt_heads, data.shape) in a
+file written since mpitrain records it; in an older file from the tensor
+shapes, where a gpt's head count and GELU form are not: --opts FILE, the
+options file of the run, or --heads/--gelu. Then it
 evaluates the samples [first, first + count) of a data set as mpitrain's
 validation does (mean loss per sample; for gpt, per token), and with
 --check LOSS exits 1 unless its loss is within --tol (relative) of LOSS,
@@ -55,8 +57,41 @@ def read_opts(path):
     return opts
 
 
+def described(f):
+    """(model, {option: value}, data shape) of a file that describes its
+    model, else None."""
+    if "model" not in f.attrs:
+        return None
+    def text(v):
+        return v.decode() if isinstance(v, bytes) else str(v)
+    opts = {k[len("option."):]: text(v) for k, v in f.attrs.items()
+            if k.startswith("option.") and not k.endswith(".shapes")}
+    return text(f.attrs["model"]), opts, [int(d) for d in np.atleast_1d(f.attrs["data.shape"])]
+
+
+def build_described(f, desc):
+    """The module the file's description names, made from its options."""
+    model, o, shape = desc
+    ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
+    classes = int(f.attrs["data.nclasses"])
+    if model == "gpt":
+        return "gpt", tm.GPT(classes, int(o["gpt_block"]), int(o["gpt_layers"]), int(o["gpt_heads"]),
+                             int(o["gpt_embd"]), o["gpt_gelu"])
+    if model == "cnn":
+        bn = o["cnn_batchnorm"].lower() in ("1", "true", "yes", "on")
+        return "cnn", tm.CNN(tuple(shape), ints(o["cnn_channels"]), int(o["cnn_kernel"]),
+                             int(o["cnn_hidden"]), classes, batchnorm=bn)
+    if model == "mlp":
+        return "mlp", tm.MLP(int(np.prod(shape)), ints(o["mlp_hidden"]), classes)
+    raise SystemExit(f"load_mpitrain: {f.filename} holds a {model} model, not mlp, cnn or gpt")
+
+
 def build_from_file(f, heads, gelu):
-    """The module whose parameters have the shapes stored in h5py file f."""
+    """The module of h5py file f: from its description, else from the
+    shapes of its tensors."""
+    desc = described(f)
+    if desc:
+        return build_described(f, desc)
     names = set(f.keys())
     if "transformer.wte.weight" in names:
         V, C = f["transformer.wte.weight"].shape

@@ -9,6 +9,7 @@
 #include "backends/backends.h"
 #include "core/core.h"
 #include "data/data.h"
+#include "io/modelfile.h"
 #include "models/models.h"
 #include "mpitrain/mpitrain.h"
 
@@ -550,6 +551,19 @@ static void derive(mt_config *c) {
     c->accum_steps = c->batch_size / (W * c->micro_batch_size);
 }
 
+/* The model file of the run (-model_file, else -init_from; NULL: none): a
+ * file that describes its model (io/modelfile.h) sets the model's options
+ * the user did not give before anything reads them. */
+static const char *model_file(char *path, size_t len) {
+  static const char *const opts[] = {"-model_file", "-init_from"};
+  for (int i = 0; i < 2; i++) {
+    PetscBool set = PETSC_FALSE;
+    if (!PetscOptionsGetString(NULL, NULL, opts[i], path, len, &set) && set && path[0])
+      return opts[i];
+  }
+  return NULL;
+}
+
 int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   PetscBool h = PETSC_FALSE;
   int size;
@@ -558,6 +572,9 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   MT_MPI(MPI_Comm_size(comm, &size));
   cfg->world_size = size;
   if (PetscOptionsHasHelp(NULL, &h)) return MT_ERR(MT_ERR_LIB, "PETSc options database failed");
+  char mfile[MT_PATH_MAX];
+  const char *mopt = h ? NULL : model_file(mfile, sizeof(mfile));
+  MT_CALL(mt_agree(comm, mopt ? mt_model_file_options(mfile, mopt) : 0));
   if (read_all(comm, cfg)) return MT_ERR(MT_ERR_LIB, "PETSc options database failed");
   *help = h ? 1 : 0;
   if (*help) { /* the options of every registered model that has some */
@@ -589,6 +606,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
    * accepted and checked, as when they were read here), and -model's */
   if (!err) err = mt_config_applies(cfg); /* options the backend would ignore */
   if (!err) err = mt_model_read_options(cfg->model);
+  if (!err && mopt) err = mt_model_file_check(mfile, mopt); /* the user's against the file's */
   if (!err) err = mt_config_amp(cfg);
   if (!err) err = mt_config_dp(cfg);
   if (!err) err = mt_config_fsdp(cfg);

@@ -7,6 +7,7 @@
  * names, the checksum and the HDF5 helpers in ckpt_format.c. Contracts:
  * ckpt_write.h. */
 #include "io/ckpt_write.h"
+#include "io/modelfile.h"
 #include "io/ckpt_dir.h"
 #include "io/space.h"
 
@@ -86,6 +87,7 @@ uint64_t mt_ckpt_file_bytes(const mt_ckpt_tensors *ts, const mt_ckpt_meta *meta,
   for (int i = 0; st && i < st->n; i++)
     meta_b += 1024 + 2 * (st->e[i].type == MT_CKPT_STR ? st->e[i].n : st->e[i].n * 8);
   if (meta && meta->options) meta_b += 2 * strlen(meta->options);
+  if (meta && meta->model) meta_b += 64 * 1024; /* its description: ~40 small attributes */
   return data + data / 256 + meta_b;
 }
 
@@ -119,6 +121,7 @@ static int write_header(writer *w) {
   MT_CALL(mt_ckpt_attr_str(w->file, "checksum_algorithm", MT_CKPT_CHECKSUM_NAME));
   if (w->meta && w->meta->run_id && w->meta->run_id[0])
     MT_CALL(mt_ckpt_attr_str(w->file, "run_id", w->meta->run_id));
+  if (w->meta && w->meta->model) MT_CALL(mt_model_desc_write(w->file, w->meta->model));
   return 0;
 }
 

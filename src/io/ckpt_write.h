@@ -25,6 +25,7 @@ typedef struct {
   const char *run_id;  /* the run's identity (16 hex digits), kept across its
                           restarts; pruning removes only its checkpoints.
                           NULL or "": none written, nothing pruned        */
+  const mt_model *model; /* described in the file (io/modelfile.h); NULL: not */
 } mt_ckpt_meta;
 
 /* Writes one checkpoint file at path (created or truncated), collectively

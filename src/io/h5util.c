@@ -1,5 +1,6 @@
 /* Small HDF5 helpers and the process-wide HDF5 lock. */
 #include "io/io.h"
+#include "io/modelfile.h"
 #include "io/space.h"
 
 #include <errno.h>
@@ -100,6 +101,7 @@ static int save_params_locked(const char *tmp, const mt_model *m, const void *pa
     err = mt_h5_write_tensor(f, b->p[i].name, b->p[i].ndim, b->p[i].shape,
                              buf + b->p[i].offset * esz, m->dtype);
   if (!err) err = mt_h5_attr_string(f, "format", "mpitrain-params-1");
+  if (!err) err = mt_model_desc_write(f, m); /* what the file holds (io/modelfile.h) */
   if (H5Fclose(f) < 0 && !err) err = MT_ERR(MT_ERR_FILE, "closing %s failed", tmp);
   if (!err) mt_space_release(tmp);
   return err;

@@ -45,4 +45,11 @@ int mt_model_file_check(const char *path, const char *option);
  * spec untouched) for a file without one. */
 int mt_model_file_spec(const char *path, const char *option, mt_data_spec *spec, int *found);
 
+/* The data set data (given by data_option, its spec have) against the
+ * data the model in path was made for: MT_ERR_DATA naming both options,
+ * both files and both shapes (kinds, classes) when they differ; 0 when
+ * they agree or the file has no description. */
+int mt_model_file_spec_check(const char *path, const char *option, const mt_data_spec *have,
+                             const char *data_option, const char *data);
+
 #endif

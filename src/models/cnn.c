@@ -159,10 +159,13 @@ const mt_model_ops mt_cnn_ops = {
     .backward_clipped = cnn_backward_clipped,
 };
 
+static const char *const cnn_train_only[] = {"-cnn_dropout", NULL};
+
 const mt_model_builtin mt_cnn_builtin = {
     .ops = &mt_cnn_ops,
     .defaults = cnn_defaults,
     .setup = cnn_setup_hp,
     .window = NULL,
     .print = cnn_print,
+    .train_only = cnn_train_only,
 };

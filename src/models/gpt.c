@@ -167,10 +167,13 @@ const mt_model_ops mt_gpt_ops = {
     .backward64 = gpt_backward_f64,
 };
 
+static const char *const gpt_train_only[] = {"-gpt_dropout", NULL};
+
 const mt_model_builtin mt_gpt_builtin = {
     .ops = &mt_gpt_ops,
     .defaults = gpt_defaults,
     .setup = gpt_setup_hp,
     .window = gpt_window,
     .print = NULL,
+    .train_only = gpt_train_only,
 };

@@ -115,10 +115,13 @@ const mt_model_ops mt_mlp_ops = {
     .backward_clipped = mlp_backward_clipped,
 };
 
+static const char *const mlp_train_only[] = {"-mlp_dropout", NULL};
+
 const mt_model_builtin mt_mlp_builtin = {
     .ops = &mt_mlp_ops,
     .defaults = mlp_defaults,
     .setup = mlp_setup_hp,
     .window = NULL,
     .print = mlp_print,
+    .train_only = mlp_train_only,
 };

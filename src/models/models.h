@@ -67,6 +67,10 @@ typedef struct {
                const mt_nn_policy *pol);
   int (*window)(const mt_model_hparams *hp);
   void (*print)(const mt_model_hparams *hp, FILE *f, int line);
+  /* its options that change only how it trains (dropout), not what it
+   * computes: a model file records them, but a later run may give others
+   * (io/modelfile.h); NULL-terminated, may be NULL */
+  const char *const *train_only;
 } mt_model_builtin;
 
 extern const mt_model_builtin mt_mlp_builtin;
@@ -86,6 +90,12 @@ const mt_model_builtin *mt_model_builtin_of(const mt_model_ops *ops);
  * then the options op of the model named name if it is not one of them (a
  * user's). An error names the option (MT_ERR_OPTION). */
 int mt_model_read_options(const char *name);
+/* The options the options op of ops read at its first reading above, in
+ * the order read: names[0, n) (the option records' own strings, kept for
+ * the process's life) and shapes[i] 0 for one that changes only how the
+ * model trains (the built-ins' train_only; a user's model: all shape it);
+ * the count, at most max. */
+int mt_model_options_of(const mt_model_ops *ops, const char **names, int *shapes, int max);
 
 /* Creates the built-in model named name from the hyper-parameters hp
  * rather than from its options (unit tests, tools): as

@@ -47,13 +47,58 @@ mt_model_hparams *mt_model_builtin_hparams(const mt_model_ops *ops) {
   return NULL;
 }
 
+/* The options each model's options op read (mt_model_options_of), taken
+ * from the option records the op added at its first reading. */
+#define MAX_MODEL_OPTIONS 32
+static struct {
+  const mt_model_ops *ops;
+  int n;
+  const char *names[MAX_MODEL_OPTIONS];
+} read_[MAX_MODELS];
+static int nread_;
+
+static int read_model_options(const mt_model_ops *ops) {
+  const int before = mt_option_count();
+  int err = ops->options();
+  int k = 0;
+  while (k < nread_ && read_[k].ops != ops) k++;
+  if (k == nread_ && k < MAX_MODELS) { /* the first reading: what it added */
+    read_[k].ops = ops;
+    for (int i = before; i < mt_option_count() && read_[k].n < MAX_MODEL_OPTIONS; i++) {
+      const char *v;
+      int set;
+      const char *n = mt_option_read(i, &v, &set);
+      if (n) read_[k].names[read_[k].n++] = n;
+    }
+    nread_++;
+  }
+  return err;
+}
+
 int mt_model_read_options(const char *name) {
   builtins();
   int err = 0;
-  for (int i = 0; i < NBUILTINS; i++) err = mt_first_err(err, builtin_[i].b->ops->options());
+  for (int i = 0; i < NBUILTINS; i++) err = mt_first_err(err, read_model_options(builtin_[i].b->ops));
   const mt_model_ops *ops = mt_model_find(name);
-  if (ops && !mt_model_builtin_of(ops) && ops->options) err = mt_first_err(err, ops->options());
+  if (ops && !mt_model_builtin_of(ops) && ops->options)
+    err = mt_first_err(err, read_model_options(ops));
   return err;
+}
+
+int mt_model_options_of(const mt_model_ops *ops, const char **names, int *shapes, int max) {
+  const mt_model_builtin *b = mt_model_builtin_of(ops);
+  for (int k = 0; k < nread_; k++) {
+    if (read_[k].ops != ops) continue;
+    int n = read_[k].n < max ? read_[k].n : max;
+    for (int i = 0; i < n; i++) {
+      names[i] = read_[k].names[i];
+      shapes[i] = 1;
+      for (int j = 0; b && b->train_only && b->train_only[j]; j++)
+        if (!strcmp(b->train_only[j], names[i])) shapes[i] = 0;
+    }
+    return n;
+  }
+  return 0;
 }
 
 int mt_model_window(const char *name) {

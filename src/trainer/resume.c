@@ -302,7 +302,7 @@ int mt_trainer_checkpoint(mt_trainer *t, int epoch, int64_t step, double epoch_l
   opts = o;
   MT_MPI(MPI_Bcast(opts, len, MPI_CHAR, 0, t->comm->world));
   opts[len - 1] = '\0';
-  mt_ckpt_meta meta = {c->backend, opts, t->run_id};
+  mt_ckpt_meta meta = {c->backend, opts, t->run_id, t->model};
   MT_MPI(MPI_Bcast(&elapsed, 1, MPI_DOUBLE, 0, t->comm->world)); /* rank 0's clock */
   int err = fill_state(t, epoch, step, epoch_loss, elapsed, &st);
   if (!err) err = tensors(t, bufs, &ts);

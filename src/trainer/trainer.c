@@ -8,6 +8,7 @@
 #include "gpu/gpu.h"
 #include "backends/fsdp.h"
 #include "io/plot.h"
+#include "io/modelfile.h"
 
 #include <math.h>
 #include <omp.h>
@@ -42,6 +43,10 @@ static int open_data(mt_trainer *t) {
   t->window = mt_model_window(c->model);
   MT_CALL(mt_dataset_open(&t->train, c->data_train, t->comm->world, NULL, t->window,
                           c->data_check));
+  if (c->init_from[0]) /* the data the file's model was made for (io/modelfile.h) */
+    MT_CALL(mt_agree(t->comm->world, mt_model_file_spec_check(c->init_from, "-init_from",
+                                                             &t->train.spec, "-data_train",
+                                                             c->data_train)));
   for (int i = 0; i < c->nval; i++) {
     MT_CALL(mt_dataset_open(&t->val[i], c->data_val[i], t->comm->world, &t->train.spec, t->window,
                             c->data_check));
