@@ -16,12 +16,21 @@
  *      same gpt with the same weights (a formula both sides compute, see
  *      fill_params) decodes the same greedy tokens, with the same logits
  *      (1e-4 of their largest), and, sampled by the same rule from the
- *      same generator, the same tokens.
+ *      same generator, the same tokens;
+ *  (f) -mode generate's body (trainer/mode_generate.c): the text printed
+ *      and written to OUTPUT_DIR/generated.txt is the prompt and the greedy
+ *      tokens, from -prompt and from -prompt_file; a missing prompt file,
+ *      a byte outside the vocabulary and -max_new_tokens past the block
+ *      are refused naming them.
  * Prints one line per check; exits non-zero when any check fails. */
 #include "models/gpt_generate.h"
 #include "models/models.h"
 #include "model_hparams.h"
 #include "testutil.h"
+#include "trainer/generate.h"
+
+#include <mpi.h>
+#include <unistd.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -323,7 +332,97 @@ static void test_torch(const tu_ref *r, const char *name) {
   unmake(&n);
 }
 
-int main(void) {
+/* a whole file's bytes (at most cap) into buf; the count, or -1 */
+static long slurp(const char *path, char *buf, long cap) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  long n = (long)fread(buf, 1, (size_t)cap, f);
+  fclose(f);
+  return n;
+}
+
+/* (f) */
+static void test_mode_body(void) {
+  net n;
+  if (make(&n, 100, 32, 2, 2, 16, 1, 9)) return;
+  char dir[] = "/tmp/test_generate.XXXXXX", sub[64], path[128], text[256], file[256];
+  const char *tmpd = getenv("TMPDIR");
+  char tdir[512];
+  snprintf(tdir, sizeof(tdir), "%s/test_generate.XXXXXX", tmpd && *tmpd ? tmpd : "/tmp");
+  char *d = mkdtemp(tmpd && *tmpd ? tdir : dir);
+  CHECK(d != NULL, "a temporary folder");
+  if (!d) {
+    unmake(&n);
+    return;
+  }
+  snprintf(sub, sizeof(sub), "%.40s/out", d);
+  mt_generate_opts o = {.gen = {.max_new_tokens = 20, .temperature = 0, .seed = 4}};
+  snprintf(o.prompt, sizeof(o.prompt), "%s", "AB=CD!");
+  /* the expected text: the prompt's bytes, then greedy tokens */
+  int32_t prompt[6], want[20];
+  for (int i = 0; i < 6; i++) prompt[i] = (unsigned char)o.prompt[i];
+  int err = gen(&n, prompt, 6, 20, 0, 0, 4, want, NULL);
+  char expect[64];
+  memcpy(expect, "AB=CD!", 6);
+  for (int i = 0; i < 20; i++) expect[6 + i] = (char)want[i];
+  expect[26] = '\n';
+  FILE *out = tmpfile();
+  if (!err && out) err = mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &o, sub, out);
+  CHECK(!err && out, "-prompt: generated%s%s", err ? ": " : "", err ? mt_error_message() : "");
+  long nt = -1, nf = -1;
+  if (out) {
+    rewind(out);
+    nt = (long)fread(text, 1, sizeof(text), out);
+    fclose(out);
+  }
+  snprintf(path, sizeof(path), "%s/generated.txt", sub);
+  nf = slurp(path, file, sizeof(file));
+  CHECK(nt == 27 && !memcmp(text, expect, 27), "printed text = prompt + %d greedy tokens + newline", 20);
+  CHECK(nf == 26 && !memcmp(file, expect, 26), "generated.txt = prompt + greedy tokens (%ld bytes)", nf);
+  /* the same prompt from a file, no output folder */
+  snprintf(path, sizeof(path), "%.40s/prompt.txt", d);
+  FILE *pf = fopen(path, "wb");
+  if (pf) {
+    fwrite("AB=CD!", 1, 6, pf);
+    fclose(pf);
+  }
+  mt_generate_opts of = o;
+  of.prompt[0] = '\0';
+  snprintf(of.prompt_file, sizeof(of.prompt_file), "%s", path);
+  out = tmpfile();
+  err = out ? mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &of, NULL, out) : 1;
+  nt = -1;
+  if (out) {
+    rewind(out);
+    nt = (long)fread(text, 1, sizeof(text), out);
+    fclose(out);
+  }
+  CHECK(!err && nt == 27 && !memcmp(text, expect, 27), "-prompt_file: the same text");
+  mt_error_clear();
+  /* errors, each naming its cause */
+  snprintf(of.prompt_file, sizeof(of.prompt_file), "%.40s/none.txt", d);
+  FILE *sink = tmpfile();
+  expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &of, NULL, sink), MT_ERR_FILE,
+             "option -prompt_file: cannot read", "a missing prompt file");
+  snprintf(o.prompt, sizeof(o.prompt), "%s", "abc\x80" "d");
+  expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &o, NULL, sink), MT_ERR_DATA,
+             "option -prompt: byte 128 at position 3 is outside the model's vocabulary of 100",
+             "a prompt byte outside the vocabulary");
+  snprintf(o.prompt, sizeof(o.prompt), "%s", "ABCDEFGHIJKLM");
+  expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &o, NULL, sink), MT_ERR_OPTION,
+             "option -max_new_tokens: 20 after a prompt of 13 tokens is past the block size 32",
+             "-max_new_tokens past the block");
+  if (sink) fclose(sink);
+  remove(path);
+  snprintf(path, sizeof(path), "%s/generated.txt", sub);
+  remove(path);
+  rmdir(sub);
+  rmdir(d);
+  unmake(&n);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
   tu_ref R;
   tu_ref_load(&R, "generate.txt");
   test_greedy_vs_full(64, 24, 2, 2, 16, 1, 5);
@@ -334,6 +433,9 @@ int main(void) {
   test_errors();
   test_torch(&R, "bytes");
   test_torch(&R, "small");
+  test_mode_body();
   tu_ref_free(&R);
-  return tu_finish("test_generate");
+  const int rc = tu_finish("test_generate");
+  MPI_Finalize();
+  return rc;
 }
