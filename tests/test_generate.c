@@ -4,7 +4,8 @@
  *      of the model's own full forward (gpt_t.h, per-token logits through
  *      st.logits) over the sequence so far, and the cached logits equal
  *      the full forward's (1e-5 of their largest); a prompt prefilled in
- *      one pass gives the logits of one fed token by token;
+ *      one pass gives the logits of one fed token by token; the double
+ *      model's per-token logits are the float one's;
  *  (b) sampling: the same seed gives the same tokens twice, another seed
  *      other ones; top-k keeps every draw among the k largest; the draws
  *      follow the softmax (frequencies of 20000 draws);
@@ -65,6 +66,8 @@ static void fill_params(const mt_model *m, float *p, uint64_t seed) {
     }
   }
 }
+
+static void expect_err(int err, int code, const char *part, const char *what);
 
 typedef struct {
   mt_model *m;
@@ -159,6 +162,43 @@ static void test_greedy_vs_full(int V, int T, int L, int NH, int C, int gelu_tan
   CHECK(!err && mt_gpt_gen_pos(n.g) == P, "%s: prompt fed token by token", what);
   CHECK_ERR(tu_rel_err_f(one, lg, (size_t)V), FULL_TOL, "%s: token-by-token prefill vs one pass", what);
   free(one), free(seq), free(lg), free(full);
+  unmake(&n);
+}
+
+/* the per-token logits of the double model (forward64, st.logits64) are
+ * the float model's to float rounding */
+static void test_fp64_logits(void) {
+  net n;
+  if (make(&n, 30, 8, 1, 2, 8, 1, 13)) return;
+  const mt_model_hparams hp = gpt_hp(1, 2, 8, 8, 1, 0);
+  mt_data_spec sp = {.ndim = 1, .shape = {8}, .sample_numel = 8, .nclasses = 30, .tokens = 1};
+  mt_model *m = NULL;
+  int err = mt_model_create_hp("gpt", &hp, &sp, 1, MT_FP64, &m);
+  double *p = err ? NULL : calloc(m->params.total, sizeof(double));
+  double *l64 = calloc(8 * 30, sizeof(double));
+  float *l32 = calloc(8 * 30, sizeof(float)), *w = calloc(8 * 30, sizeof(float));
+  int32_t seq[8] = {1, 5, 9, 2, 29, 0, 3, 3}, win[9] = {1, 5, 9, 2, 29, 0, 3, 3, 0};
+  for (size_t i = 0; p && i < m->params.total; i++) p[i] = n.p[i];
+  if (!err) {
+    mt_batch bt = {.n = 1, .tokens = win, .tokens_len = 9};
+    mt_batch_stats st = {0};
+    st.logits64 = l64, st.logits_len = 8 * 30;
+    err = m->ops->forward64(m, p, &bt, NULL, &st);
+  }
+  if (!err) err = full_forward(&n, seq, 8, l32);
+  for (int i = 0; i < 8 * 30; i++) w[i] = (float)l64[i];
+  CHECK(!err, "fp64 gpt forward with per-token logits%s%s", err ? ": " : "", err ? mt_error_message() : "");
+  CHECK_ERR(tu_rel_err_f(l32, w, 8 * 30), FULL_TOL, "per-token logits: float vs double model");
+  mt_error_clear();
+  /* rows of another length are refused, as before (no per-sample logits) */
+  mt_batch bt = {.n = 1, .tokens = win, .tokens_len = 9};
+  mt_batch_stats st = {0};
+  st.logits = l32, st.logits_len = 30;
+  expect_err(n.m->ops->forward(n.m, n.p, &bt, NULL, &st), MT_ERR_ARG,
+             "offers no per-sample logits (token data), only per-token ones in rows of T*V = 240",
+             "logits rows of V");
+  free(p), free(l64), free(l32), free(w);
+  mt_model_destroy(&m);
   unmake(&n);
 }
 
@@ -428,6 +468,7 @@ int main(int argc, char **argv) {
   test_greedy_vs_full(64, 24, 2, 2, 16, 1, 5);
   test_greedy_vs_full(256, 20, 3, 4, 16, 0, 1);
   test_greedy_vs_full(40, 12, 1, 1, 8, 1, 11);
+  test_fp64_logits();
   test_sampling();
   test_pick_distribution();
   test_errors();
