@@ -452,6 +452,13 @@ static void test_mode_body(void) {
   expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &o, NULL, sink), MT_ERR_OPTION,
              "option -max_new_tokens: 20 after a prompt of 13 tokens is past the block size 32",
              "-max_new_tokens past the block");
+  mt_generate_opts none = {.gen = {.max_new_tokens = 2}};
+  expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &none, NULL, sink), MT_ERR_OPTION,
+             "option -prompt: -mode generate needs a prompt", "no prompt");
+  snprintf(none.prompt, sizeof(none.prompt), "a");
+  snprintf(none.prompt_file, sizeof(none.prompt_file), "b");
+  expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &none, NULL, sink), MT_ERR_OPTION,
+             "option -prompt_file: give -prompt or -prompt_file, not both", "both prompts");
   if (sink) fclose(sink);
   remove(path);
   snprintf(path, sizeof(path), "%s/generated.txt", sub);

@@ -21,15 +21,16 @@ typedef struct {
 } mt_generate_opts;
 
 /* Reads -prompt, -prompt_file, -max_new_tokens, -temperature and -top_k
- * with mt_option_* (errors name the option; exactly one of -prompt and
- * -prompt_file). o->gen.seed is left to the caller. */
+ * with mt_option_* (errors name the option). o->gen.seed is left to the
+ * caller. */
 int mt_generate_read_options(mt_generate_opts *o);
 
 /* Rank 0 of comm generates from model m (a float gpt) with parameters
  * params (rank 0's are read), prints prompt and continuation to out, and,
  * when output_dir is not NULL, writes them to OUTPUT_DIR/generated.txt
  * (made if missing); a line of figures (tokens, seconds, tokens/s) goes
- * to stderr. The prompt file's and the prompt's errors name them
+ * to stderr. Exactly one of o->prompt and o->prompt_file is given (else
+ * MT_ERR_OPTION naming them). The prompt file's and the prompt's errors name them
  * (io: MT_ERR_FILE; a byte outside the vocabulary: MT_ERR_DATA naming the
  * byte and its position; too long for the block: MT_ERR_OPTION naming
  * -max_new_tokens or the prompt). Collective over comm: every rank

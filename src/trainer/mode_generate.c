@@ -36,10 +36,6 @@ int mt_generate_read_options(mt_generate_opts *o) {
   err = mt_first_err(err, mt_option_int("-top_k", "generate: sample among the k most likely "
                                         "tokens (0: all; 1: greedy)", 0, 0, 1 << 24, &k));
   if (err) return err;
-  MT_CHECK(!(o->prompt[0] && o->prompt_file[0]), MT_ERR_OPTION,
-           "option -prompt_file: give -prompt or -prompt_file, not both");
-  MT_CHECK(o->prompt[0] || o->prompt_file[0], MT_ERR_OPTION,
-           "option -prompt: -mode generate needs a prompt (-prompt TEXT or -prompt_file FILE)");
   o->gen.max_new_tokens = (int)n, o->gen.temperature = temp, o->gen.top_k = (int)k;
   return 0;
 }
@@ -164,6 +160,14 @@ int mt_generate_text(const mt_model *m, const float *params, MPI_Comm comm,
                      const mt_generate_opts *o, const char *output_dir, FILE *out) {
   int rank = 0;
   MT_MPI(MPI_Comm_rank(comm, &rank));
-  const int err = rank == 0 ? generate0(m, params, o, output_dir, out) : 0;
+  /* checked here, not when read: -help lists the options without a prompt */
+  int err = 0;
+  if (o->prompt[0] && o->prompt_file[0])
+    err = MT_ERR(MT_ERR_OPTION, "option -prompt_file: give -prompt or -prompt_file, not both");
+  else if (!o->prompt[0] && !o->prompt_file[0])
+    err = MT_ERR(MT_ERR_OPTION, "option -prompt: -mode generate needs a prompt (-prompt TEXT or "
+                 "-prompt_file FILE)");
+  else if (rank == 0)
+    err = generate0(m, params, o, output_dir, out);
   return mt_agree(comm, err);
 }
