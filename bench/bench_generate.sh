@@ -73,9 +73,11 @@ shape() { # model -> layers embd heads block
 	esac
 }
 for m in $models; do shape "$m" >/dev/null || exit 2; done
-pys=()
+pys=() vers=() # the interpreters with torch and their torch versions
 for p in $pythons; do
-	if "$p" -c 'import torch' 2>/dev/null; then pys+=("$p"); else echo "# $p: no torch, left out" >&2; fi
+	if v=$("$p" -c 'import torch; print(torch.__version__)' 2>/dev/null); then
+		pys+=("$p") vers+=("$v")
+	else echo "# $p: no torch, left out" >&2; fi
 done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_generate.XXXXXX") || exit 1
@@ -102,10 +104,9 @@ fail() {
 	echo "#   $1 gave no RESULT line; last lines of its log:" >&2
 	tail -n 5 "$2" | sed 's/^/#     /' >&2
 }
-tver() { "$1" -c 'import torch; print(torch.__version__)' 2>/dev/null; }
 
 echo "# bench_generate: $models; $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -n), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-for i in "${!pys[@]}"; do echo "# torch$i: $(tver "${pys[$i]}") (${pys[$i]})"; done
+for i in "${!pys[@]}"; do echo "# torch$i: ${vers[$i]} (${pys[$i]})"; done
 echo "# batch 1, greedy, prompt $prompt bytes, $new new tokens; $repeats repeats x $runs timed runs; 1 thread each"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for m in $models; do
@@ -128,7 +129,7 @@ done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 printf "| model | mpitrain tokens/s (range) |"
-for i in "${!pys[@]}"; do printf " torch %s tokens/s (range) | mpitrain / torch %s |" "$(tver "${pys[$i]}")" "$(tver "${pys[$i]}")"; done
+for v in "${vers[@]}"; do printf " torch %s tokens/s (range) | mpitrain / torch %s |" "$v" "$v"; done
 echo
 printf "|---|---|"
 for _ in "${pys[@]}"; do printf -- "---|---|"; done
