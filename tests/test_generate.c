@@ -459,6 +459,9 @@ static void test_mode_body(void) {
   snprintf(none.prompt_file, sizeof(none.prompt_file), "b");
   expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &none, NULL, sink), MT_ERR_OPTION,
              "option -prompt_file: give -prompt or -prompt_file, not both", "both prompts");
+  snprintf(o.prompt, sizeof(o.prompt), "%s", "AB=CD!");
+  expect_err(mt_generate_text(n.m, n.p, MPI_COMM_WORLD, &o, path, sink), MT_ERR_FILE,
+             "option -output_dir", "an output folder that is a file");
   if (sink) fclose(sink);
   remove(path);
   snprintf(path, sizeof(path), "%s/generated.txt", sub);

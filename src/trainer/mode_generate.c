@@ -12,12 +12,14 @@
 #include "trainer/generate.h"
 
 #include "io/io.h"
+#include "io/space.h"
 #include "models/models.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int mt_generate_read_options(mt_generate_opts *o) {
   long n = 0, k = 0;
@@ -102,16 +104,15 @@ static int write_file(const char *dir, const int32_t *t, int n, int V) {
   snprintf(path, sizeof(path), "%s/generated.txt", dir);
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   FILE *f = fopen(tmp, "wb");
-  MT_CHECK(f, MT_ERR_FILE, "option -output_dir: cannot write %s: %s", tmp, strerror(errno));
-  int bad = put(f, t, n, V);
-  bad |= fclose(f) != 0;
-  if (bad) { /* a full disk or a quota: say so, leave nothing half-written */
-    const int e = errno;
-    remove(tmp);
-    return MT_ERR(MT_ERR_WRITE, "option -output_dir: cannot write %s: %s", path, strerror(e));
+  if (!f) return MT_WRITE_FAILED("opening", tmp, errno);
+  /* a full disk or a quota: said naming the file, nothing half-written left */
+  int bad = put(f, t, n, V) || fflush(f) != 0 || ferror(f), e = errno;
+  if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+  if (bad || rename(tmp, path) != 0) {
+    if (!bad) e = errno;
+    unlink(tmp);
+    return MT_WRITE_FAILED("writing", path, e);
   }
-  MT_CHECK(rename(tmp, path) == 0, MT_ERR_WRITE, "option -output_dir: cannot write %s: %s", path,
-           strerror(errno));
   return 0;
 }
 
