@@ -8,7 +8,19 @@
  * cut to -top_k, draws keyed by -seed and the position, so a seed gives
  * the same text at every run and rank count. Rank 0 generates (one
  * sequence at batch 1: more ranks would only repeat it); the others wait
- * for its result, so an error ends every rank. */
+ * for its result, so an error ends every rank.
+ *
+ * Plugging it into -mode (trainer/mode.h, branch wt-modes): an
+ * mt_mode_ops mt_mode_generate whose read_options calls
+ * mt_generate_read_options on a file-scope mt_generate_opts (the op has no
+ * context), whose options list is -prompt, -prompt_file, -max_new_tokens,
+ * -temperature, -top_k and -seed, and whose run reads -model_file's
+ * description (io/modelfile.h: mt_model_file_spec; a file without one, or
+ * of a model that is not a gpt, refused naming it), makes the model with
+ * mt_trainer_create_use, sets the options' gen.seed to the run's -seed and
+ * calls mt_generate_text(t->model, t->params, world, &opts, OUTPUT_DIR if
+ * -output_dir was given else NULL, stdout); one line in mode.c's table and
+ * mode.h's extern; tests/test_generate.sh runs it end to end. */
 #include "trainer/generate.h"
 
 #include "io/io.h"
