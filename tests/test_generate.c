@@ -190,6 +190,17 @@ static void test_fp64_logits(void) {
   CHECK(!err, "fp64 gpt forward with per-token logits%s%s", err ? ": " : "", err ? mt_error_message() : "");
   CHECK_ERR(tu_rel_err_f(l32, w, 8 * 30), FULL_TOL, "per-token logits: float vs double model");
   mt_error_clear();
+  /* a decoder of the fp64 model (its table, float parameters): the float
+   * model's tokens */
+  mt_gpt_gen *g64 = NULL;
+  int32_t a[4] = {0}, b[4] = {1};
+  const mt_gen_opts go = {.max_new_tokens = 4};
+  int e2 = m ? mt_gpt_gen_create(m, &g64) : 1;
+  if (!e2) e2 = mt_gpt_generate(g64, n.p, seq, 4, &go, a, NULL);
+  if (!e2) e2 = mt_gpt_generate(n.g, n.p, seq, 4, &go, b, NULL);
+  CHECK(!e2 && !memcmp(a, b, sizeof(a)), "a decoder of the fp64 model on float parameters");
+  mt_gpt_gen_destroy(&g64);
+  mt_error_clear();
   /* rows of another length are refused, as before (no per-sample logits) */
   mt_batch bt = {.n = 1, .tokens = win, .tokens_len = 9};
   mt_batch_stats st = {0};

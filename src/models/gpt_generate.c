@@ -48,7 +48,8 @@ int mt_gpt_gen_create(const mt_model *m, mt_gpt_gen **out) {
   *out = NULL;
   const mt_gpt_hparams *hp = mt_gpt_hparams_of(m);
   MT_CHECK(hp, MT_ERR_ARG, "generation needs a gpt model, not %s", m && m->ops ? m->ops->name : "none");
-  MT_CHECK(m->dtype == MT_FP32, MT_ERR_ARG, "gpt generation: a float model only (-precision fp32)");
+  /* m's table only: the parameters are float whatever m->dtype (the
+   * caller rounds an fp64 model's) */
   mt_gpt_gen *g;
   MT_CALL(mt_calloc(&g, 1, sizeof(*g), "gpt generation"));
   *out = g;

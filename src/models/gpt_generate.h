@@ -2,8 +2,9 @@
  * model's own flat parameters with a key/value cache, so each new token
  * costs one position's forward through every block instead of the whole
  * window's (Hugging Face's past_key_values, nanoGPT's generate without the
- * recomputation). float models only (-precision fp32); the GEMMs compute in
- * fp32 whatever policy the model was trained under.
+ * recomputation). It computes in fp32 on float parameters in the model's
+ * layout (an fp64 model's rounded by the caller), whatever policy the
+ * model was trained under.
  *
  * Decoding: greedy (the first of equal maxima) when temperature is 0 or
  * top_k is 1; otherwise the logits divided by the temperature, cut to the
@@ -32,8 +33,8 @@ typedef struct {
  * (keys and values of positions [0, pos)) and scratch rows. */
 typedef struct mt_gpt_gen mt_gpt_gen;
 
-/* Makes a decoder for m (a float gpt; MT_ERR_ARG for another model).
- * Allocates the cache for the model's whole window. */
+/* Makes a decoder for m (a gpt, float or fp64; MT_ERR_ARG for another
+ * model). Allocates the cache for the model's whole window. */
 int mt_gpt_gen_create(const mt_model *m, mt_gpt_gen **g);
 void mt_gpt_gen_destroy(mt_gpt_gen **g);
 /* The model's window T (-gpt_block) and vocabulary V. */

@@ -25,8 +25,8 @@ typedef struct {
  * caller. */
 int mt_generate_read_options(mt_generate_opts *o);
 
-/* Rank 0 of comm generates from model m (a float gpt) with parameters
- * params (rank 0's are read), prints prompt and continuation to out, and,
+/* Rank 0 of comm generates from model m (a gpt) with float parameters
+ * params in its layout (rank 0's are read), prints prompt and continuation to out, and,
  * when output_dir is not NULL, writes them to OUTPUT_DIR/generated.txt
  * (made if missing); a line of figures (tokens, seconds, tokens/s) goes
  * to stderr. Exactly one of o->prompt and o->prompt_file is given (else

@@ -18,8 +18,9 @@
  * description (io/modelfile.h: mt_model_file_spec; a file without one, or
  * of a model that is not a gpt, refused naming it), makes the model with
  * mt_trainer_create_use, sets the options' gen.seed to the run's -seed and
- * calls mt_generate_text(t->model, t->params, world, &opts, OUTPUT_DIR if
- * -output_dir was given else NULL, stdout); one line in mode.c's table and
+ * calls mt_generate_text(t->model, t->params (rounded to float for an
+ * fp64 model), world, &opts, OUTPUT_DIR if -output_dir was given else
+ * NULL, stdout); one line in mode.c's table and
  * mode.h's extern; tests/test_generate.sh runs it end to end. */
 #include "trainer/generate.h"
 
