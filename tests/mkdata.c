@@ -13,6 +13,8 @@
  *                                            (default 0) of a contiguous
  *                                            dataset's data in the file
  *   mkdata unattr FILE.h5 NAME               removes root attribute NAME
+ *   mkdata unlink FILE.h5 NAME               removes root dataset NAME (a data
+ *                                            file without /y: -mode predict's)
  *   mkdata stats FILE.h5                     shapes, label histogram, mean x
  *   mkdata outstats FILE.h5 [N]              an outputs file (src/io/outputs.h):
  *                                            rows in order, mean loss, accuracy
@@ -862,6 +864,23 @@ static int cmd_unattr(int argc, char **argv) {
   return 0;
 }
 
+/* unlink: removes a root dataset (the file keeps its size: HDF5 does not
+ * reclaim it, which does not matter to a reader). */
+static int cmd_unlink(int argc, char **argv) {
+  if (argc != 2) {
+    fail("usage: mkdata unlink FILE.h5 NAME");
+    return 2;
+  }
+  hid_t f = H5Fopen(argv[0], H5F_ACC_RDWR, H5P_DEFAULT);
+  int ok = f >= 0 && H5Ldelete(f, argv[1], H5P_DEFAULT) >= 0;
+  if (f >= 0 && H5Fclose(f) < 0) ok = 0;
+  if (!ok) {
+    fail("%s: cannot remove the dataset %s", argv[0], argv[1]);
+    return 1;
+  }
+  return 0;
+}
+
 /* outindex: the sample indices of an outputs file, one a line. */
 static int cmd_outindex(int argc, char **argv) {
   if (argc != 1) {
@@ -888,6 +907,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "types")) return cmd_types(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "flip")) return cmd_flip(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "unattr")) return cmd_unattr(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "unlink")) return cmd_unlink(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: mkdata synth OUT.h5 N D C SEED [uint8|image]\n"
           "       mkdata regress OUT.h5 N D K SEED\n"
@@ -901,6 +921,7 @@ int main(int argc, char **argv) {
           "       mkdata outindex FILE.h5\n"
           "       mkdata types FILE.h5 [float32|float64]\n"
           "       mkdata flip FILE.h5 DATASET [BYTE]\n"
-          "       mkdata unattr FILE.h5 NAME\n");
+          "       mkdata unattr FILE.h5 NAME\n"
+          "       mkdata unlink FILE.h5 NAME\n");
   return 2;
 }

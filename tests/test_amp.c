@@ -15,6 +15,7 @@
  *    hysteresis > 1 against its rule (DeepSpeed's; no PyTorch reference),
  *    the stop at min_scale, static mode, option checks, pack/unpack.
  * Prints the conversion speed (informational, no timing assertion). */
+#include "nn/lowp.h"
 #include "nn/precision.h"
 #include "optim/optim.h"
 #include "testutil.h"
@@ -502,7 +503,48 @@ static void bench(size_t n, const char *tag) {
   free(x), free(y), free(h);
 }
 
+/* bf16 GEMMs (every transposition, odd sizes, alpha and beta) against
+ * double sums of the bf16-rounded operands: oneDNN's bf16 kernel where the
+ * CPU has one, and the emulation (fp32 GEMM of the widened operands) that
+ * runs where it has not, forced here so that both are checked on an
+ * AVX-512 machine too. */
+static void test_bf16_gemm(const char *how) {
+  const int64_t M = 13, N = 21, K = 67;
+  float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+  float *C = malloc(sizeof(float) * M * N), *R = malloc(sizeof(float) * M * N);
+  for (int64_t i = 0; i < M * K; i++) A[i] = (float)sin(0.37 * (double)i) * 3.0f;
+  for (int64_t i = 0; i < K * N; i++) B[i] = (float)cos(0.11 * (double)i + 0.5);
+  const mt_nn_policy pol = mt_nn_policy_make(MT_PREC_BF16, 0);
+  const char ops[4][2] = {{'N', 'N'}, {'N', 'T'}, {'T', 'N'}, {'T', 'T'}};
+  for (int o = 0; o < 4; o++) {
+    const char ta = ops[o][0], tb = ops[o][1];
+    const int64_t lda = ta == 'N' ? K : M, ldb = tb == 'N' ? N : K;
+    for (int64_t i = 0; i < M * N; i++) C[i] = R[i] = 0.25f * (float)(i % 7);
+    int err = mt_gemm_lowp(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 2.0f, C, N, &pol);
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; k++) {
+          const float a = ta == 'N' ? A[i * lda + k] : A[k * lda + i];
+          const float b = tb == 'N' ? B[k * ldb + j] : B[j * ldb + k];
+          sum += (double)mt_float_from_bf16(mt_bf16_from_float(a)) *
+                 (double)mt_float_from_bf16(mt_bf16_from_float(b));
+        }
+        R[i * N + j] = (float)(0.5 * sum + 2.0 * R[i * N + j]);
+      }
+    CHECK(!err, "bf16 GEMM %c%c (%s) runs", ta, tb, how);
+    CHECK_CLOSE_F(C, R, (size_t)(M * N), 1e-5, "bf16 GEMM %c%c (%s) == double sums of bf16 operands",
+                  ta, tb, how);
+  }
+  free(A), free(B), free(C), free(R);
+}
+
 int main(void) {
+  printf("info oneDNN bf16 GEMM on this CPU: %s\n", mt_gemm_bf16_native() ? "yes" : "no (emulated)");
+  test_bf16_gemm(mt_gemm_bf16_native() ? "oneDNN's kernel" : "emulated");
+  mt_gemm_bf16_emulate(1);
+  test_bf16_gemm("emulated");
+  mt_gemm_bf16_emulate(0);
   test_convert_refs();
   test_vector_vs_scalar("default FP env");
 #if defined(__SSE__)

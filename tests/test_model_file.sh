@@ -83,6 +83,18 @@ expect_error "-init_from of a missing file names it and the reason" \
   "option -init_from: cannot read $WORK/none.h5: No such file or directory" \
   run_mpi 1 "$T" "$MPITRAIN" "${args[@]}" -init_from "$WORK/none.h5" -output_dir "$(out)"
 
+# a boolean given bare (on) in the file agrees with 1 and contradicts 0
+"$MKDATA" synth "$WORK/img.h5" 32 64 3 1 image >/dev/null || bail "mkdata synth image failed"
+cargs=(-backend sp -data_train "$WORK/img.h5" -epochs 1 -batch_size 8 -log_every 0 -threads 1)
+expect_ok "a cnn with -cnn_batchnorm given bare" run_mpi 1 "$T" "$MPITRAIN" "${cargs[@]}" \
+  -model cnn -cnn_channels 4 -cnn_hidden 8 -cnn_batchnorm -output_dir "$WORK/cnn"
+expect_ok "-cnn_batchnorm 1 agrees with the file's bare flag" run_mpi 1 "$T" "$MPITRAIN" \
+  "${cargs[@]}" -cnn_batchnorm 1 -init_from "$WORK/cnn/model_final.h5" -output_dir "$(out)"
+expect_error "-cnn_batchnorm 0 contradicts it" \
+  "option -cnn_batchnorm: 0 contradicts $WORK/cnn/model_final.h5 (option -init_from), whose cnn model was made with -cnn_batchnorm (no value: on)" \
+  run_mpi 1 "$T" "$MPITRAIN" "${cargs[@]}" -cnn_batchnorm 0 -init_from "$WORK/cnn/model_final.h5" \
+  -output_dir "$(out)"
+
 # the untouched files: a restart and a start from the model file train
 expect_ok "-restart of the untouched checkpoint trains" run_mpi 1 "$T" "$MPITRAIN" "${args[@]}" \
   -epochs 2 -restart "$C" -output_dir "$(out)"

@@ -89,6 +89,21 @@ static void test_val_blocks(void) {
     CHECK(ok, "validation of %lld samples on %d ranks: each index exactly once", (long long)n, size_);
     free(mine), free(all);
   }
+  /* in whole pieces: each index once, every block starts at a piece */
+  const int64_t pieces[] = {1, 4, 64};
+  for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++)
+    for (size_t q = 0; q < 3; q++) {
+      int64_t n = ns[k], P = pieces[q], start, count;
+      mt_sampler_val_pieces(n, P, rank_, size_, &start, &count);
+      int *mine = calloc((size_t)n, sizeof(int)), *all = calloc((size_t)n, sizeof(int));
+      for (int64_t i = start; i < start + count; i++) mine[i]++;
+      MPI_Allreduce(mine, all, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      int ok = count >= 0 && (count == 0 || start % P == 0);
+      for (int64_t i = 0; i < n; i++) ok &= all[i] == 1;
+      CHECK(ok, "validation of %lld samples in pieces of %lld on %d ranks: each index once, "
+            "blocks of whole pieces", (long long)n, (long long)P, size_);
+      free(mine), free(all);
+    }
 }
 
 /* A file whose row i holds the values i*10 + j, label i % 5. */

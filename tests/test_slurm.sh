@@ -5,7 +5,9 @@
 # 1. srun -n 2 --mpi=pmix mpitrain trains, and its model equals mpirun -np 2's
 #    bit for bit; sbatch jobs/slurm-single.sh runs;
 # 2. sbatch --array=0-2 jobs/slurm-array.sh: every element finishes with its
-#    own options, in its own output folder;
+#    own options, in its own output folder; sbatch --array=0-1
+#    jobs/slurm-predict-array.sh: each element predicts its shard into
+#    shard.pred.h5 beside it, the file mpirun's -mode predict writes;
 # 3. jobs/slurm-preempt.sh: SIGUSR1 to the batch shell (what --signal=B:USR1@N
 #    sends), which forwards it to the ranks; they checkpoint and exit 75; the
 #    script requeues the job; the second run resumes with -restart auto and
@@ -38,7 +40,7 @@ export PATH=$PATH:/usr/sbin:/sbin
 for c in munged slurmctld slurmd srun sbatch scontrol scancel squeue sinfo; do
   command -v "$c" >/dev/null 2>&1 || skip "$c not found (apt-get install slurmctld slurmd slurm-client munge, or bash scripts/deps.sh)"
 done
-need_bin "$MPITRAIN" "$MKDATA"
+need_bin "$MPITRAIN" "$MKDATA" "$top_builddir/tests/h5digest"
 make_work
 T_START=$SECONDS
 CLUSTER=
@@ -204,6 +206,39 @@ else
   done
 fi
 echo "# 2. array: $((SECONDS - t)) s"
+
+# ---- 2b. predictions over shards: sbatch --array=0-1 jobs/slurm-predict-array.sh
+t=$SECONDS
+mkdir -p "$WORK/shards"
+for i in 0 1; do
+  "$MKDATA" synth "$WORK/shards/shard-$i.h5" $((60 + 7 * i)) 16 4 $((40 + i)) >/dev/null &&
+    "$MKDATA" unlink "$WORK/shards/shard-$i.h5" y || bail "mkdata failed"
+done
+pmodel=$WORK/srun/model_final.h5 # section 1's model
+submit pjob env MT_SHARDS="$WORK/shards/shard-*.h5" sbatch --parsable --array=0-1 --chdir="$WORK" \
+  --output="$WORK/predict-%A_%a.out" "$top_srcdir/jobs/slurm-predict-array.sh" "$pmodel" -threads 1
+if [ -z "$pjob" ]; then
+  fail "sbatch --array=0-1 jobs/slurm-predict-array.sh" "no job id (exit $LAST_RC)"
+else
+  pass "sbatch --array=0-1 jobs/slurm-predict-array.sh (job $pjob)"
+  wait_for 120 jobs_ended "$pjob" || fail "the 2 predict elements ended" "still not done after 120 s"
+  for i in 0 1; do
+    st="$(job_field "${pjob}_$i" JobState) $(job_field "${pjob}_$i" ExitCode)"
+    LAST_LOG=$WORK/predict-${pjob}_$i.out
+    [ "$st" = "COMPLETED 0:0" ] && pass "predict element $i completed" || fail "predict element $i completed" "state: $st"
+    # the same file as mpirun -np 2 writes for that shard
+    run_logged run_mpi 2 60 "$MPITRAIN" -mode predict -model_file "$pmodel" -data "$WORK/shards/shard-$i.h5" \
+      -predictions "$WORK/shards/ref-$i.h5" -threads 1
+    a=$("$top_builddir/tests/h5digest" "$WORK/shards/shard-$i.pred.h5" 2>&1)
+    b=$("$top_builddir/tests/h5digest" "$WORK/shards/ref-$i.h5" 2>&1)
+    if [ "$LAST_RC" = 0 ] && [ -f "$WORK/shards/shard-$i.pred.h5" ] && [ "$a" = "$b" ]; then
+      pass "element $i wrote shard-$i.pred.h5 next to its shard, as mpirun's predict"
+    else
+      fail "element $i wrote shard-$i.pred.h5 next to its shard" "$(tr '\n' ' ' <<<"$a")"
+    fi
+  done
+fi
+echo "# 2b. predict array: $((SECONDS - t)) s"
 
 # ---- 3. signal -> checkpoint -> exit 75 -> requeue -> -restart auto
 t=$SECONDS

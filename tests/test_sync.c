@@ -111,7 +111,7 @@ static void test_outputs(const char *dir) {
   }
   char path[1200];
   snprintf(path, sizeof(path), "%s/sub/out.h5", dir);
-  mt_outputs_rows r = {rows, index, label, pred, loss, logits, C, MT_FP32};
+  mt_outputs_rows r = {rows, index, label, pred, loss, logits, C, MT_FP32, 0, 0, 0, NULL};
   mt_outputs_meta m = {"val", 0, "data.h5", 1000, 3, 42, "mlp"};
   mt_outputs_chunk_bytes = 3 * (20 + 4 * C); /* 3 rows per round: several rounds */
   int err = mt_outputs_write(MPI_COMM_WORLD, path, &m, &r);
@@ -165,7 +165,7 @@ static void test_outputs(const char *dir) {
     /* one row per rank, the ranks in descending sample order */
     snprintf(path, sizeof(path), "%s/bad.h5", dir);
     int64_t desc = 10 * (int64_t)(size_ - rank_);
-    mt_outputs_rows b = {1, &desc, label, pred, loss, logits, C, MT_FP32};
+    mt_outputs_rows b = {1, &desc, label, pred, loss, logits, C, MT_FP32, 0, 0, 0, NULL};
     mt_error_clear();
     err = mt_outputs_write(MPI_COMM_WORLD, path, &m, &b);
     CHECK(all_ranks(err == MT_ERR_ARG), "outputs: rows out of data-set order fail on every rank");

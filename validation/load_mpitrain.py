@@ -78,7 +78,7 @@ def build_described(f, desc):
         return "gpt", tm.GPT(classes, int(o["gpt_block"]), int(o["gpt_layers"]), int(o["gpt_heads"]),
                              int(o["gpt_embd"]), o["gpt_gelu"])
     if model == "cnn":
-        bn = o["cnn_batchnorm"].lower() in ("1", "true", "yes", "on")
+        bn = o["cnn_batchnorm"].lower() in ("", "1", "true", "yes", "on")  # "": given bare
         return "cnn", tm.CNN(tuple(shape), ints(o["cnn_channels"]), int(o["cnn_kernel"]),
                              int(o["cnn_hidden"]), classes, batchnorm=bn)
     if model == "mlp":

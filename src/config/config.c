@@ -206,6 +206,10 @@ static PetscErrorCode read_run(PetscOptionItems *PetscOptionsObject, mt_config *
   char s[MT_PATH_MAX * MT_MAX_VAL];
   PetscBool set;
   char names[512], help[600];
+  PetscCall(opt_str(PetscOptionsObject, "-mode",
+                    "What the run does: train, or with a trained model (-model_file) evaluate "
+                    "(-data_val), predict (-data); doc/running.md", "train", c->mode,
+                    sizeof(c->mode), NULL));
   mt_backend_names(names, sizeof(names));
   snprintf(help, sizeof(help), "Training backend: %s", names);
   PetscCall(opt_str(PetscOptionsObject, "-backend", help, "sp", c->backend, sizeof(c->backend), NULL));
@@ -454,6 +458,18 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
   PetscCall(opt_bool(PetscOptionsObject, "-outputs_logits",
                      "Add each sample's logits to the outputs (class data only)", 0,
                      &c->outputs_logits));
+  PetscCall(opt_str(PetscOptionsObject, "-model_file",
+                    "-mode evaluate, predict: the trained model (model_final.h5, model_best.h5, a "
+                    "checkpoint), which says what model it is", "", c->model_file,
+                    sizeof(c->model_file), NULL));
+  PetscCall(opt_str(PetscOptionsObject, "-data", "-mode predict: the samples (HDF5 /x; /y not "
+                    "needed)", "", c->data, sizeof(c->data), NULL));
+  PetscCall(opt_str(PetscOptionsObject, "-predictions",
+                    "-mode predict: the predictions file (default OUTPUT_DIR/predictions.h5)", "",
+                    c->predictions, sizeof(c->predictions), NULL));
+  PetscCall(opt_bool(PetscOptionsObject, "-outputs_probs",
+                     "-mode predict: add each sample's softmax probabilities (class data)", 0,
+                     &c->outputs_probs));
   PetscFunctionReturn(0);
 }
 
@@ -508,6 +524,20 @@ static void derive(mt_config *c) {
       memcpy(c->checkpoint_dir + k, sub, sizeof(sub));
     }
   }
+  if (strcmp(c->mode, "train")) { /* a trained model's modes (config_mode.c) */
+    if (mt_config_mode(c)) {
+      bad("%s", mt_error_message());
+      mt_error_clear();
+    }
+    return;
+  }
+  /* options of the other modes (trainer/mode.h) */
+  if (c->model_file[0])
+    bad("option -model_file: only -mode evaluate and predict read it (training starts from a "
+        "model file with -init_from)");
+  if (c->data[0] || c->predictions[0] || c->outputs_probs)
+    bad("option %s: only -mode predict uses it, not -mode train",
+        c->data[0] ? "-data" : c->predictions[0] ? "-predictions" : "-outputs_probs");
   if (!c->data_train[0]) bad("option -data_train: a training data file is required");
   if (c->checkpoint_overwrite && strcmp(c->restart, "none"))
     bad("option -checkpoint_overwrite: removes an earlier run's checkpoints at a fresh start; "
@@ -604,7 +634,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   /* the models read their own options before unknown ones are looked for:
    * every built-in's (an option of another built-in than -model is
    * accepted and checked, as when they were read here), and -model's */
-  if (!err) err = mt_config_applies(cfg); /* options the backend would ignore */
+  /* options the backend would ignore; the other modes refuse training's */
+  if (!err && !strcmp(cfg->mode, "train")) err = mt_config_applies(cfg);
   if (!err) err = mt_model_read_options(cfg->model);
   if (!err && mopt) err = mt_model_file_check(mfile, mopt); /* the user's against the file's */
   if (!err) err = mt_config_amp(cfg);
@@ -621,6 +652,10 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
 }
 
 void mt_config_print(const mt_config *c, FILE *f) {
+  if (strcmp(c->mode, "train")) {
+    mt_config_mode_print(c, f);
+    return;
+  }
   fprintf(f, "mpitrain %s: backend %s, precision %s, model %s", MPITRAIN_VERSION, c->backend,
           c->dtype == MT_FP64 ? "fp64" : "fp32", c->model);
   mt_model_print(c->model, f, 0); /* the hyper-parameters its options read */

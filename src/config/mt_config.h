@@ -11,6 +11,13 @@
  * that all ranks resolved the same configuration, so it is zero-filled
  * before use and holds no pointers. */
 typedef struct {
+  /* -mode: what the run does (trainer/mode.h): train, or a trained
+   * model's evaluate, predict, ...; the training options apply to train */
+  char mode[16];
+  char model_file[MT_PATH_MAX]; /* -model_file: the model of the other modes */
+  char data[MT_PATH_MAX];       /* -data: predict's samples                  */
+  char predictions[MT_PATH_MAX]; /* -predictions: predict's file            */
+  int outputs_probs;            /* predict: the softmax probabilities too   */
   char backend[32];
   /* -backend parsed once (mt_backend_parse): its strategy's MT_TRAIT_* and
    * the policies amp, dp and fsdp below */
@@ -153,6 +160,11 @@ int mt_config_precision(mt_config *cfg);
  * the option, the backend and the backends where it applies
  * (config_applies.c); called once the backend is parsed. */
 int mt_config_applies(const mt_config *cfg);
+/* The options of a mode other than train (config_mode.c): checked (the
+ * first problem, MT_ERR_OPTION naming the option) and derived; their
+ * part of mt_config_print. */
+int mt_config_mode(mt_config *cfg);
+void mt_config_mode_print(const mt_config *cfg, FILE *f);
 /* Prints the configuration (rank 0 only prints). */
 void mt_config_print(const mt_config *cfg, FILE *f);
 /* Fails on every rank unless every rank has the same hash. */

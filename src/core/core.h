@@ -75,6 +75,27 @@ double mt_now(void);
 void mt_mark_launch(void);
 double mt_since_launch(void);
 
+/* An exact sum of doubles (xsum.c): the same values added in any order,
+ * grouping or split over ranks give the same bits, because nothing is
+ * rounded until mt_xsum_value rounds the exact sum once (to nearest).
+ * Evaluation passes sum their per-sample losses so, and their results do
+ * not depend on the ranks, threads or batches that computed them. NaN and
+ * infinities are summed apart (in any order the same). Plain data:
+ * zero it with mt_xsum_zero; mt_xsum_allreduce sums every rank's into
+ * every rank's (collective, MPI_SUM on integers); mt_xsum_merge adds o
+ * into s. */
+#define MT_XSUM_DIGITS 70
+typedef struct {
+  int64_t d[MT_XSUM_DIGITS]; /* base 2^32 digits of the sum / 2^-1074     */
+  int64_t adds;              /* additions since the last carry             */
+  double special;            /* the sum of the non-finite values           */
+} mt_xsum;
+void mt_xsum_zero(mt_xsum *s);
+void mt_xsum_add(mt_xsum *s, double v);
+void mt_xsum_merge(mt_xsum *s, const mt_xsum *o);
+int mt_xsum_allreduce(mt_xsum *s, MPI_Comm comm);
+double mt_xsum_value(const mt_xsum *s);
+
 /* Collective agreement: returns 0 on every rank if err == 0 on all ranks,
  * otherwise MT_ERR_* on every rank; the message of the lowest failing rank
  * is sent to rank 0 (and recorded there) so rank 0 can print it once. */

@@ -22,6 +22,7 @@ typedef struct {
   int32_t *labels; /* all N labels, read once (classification)            */
   float *targets;  /* all N x K targets, read once (regression)           */
   int window;      /* T (tokens)                                          */
+  int unlabelled;  /* opened without /y (mt_dataset_how.unlabelled)       */
 } mt_dataset;
 
 /* The most classes (or tokens of a vocabulary, or float targets of a sample)
@@ -47,6 +48,21 @@ typedef enum { MT_DATA_CHECK_SAMPLE, MT_DATA_CHECK_FULL, MT_DATA_CHECK_NONE } mt
  * which rows of a float /x are scanned for non-finite values. */
 int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
                     int window, mt_data_check check);
+/* How mt_dataset_open_as opens a file: like, window and check as above;
+ * like_what names like's owner in messages (NULL: "the training set"),
+ * and when given a file whose nclasses attribute differs from like's is
+ * refused (a validation set's is overridden by the training set's);
+ * unlabelled (-mode predict, with like): a file of /x without /y is taken,
+ * of like's kind, with labels (or targets) of zeros that nothing reports,
+ * and d->unlabelled set. */
+typedef struct {
+  const mt_data_spec *like;
+  const char *like_what;
+  int window;
+  mt_data_check check;
+  int unlabelled;
+} mt_dataset_how;
+int mt_dataset_open_as(mt_dataset *d, const char *path, MPI_Comm comm, const mt_dataset_how *how);
 void mt_dataset_close(mt_dataset *d);
 /* Bytes of scratch mt_dataset_read needs for n rows. */
 size_t mt_dataset_scratch_size(const mt_dataset *d, int n);
@@ -71,6 +87,11 @@ int64_t mt_sampler_train_first(int64_t step, int global_batch, int world, int ra
 /* Validation: the contiguous block of samples of rank r, every sample exactly
  * once over all ranks (sizes differ by at most one). */
 void mt_sampler_val_block(int64_t n, int rank, int world, int64_t *start, int64_t *count);
+/* The same in whole pieces of piece samples (the last one short): rank r
+ * takes the r-th share of the pieces (the evaluation passes' blocks,
+ * src/trainer/trainer.h: a piece is never split between ranks). */
+void mt_sampler_val_pieces(int64_t n, int64_t piece, int rank, int world, int64_t *start,
+                           int64_t *count);
 
 /* Prefetching loader: hands out a planned sequence of batches; with prefetch
  * on, a thread reads batch b+1 while the caller computes on batch b. */

@@ -23,9 +23,10 @@ static herr_t read_attr1(hid_t obj, const char *name, hid_t mtype, void *v) {
 }
 
 /* /tokens (M) integers: windows of T + 1 tokens. */
-static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like, int window) {
+static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like, const char *W,
+                       int window) {
   MT_CHECK(!like || like->tokens, MT_ERR_DATA,
-           "data file %s: holds /tokens but the training set holds /x and /y", path);
+           "data file %s: holds /tokens but %s holds /x and /y", path, W);
   MT_CHECK(window >= 1, MT_ERR_OPTION, "data file %s: token windows need -gpt_block >= 1", path);
   d->dx = H5Dopen2(d->file, "tokens", H5P_DEFAULT);
   if (d->dx < 0) FAIL("data file %s: /tokens is not a dataset", path);
@@ -48,8 +49,7 @@ static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like
   }
   if (like) {
     if (vocab > like->nclasses)
-      FAIL("data file %s: vocabulary of %d tokens, the training set's has %d", path, vocab,
-           like->nclasses);
+      FAIL("data file %s: vocabulary of %d tokens, %s has %d", path, vocab, W, like->nclasses);
     vocab = like->nclasses;
   }
   if (m > (hsize_t)INT64_MAX) FAIL("data file %s: /tokens holds %llu tokens, too many to count", path,
@@ -68,7 +68,7 @@ static int open_tokens(mt_dataset *d, const char *path, const mt_data_spec *like
 }
 
 /* /y float (N) or (N,K): regression targets, read whole (like labels). */
-static int open_targets(mt_dataset *d, hid_t dy, const char *path, const mt_data_spec *like,
+static int open_targets(mt_dataset *d, hid_t dy, const char *path, const mt_data_spec *like, const char *W,
                         int ndy, const hsize_t *ydims) {
   if (ndy != 1 && ndy != 2)
     FAIL("data file %s: float /y has %d dimensions; expected (N) or (N,K) targets", path, ndy);
@@ -81,7 +81,7 @@ static int open_targets(mt_dataset *d, hid_t dy, const char *path, const mt_data
   int k = ndy == 2 ? (int)ydims[1] : 1;
   if (k < 1) FAIL("data file %s: /y has rows of 0 targets", path);
   if (like && like->ntargets != k)
-    FAIL("data file %s: /y has %d targets per sample, the training set's has %s%d", path, k,
+    FAIL("data file %s: /y has %d targets per sample, %s has %s%d", path, k, W,
          like->ntargets ? "" : "class labels, not targets: ", like->ntargets);
   MT_CALL(mt_calloc(&d->targets, (size_t)d->n * (size_t)k, sizeof(float), "targets"));
   if (H5Dread(dy, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, d->targets) < 0)
@@ -118,7 +118,32 @@ static int read_labels(hid_t dy, const char *path, int32_t *labels) {
   return 0;
 }
 
-static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like, int window) {
+/* "(28, 28)": a sample's shape. */
+static void shape_text(const mt_data_spec *s, char *buf, size_t len) {
+  size_t k = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < s->ndim && k < len; i++) {
+    int w = snprintf(buf + k, len - k, "%s%lld", i ? ", " : "(", (long long)s->shape[i]);
+    if (w > 0) k += (size_t)w;
+  }
+  if (k < len) snprintf(buf + k, len - k, ")");
+}
+
+/* A file without /y read for a model (-mode predict): like's kind, and
+ * labels (or targets) of zeros, so a model's forward has what it reads;
+ * the losses it computes from them are not reported. */
+static int open_unlabelled(mt_dataset *d, const mt_data_spec *like) {
+  d->unlabelled = 1;
+  d->spec.nclasses = like->nclasses;
+  d->spec.ntargets = like->ntargets;
+  if (like->ntargets)
+    return mt_calloc(&d->targets, (size_t)d->n * (size_t)like->ntargets, sizeof(float), "targets");
+  return mt_calloc(&d->labels, (size_t)d->n, sizeof(int32_t), "labels");
+}
+
+static int open_local(mt_dataset *d, const char *path, const mt_dataset_how *how) {
+  const mt_data_spec *like = how->like;
+  const char *W = how->like_what ? how->like_what : "the training set";
   snprintf(d->path, sizeof(d->path), "%s", path);
   if (access(path, R_OK) != 0) return MT_ERR(MT_ERR_FILE, "data file %s: cannot be read (no such file or no permission)", path);
   /* Rows are read one hyperslab block each; HDF5's default 64 KiB sieve
@@ -131,12 +156,14 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   d->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
   if (d->file < 0) return MT_ERR(MT_ERR_FILE, "data file %s: not an HDF5 file, or damaged", path);
-  if (H5Lexists(d->file, "tokens", H5P_DEFAULT) > 0) return open_tokens(d, path, like, window);
+  if (H5Lexists(d->file, "tokens", H5P_DEFAULT) > 0) return open_tokens(d, path, like, W, how->window);
   MT_CHECK(!like || !like->tokens, MT_ERR_DATA,
-           "data file %s: holds /x and /y but the training set holds /tokens", path);
+           "data file %s: holds /x and /y but %s holds /tokens", path, W);
   if (H5Lexists(d->file, "x", H5P_DEFAULT) <= 0)
     FAIL("data file %s: has no dataset /x (nor /tokens)", path);
-  if (H5Lexists(d->file, "y", H5P_DEFAULT) <= 0) FAIL("data file %s: has no dataset /y (labels)", path);
+  const int has_y = H5Lexists(d->file, "y", H5P_DEFAULT) > 0;
+  /* -mode predict: the model (like) says what /y would hold */
+  if (!has_y && !(how->unlabelled && like)) FAIL("data file %s: has no dataset /y (labels)", path);
   d->dx = H5Dopen2(d->file, "x", H5P_DEFAULT);
   if (d->dx < 0) FAIL("data file %s: /x is not a dataset", path);
 
@@ -189,8 +216,13 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
     d->scale = (float)s;
   }
   if (like && (like->ndim != d->spec.ndim ||
-               memcmp(like->shape, d->spec.shape, sizeof(like->shape))))
-    FAIL("data file %s: samples of /x have another shape than the training set's", path);
+               memcmp(like->shape, d->spec.shape, sizeof(like->shape)))) {
+    char a[96], b[96];
+    shape_text(&d->spec, a, sizeof(a));
+    shape_text(like, b, sizeof(b));
+    FAIL("data file %s: samples of /x are %s, those of %s %s", path, a, W, b);
+  }
+  if (!has_y) return open_unlabelled(d, like);
 
   /* /y: (N) integers */
   hid_t dy = H5Dopen2(d->file, "y", H5P_DEFAULT);
@@ -205,12 +237,12 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   H5Tclose(ty);
   int err = 0;
   if (cls == H5T_FLOAT) {
-    err = open_targets(d, dy, path, like, ndy, ydims);
+    err = open_targets(d, dy, path, like, W, ndy, ydims);
     H5Dclose(dy);
     return err;
   }
   MT_CHECK(!like || !like->ntargets, MT_ERR_DATA,
-           "data file %s: /y holds class labels but the training set's /y holds float targets", path);
+           "data file %s: /y holds class labels but %s has float targets", path, W);
   if (ndy != 1)
     err = MT_ERR(MT_ERR_DATA, "data file %s: /y has %d dimensions; expected (N) class labels", path, ndy);
   else if (cls != H5T_INTEGER)
@@ -232,6 +264,11 @@ static int open_local(mt_dataset *d, const char *path, const mt_data_spec *like,
   }
   H5Dclose(dy);
   if (err) return err;
+  /* a model's file (the modes: like_what given) names its classes: a file
+   * that declares others is not its data */
+  if (like && how->like_what && nclasses && nclasses != like->nclasses)
+    FAIL("data file %s: /y has %d classes (attribute nclasses), %s has %d", path, nclasses, W,
+         like->nclasses);
   if (like) nclasses = like->nclasses;
   if (nclasses == 0) {
     int64_t mx = 0; /* + 1 in 64 bits: a label of INT32_MAX must not wrap */
@@ -310,14 +347,19 @@ static int check_x(mt_dataset *d, mt_data_check check, int rank, int world) {
 
 int mt_dataset_open(mt_dataset *d, const char *path, MPI_Comm comm, const mt_data_spec *like,
                     int window, mt_data_check check) {
+  const mt_dataset_how how = {like, NULL, window, check, 0};
+  return mt_dataset_open_as(d, path, comm, &how);
+}
+
+int mt_dataset_open_as(mt_dataset *d, const char *path, MPI_Comm comm, const mt_dataset_how *how) {
   memset(d, 0, sizeof(*d));
   d->file = d->dx = H5I_INVALID_HID;
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
   mt_h5_lock();
-  int err = open_local(d, path, like, window);
-  if (!err) err = check_x(d, check, rank, world);
+  int err = open_local(d, path, how);
+  if (!err) err = check_x(d, how->check, rank, world);
   mt_h5_unlock();
   if (err) mt_dataset_close(d);
   MT_CALL(mt_agree(comm, err));

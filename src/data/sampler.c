@@ -33,3 +33,11 @@ void mt_sampler_val_block(int64_t n, int rank, int world, int64_t *start, int64_
   *start = a;
   *count = b - a;
 }
+
+void mt_sampler_val_pieces(int64_t n, int64_t piece, int rank, int world, int64_t *start,
+                           int64_t *count) {
+  const int64_t np = (n + piece - 1) / piece;
+  const int64_t a = piece * (np * rank / world), b = piece * (np * (rank + 1) / world);
+  *start = a < n ? a : n;
+  *count = (b < n ? b : n) - *start;
+}

@@ -155,15 +155,15 @@ int mt_mkdir_p(const char *dir) {
   return 0;
 }
 
-static int load_params_locked(hid_t f, const char *path, const mt_param_table *t, void *params,
-                              mt_dtype dtype) {
+static int load_params_locked(hid_t f, const char *path, const char *option,
+                              const mt_param_table *t, void *params, mt_dtype dtype) {
   const size_t esz = dtype == MT_FP64 ? sizeof(double) : sizeof(float);
   for (int i = 0; i < t->n; i++) {
     const mt_param *q = &t->p[i];
     if (H5Lexists(f, q->name, H5P_DEFAULT) <= 0)
-      return MT_ERR(MT_ERR_DATA, "option -init_from: %s has no tensor %s", path, q->name);
+      return MT_ERR(MT_ERR_DATA, "option %s: %s has no tensor %s", option, path, q->name);
     hid_t d = H5Dopen2(f, q->name, H5P_DEFAULT);
-    if (d < 0) return MT_ERR(MT_ERR_DATA, "option -init_from: %s: %s is not a dataset", path, q->name);
+    if (d < 0) return MT_ERR(MT_ERR_DATA, "option %s: %s: %s is not a dataset", option, path, q->name);
     hid_t sp = H5Dget_space(d);
     int nd = H5Sget_simple_extent_ndims(sp);
     hsize_t dims[8] = {0};
@@ -180,29 +180,29 @@ static int load_params_locked(hid_t f, const char *path, const mt_param_table *t
         snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld", k ? "," : "",
                  (long long)q->shape[k]);
       H5Dclose(d);
-      return MT_ERR(MT_ERR_DATA, "option -init_from: %s: tensor %s is (%s), the model's is (%s)",
-                    path, q->name, have, want);
+      return MT_ERR(MT_ERR_DATA, "option %s: %s: tensor %s is (%s), the model's is (%s)",
+                    option, path, q->name, have, want);
     }
     /* HDF5 converts: a float64 file into a float run rounds, float32 into
      * a double run widens exactly */
     herr_t st = H5Dread(d, dtype == MT_FP64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL,
                         H5S_ALL, H5P_DEFAULT, (char *)params + q->offset * esz);
     H5Dclose(d);
-    if (st < 0) return MT_ERR(MT_ERR_DATA, "option -init_from: %s: cannot read %s", path, q->name);
+    if (st < 0) return MT_ERR(MT_ERR_DATA, "option %s: %s: cannot read %s", option, path, q->name);
   }
   return 0;
 }
 
-int mt_h5_load_model(const char *path, mt_model *m, void *params) {
-  MT_CHECK(access(path, R_OK) == 0, MT_ERR_FILE, "option -init_from: cannot read %s: %s", path,
+int mt_h5_load_model(const char *path, const char *option, mt_model *m, void *params) {
+  MT_CHECK(access(path, R_OK) == 0, MT_ERR_FILE, "option %s: cannot read %s: %s", option, path,
            strerror(errno));
   mt_h5_lock();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  int err = f < 0 ? MT_ERR(MT_ERR_FILE, "option -init_from: cannot open %s as HDF5 (truncated, "
-                           "damaged or not an HDF5 file)", path)
-                  : load_params_locked(f, path, &m->params, params, m->dtype);
+  int err = f < 0 ? MT_ERR(MT_ERR_FILE, "option %s: cannot open %s as HDF5 (truncated, "
+                           "damaged or not an HDF5 file)", option, path)
+                  : load_params_locked(f, path, option, &m->params, params, m->dtype);
   if (!err && m->buffers.n)
-    err = load_params_locked(f, path, &m->buffers,
+    err = load_params_locked(f, path, option, &m->buffers,
                              m->dtype == MT_FP64 ? (void *)m->buf64 : (void *)m->buf, m->dtype);
   if (f >= 0) H5Fclose(f);
   mt_h5_unlock();

@@ -40,8 +40,9 @@ int mt_h5_save_model(const char *path, const mt_model *m, const void *params);
  * and layouts, float32, float64 or any float type, converted to the model's
  * type) into the flat buffer params (float, or double for MT_FP64), and its
  * buffers into m->buf (m->buf64); a missing tensor or another shape is an
- * error naming the tensor and both shapes. */
-int mt_h5_load_model(const char *path, mt_model *m, void *params);
+ * error naming the tensor and both shapes; errors name option, the one
+ * that gave path ("-init_from", "-model_file"). */
+int mt_h5_load_model(const char *path, const char *option, mt_model *m, void *params);
 
 /* The learning curve: one row per epoch and validation set. */
 typedef struct {

@@ -197,11 +197,13 @@ static void trim(char *s) {
   s[n] = '\0';
 }
 
+/* "" too: a boolean option given bare is on (mt_model_option_bool) */
 static int as_bool(const char *s, int *b) {
-  static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no", "off"};
-  for (int i = 0; i < 4; i++) {
+  static const char *const on[] = {"1", "true", "yes", "on", ""},
+                           *const off[] = {"0", "false", "no", "off", NULL};
+  for (int i = 0; i < 5; i++) {
     if (!strcasecmp(s, on[i])) return *b = 1, 1;
-    if (!strcasecmp(s, off[i])) return *b = 0, 1;
+    if (off[i] && !strcasecmp(s, off[i])) return *b = 0, 1;
   }
   return 0;
 }
@@ -216,6 +218,8 @@ static int as_number(const char *s, double *v) {
 /* a and b mean the same value: item by item (comma-separated), as
  * booleans, then as numbers, then as words. */
 static int same_value(const char *a, const char *b) {
+  int ba, bb;
+  if ((!a[0] || !b[0]) && as_bool(a, &ba) && as_bool(b, &bb)) return ba == bb; /* a bare flag */
   char x[256], y[256];
   snprintf(x, sizeof(x), "%s", a);
   snprintf(y, sizeof(y), "%s", b);
@@ -251,7 +255,7 @@ int mt_model_file_check(const char *path, const char *option) {
     MT_CHECK(same_value(value, given_[i].file), MT_ERR_OPTION,
              "option %s: %s contradicts %s (option %s), whose %s model was made with %s %s",
              given_[i].name, value, path, option, model_[0] ? model_ : "", given_[i].name,
-             given_[i].file);
+             given_[i].file[0] ? given_[i].file : "(no value: on)");
   }
   return 0;
 }

@@ -10,8 +10,21 @@
 
 int64_t mt_outputs_chunk_bytes = (int64_t)64 << 20;
 
-enum { D_INDEX, D_LABEL, D_PRED, D_LOSS, D_LOGITS, ND };
-static const char *const dnames[ND] = {"index", "label", "pred", "loss", "logits"};
+enum { D_INDEX, D_LABEL, D_PRED, D_LOSS, D_LOGITS, D_PROBS, ND };
+static const char *const dnames_[ND] = {"index", "label", "pred", "loss", "logits", "probs"};
+
+/* Dataset k's name: a regression's outputs are its predicted values. */
+static const char *dname(const mt_outputs_rows *r, int k) {
+  return k == D_LOGITS && r->values ? "values" : dnames_[k];
+}
+
+/* Whether dataset k is written (C: the logits' row length). */
+static int written(const mt_outputs_rows *r, int k, int C) {
+  if (k == D_LABEL || k == D_LOSS) return !r->unlabelled;
+  if (k == D_LOGITS) return C > 0;
+  if (k == D_PROBS) return C > 0 && r->with_probs;
+  return 1;
+}
 
 typedef struct {
   MPI_Comm comm;
@@ -28,9 +41,11 @@ typedef struct {
 static int check_rows(const mt_outputs_rows *r) {
   MT_CHECK(r->rows >= 0 && r->logits_len >= 0, MT_ERR_ARG, "outputs: %lld rows, logits of %d",
            (long long)r->rows, r->logits_len);
-  MT_CHECK(!r->rows || (r->index && r->label && r->pred && r->loss), MT_ERR_ARG,
-           "outputs: %lld rows without their columns", (long long)r->rows);
+  MT_CHECK(!r->rows || (r->index && r->pred && (r->unlabelled || (r->label && r->loss))),
+           MT_ERR_ARG, "outputs: %lld rows without their columns", (long long)r->rows);
   MT_CHECK(!r->rows || !r->logits_len || r->logits, MT_ERR_ARG, "outputs: logits missing");
+  MT_CHECK(!r->rows || !r->logits_len || !r->with_probs || r->probs, MT_ERR_ARG,
+           "outputs: probabilities missing");
   for (int64_t i = 1; i < r->rows; i++)
     MT_CHECK(r->index[i] > r->index[i - 1], MT_ERR_ARG,
              "outputs: sample index %lld follows %lld (not in data-set order)",
@@ -92,17 +107,17 @@ static hid_t mem_type(const writer *w, int k) {
 
 static int create_datasets(writer *w) {
   for (int k = 0; k < ND; k++) {
-    if (k == D_LOGITS && !w->C) continue;
+    if (!written(w->r, k, w->C)) continue;
     hsize_t dims[2] = {(hsize_t)w->total, (hsize_t)w->C};
-    hid_t sp = H5Screate_simple(k == D_LOGITS ? 2 : 1, dims, NULL);
+    hid_t sp = H5Screate_simple(k >= D_LOGITS ? 2 : 1, dims, NULL);
     w->ds[k] = sp < 0 ? H5I_INVALID_HID
-                      : H5Dcreate2(w->file, dnames[k], file_type(w, k), sp, H5P_DEFAULT, w->dcpl,
-                                   H5P_DEFAULT);
+                      : H5Dcreate2(w->file, dname(w->r, k), file_type(w, k), sp, H5P_DEFAULT,
+                                   w->dcpl, H5P_DEFAULT);
     if (sp >= 0) H5Sclose(sp);
     if (w->ds[k] < 0) {
       char why[256];
       mt_ckpt_h5_reason(why, sizeof(why));
-      return MT_ERR(MT_ERR_HDF5, "outputs %s: cannot create /%s: %s", w->path, dnames[k], why);
+      return MT_ERR(MT_ERR_HDF5, "outputs %s: cannot create /%s: %s", w->path, dname(w->r, k), why);
     }
   }
   return 0;
@@ -112,13 +127,13 @@ static int create_datasets(writer *w) {
  * a >= b, still joining) into every dataset. */
 static int write_round(writer *w, int64_t a, int64_t b) {
   const mt_outputs_rows *r = w->r;
-  const void *cols[ND] = {r->index, r->label, r->pred, r->loss, r->logits};
+  const void *cols[ND] = {r->index, r->label, r->pred, r->loss, r->logits, r->probs};
   const size_t f = mt_ckpt_esz(r->dtype); /* loss and logits: float or double */
-  const size_t width[ND] = {8, 4, 4, f, f * (size_t)w->C};
+  const size_t width[ND] = {8, 4, 4, f, f * (size_t)w->C, f * (size_t)w->C};
   int err = 0;
   for (int k = 0; k < ND; k++) {
     if (w->ds[k] < 0) continue;
-    int nd = k == D_LOGITS ? 2 : 1;
+    int nd = k >= D_LOGITS ? 2 : 1;
     hsize_t fdims[2] = {(hsize_t)w->total, (hsize_t)w->C};
     hsize_t start[2] = {(hsize_t)(w->offset + a), 0}, cnt[2] = {(hsize_t)(b - a), (hsize_t)w->C};
     hsize_t one[2] = {1, 1};
@@ -135,7 +150,7 @@ static int write_round(writer *w, int64_t a, int64_t b) {
     if (st < 0 && !err) {
       char why[256];
       mt_ckpt_h5_reason(why, sizeof(why));
-      err = MT_ERR(MT_ERR_FILE, "outputs %s: writing /%s failed: %s", w->path, dnames[k], why);
+      err = MT_ERR(MT_ERR_FILE, "outputs %s: writing /%s failed: %s", w->path, dname(r, k), why);
     }
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
@@ -166,7 +181,7 @@ static int write_locked(writer *w) {
    * columns, the attributes and headers */
   if (w->rank == 0) {
     const int64_t f = (int64_t)mt_ckpt_esz(w->r->dtype);
-    err = mt_space_reserve(w->path, (uint64_t)(w->total * (16 + f + f * (int64_t)w->C)) + 262144 +
+    err = mt_space_reserve(w->path, (uint64_t)(w->total * (16 + f + 2 * f * (int64_t)w->C)) + 262144 +
                                          ND * (uint64_t)MT_CKPT_ALIGN);
   }
   MT_CALL(mt_agree(w->comm, err));
@@ -179,7 +194,7 @@ static int write_locked(writer *w) {
   /* data: rounds of at most mt_outputs_chunk_bytes per rank; every rank
    * joins every round, after a local failure too */
   const int64_t f = (int64_t)mt_ckpt_esz(w->r->dtype);
-  int64_t row_bytes = 16 + f + f * (int64_t)w->C;
+  int64_t row_bytes = 16 + f + 2 * f * (int64_t)w->C;
   int64_t chunk = mt_outputs_chunk_bytes / row_bytes > 0 ? mt_outputs_chunk_bytes / row_bytes : 1;
   int64_t rounds = (w->max_rows + chunk - 1) / chunk, rows = w->r->rows;
   for (int64_t k = 0; k < rounds; k++) {

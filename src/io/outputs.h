@@ -15,9 +15,15 @@
  *   /loss     float32 (R)    its loss: softmax cross-entropy, or for token
  *                            data the mean over its T target tokens
  *   /logits   float32 (R, C) with -outputs_logits (class data only)
- *             (/loss and /logits are float64 under -precision fp64)
+ *   /probs    float32 (R, C) the softmax of the logits (-mode predict
+ *             -outputs_probs)
+ *   /values   float32 (R, K) a regression model's predicted targets
+ *             (-mode predict), in place of /logits
+ *             (/loss, /logits, /probs and /values are float64 under
+ *             -precision fp64)
+ *   -mode predict of a file without /y writes no /label and no /loss.
  *   /         attributes: format, set ("val", "train", "test"), set_index
- *             (-1 for train), data_file, samples_in_file (N), rows (R),
+ *             (-1 for train; "predict" for -mode predict), data_file, samples_in_file (N), rows (R),
  *             epoch (epochs completed when evaluated), global_step, model,
  *             world_size, mpitrain_version
  *
@@ -42,7 +48,7 @@
 /* This rank's rows: rows may be 0 (then the pointers may be NULL). index is
  * strictly ascending and above every index of the ranks before (checked).
  * logits is (rows, logits_len), logits_len the same on every rank; 0 and
- * NULL when not written. loss and logits are float (dtype MT_FP32, zero)
+ * NULL when not written (probs too). loss and logits are float (dtype MT_FP32, zero)
  * or double (MT_FP64), the same on every rank. */
 typedef struct {
   int64_t rows;
@@ -52,6 +58,11 @@ typedef struct {
   const void *logits;
   int logits_len;
   mt_dtype dtype;
+  /* the same on every rank: no /label nor /loss (label and loss may be
+   * NULL); the logits' softmax in probs (rows, logits_len) as /probs; the
+   * logits written as /values (a regression's outputs) */
+  int unlabelled, with_probs, values;
+  const void *probs;
 } mt_outputs_rows;
 
 /* What the file says about itself; the same on every rank (strings may be

@@ -100,6 +100,9 @@ struct mt_conv2d_impl {
   int nsets;   /* sets per variant                                    */
   mt_precision prec; /* compute precision when made (the policy's)     */
   int round_outputs; /* O2: outputs and gradients rounded to prec       */
+  /* fp32 kernels on operands rounded to prec: fp16 always, bf16 where
+   * oneDNN has no bf16 kernels (a CPU without AVX-512: mt_gemm_bf16_native) */
+  int emulate;
   cv_set set[2][CV_MAX_SETS];
   void *arena;
 };
@@ -473,7 +476,7 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
 
 /* The ladder of one thread variant: B, then every power of two below it. */
 static int ladder_create(mt_conv2d_impl *m, int v, const mt_conv2d_shape *s, int has_bias) {
-  const mt_precision prec = m->prec == MT_PREC_BF16 ? MT_PREC_BF16 : MT_PREC_FP32;
+  const mt_precision prec = m->emulate ? MT_PREC_FP32 : m->prec;
   int p = 1;
   while (p * 2 < s->B) p *= 2;
   int n = 0;
@@ -521,6 +524,7 @@ int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias,
   c->impl = m;
   m->prec = mt_nn_compute(pol);
   m->round_outputs = mt_nn_rounds(pol);
+  m->emulate = m->prec == MT_PREC_FP16 || (m->prec == MT_PREC_BF16 && !mt_gemm_bf16_native());
   int rc = 0;
   if (dnnl_engine_create(&m->eng, dnnl_cpu, 0) != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create the oneDNN CPU engine");
@@ -581,9 +585,10 @@ int mt_conv2d_forward(float *out, const float *inp, const float *w, const float 
   const mt_conv2d_shape *s = &c->s;
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
   const int64_t wn = (int64_t)s->OC * (s->IC / s->groups) * s->KH * s->KW;
-  if (c->impl->prec == MT_PREC_FP16) { /* emulated: fp16 values, fp32 kernels */
-    MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 2, inp, (size_t)(B * in1), &inp));
-    MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 3, w, (size_t)wn, &w));
+  const mt_precision p = c->impl->prec;
+  if (c->impl->emulate) { /* low-precision values, fp32 kernels */
+    MT_CALL(mt_nn_rounded_copy(p, 2, inp, (size_t)(B * in1), &inp));
+    MT_CALL(mt_nn_rounded_copy(p, 3, w, (size_t)wn, &w));
   }
   int saved, rc = 0;
   const int v = var_enter(c->impl, &saved);
@@ -636,10 +641,11 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
   const mt_conv2d_shape *s = &c->s;
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
   const int64_t wn = (int64_t)s->OC * (s->IC / s->groups) * s->KH * s->KW;
-  if (c->impl->prec == MT_PREC_FP16 && (dinp || dw)) {
-    MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 2, dout, (size_t)(B * out1), &dout));
-    if (dw) MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 3, inp, (size_t)(B * in1), &inp));
-    if (dinp) MT_CALL(mt_nn_rounded_copy(MT_PREC_FP16, 4, w, (size_t)wn, &w));
+  const mt_precision p = c->impl->prec;
+  if (c->impl->emulate && (dinp || dw)) {
+    MT_CALL(mt_nn_rounded_copy(p, 2, dout, (size_t)(B * out1), &dout));
+    if (dw) MT_CALL(mt_nn_rounded_copy(p, 3, inp, (size_t)(B * in1), &inp));
+    if (dinp) MT_CALL(mt_nn_rounded_copy(p, 4, w, (size_t)wn, &w));
   }
   if (dinp || dw) {
     int saved, rc = 0;

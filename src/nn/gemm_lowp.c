@@ -1,7 +1,10 @@
 /* GEMMs under the low-precision policy of nn/lowp.h: bf16 through oneDNN's
  * bf16 GEMM (fp32 accumulation, fp32 C), fp16 emulated by rounding the
- * operands to fp16 and running the fp32 GEMM. */
+ * operands to fp16 and running the fp32 GEMM. On a CPU without AVX-512
+ * oneDNN 2.x has no bf16 GEMM (dnnl_unimplemented): bf16 is emulated the
+ * same way there (mt_gemm_bf16_native). */
 #include "nn/lowp.h"
+#include "nn/precision.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
@@ -104,6 +107,43 @@ static int operand(const mt_nn_policy *p, const float *X, int64_t rows, int64_t 
   return 0;
 }
 
+/* 1: oneDNN's bf16 GEMM runs on this CPU; 0: it answered dnnl_unimplemented
+ * (oneDNN 2.x runs it on AVX-512 CPUs only); -1: not asked yet. Every
+ * thread finds the same answer, so a race only asks twice. */
+static _Atomic int bf16_native_ = -1;
+
+void mt_gemm_bf16_emulate(int on) { bf16_native_ = on ? 0 : -1; }
+
+int mt_gemm_bf16_native(void) {
+  if (bf16_native_ < 0) {
+    const uint16_t one = 0x3F80; /* 1.0 */
+    float c = 0;
+    dnnl_status_t s = dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1);
+    bf16_native_ = !(s == dnnl_unimplemented);
+  }
+  return bf16_native_;
+}
+
+/* The bf16 product without oneDNN's bf16 kernel: the operands (bf16 bits,
+ * as operand() made them) widened to fp32, which is exact, and the fp32
+ * GEMM. A product of two bf16 values is exact in fp32 and the sums are
+ * fp32, as in the bf16 kernel: the same numbers up to the order of the
+ * sums. Scratch slots 4 and 5 (the convolutions' fp16 copies are not live
+ * during a GEMM). */
+static dnnl_status_t bf16_emulated(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                   const uint16_t *a, int64_t la, const uint16_t *b, int64_t lb,
+                                   float beta, float *C, int64_t ldc, int *err) {
+  const int tA = ta == 'T' || ta == 't', tB = tb == 'T' || tb == 't';
+  const int64_t ra = tA ? K : M, ca = tA ? M : K, rb = tB ? N : K, cb = tB ? K : N;
+  float *fa, *fb;
+  *err = mt_nn_scratch(4, (size_t)(ra * ca) * sizeof(float), (void **)&fa);
+  if (!*err) *err = mt_nn_scratch(5, (size_t)(rb * cb) * sizeof(float), (void **)&fb);
+  if (*err) return dnnl_out_of_memory;
+  for (int64_t r = 0; r < ra; r++) mt_bf16_to_f32(fa + r * ca, a + r * la, (size_t)ca);
+  for (int64_t r = 0; r < rb; r++) mt_bf16_to_f32(fb + r * cb, b + r * lb, (size_t)cb);
+  return dnnl_sgemm(ta, tb, M, N, K, alpha, fa, ca, fb, cb, beta, C, ldc);
+}
+
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
                  const mt_nn_policy *p) {
@@ -118,8 +158,13 @@ int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
   dnnl_status_t s;
   if (K == 0)
     s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else if (p->compute == MT_PREC_BF16)
+  else if (p->compute == MT_PREC_BF16 && mt_gemm_bf16_native())
     s = dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+  else if (p->compute == MT_PREC_BF16) {
+    int err = 0;
+    s = bf16_emulated(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, &err);
+    MT_CALL(err);
+  }
   else
     s = dnnl_sgemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,

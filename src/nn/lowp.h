@@ -88,6 +88,14 @@ int mt_nn_scratch(int slot, size_t bytes, void **p);
  * itself when p is fp32. */
 int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const float **out);
 
+/* Whether oneDNN's bf16 GEMM runs on this CPU (oneDNN 2.x: AVX-512 only);
+ * without it mt_gemm_lowp computes bf16 products in fp32 from the bf16
+ * operands (the same numbers up to the order of the sums, no speed-up). */
+int mt_gemm_bf16_native(void);
+/* Tests: emulate bf16 from now on (1), or ask the CPU again (0). Models made
+ * before keep their convolutions' choice. */
+void mt_gemm_bf16_emulate(int on);
+
 /* mt_gemm under the low-precision policy p (gemm.c dispatches here). */
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,

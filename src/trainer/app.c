@@ -6,6 +6,7 @@
 #include "cuda/device.h"
 #include "core/core.h"
 #include "io/io.h"
+#include "trainer/mode.h"
 #include "trainer/trainer.h"
 
 #include <omp.h>
@@ -18,6 +19,8 @@
 static const char help[] =
     "mpitrain: data-parallel training of neural networks on HDF5 data.\n"
     "  mpirun -np 2 mpitrain -backend ddp -data_train train.h5 -data_val test.h5 -epochs 5\n"
+    "  mpirun -np 2 mpitrain -mode evaluate -model_file model_final.h5 -data_val test.h5\n"
+    "  mpirun -np 2 mpitrain -mode predict -model_file model_final.h5 -data new.h5\n"
     "Options come from the command line, -options_file FILE and PETSC_OPTIONS.\n\n";
 
 /* mpitrain -version (or --version): mpitrain's version and the libraries'
@@ -38,14 +41,32 @@ static void print_version(void) {
   fflush(stdout);
 }
 
-/* The trainer's hang guard outlives it (*guard): mt_main ends the run under
- * it (mt_guard_finish). */
-static int run(mt_comm *comm, int *stopped, mt_guard **guard) {
+/* -mode (trainer/mode.h), looked up before the configuration is read:
+ * the mode's own options are read first, and an unknown mode is refused
+ * before anything else is said about the options. */
+static int find_mode(const mt_mode_ops **m) {
+  char name[64] = "train";
+  PetscBool set = PETSC_FALSE;
+  if (PetscOptionsGetString(NULL, NULL, "-mode", name, sizeof(name), &set))
+    return MT_ERR(MT_ERR_LIB, "option -mode: cannot read the options database");
+  if (!(*m = mt_mode_find(name))) {
+    char names[256];
+    mt_mode_names(names, sizeof(names));
+    return MT_ERR(MT_ERR_OPTION, "option -mode: '%s' is not one of: %s", name, names);
+  }
+  return (*m)->read_options ? (*m)->read_options() : 0;
+}
+
+/* The run of the mode; what it leaves to mt_main in *end. */
+static int run(mt_comm *comm, mt_mode_end *end) {
   mt_config cfg;
   int help_only = 0;
+  const mt_mode_ops *mode = NULL;
+  MT_CALL(mt_agree(comm->world, find_mode(&mode)));
   MT_CALL(mt_config_from_options(comm->world, &cfg, &help_only));
   if (help_only) return 0;
   MT_CALL(mt_config_check_same(comm->world, &cfg));
+  MT_CALL(mt_agree(comm->world, mt_mode_check_options(mode)));
   cfg.threads = mt_comm_default_threads(comm, cfg.threads);
   omp_set_num_threads(cfg.threads);
   if (comm->rank == 0) mt_config_print(&cfg, stdout);
@@ -57,16 +78,7 @@ static int run(mt_comm *comm, int *stopped, mt_guard **guard) {
             "every rank cores of its own: srun -c, mpirun --map-by, -threads)\n",
             comm->local_size, comm->local_size > 1 ? "s" : "", cfg.threads,
             cfg.threads > 1 ? "s" : "", comm->node_cores, comm->node_cores > 1 ? "s" : "");
-  mt_trainer *t = NULL;
-  int err = mt_trainer_create(&t, &cfg, comm);
-  if (!err) err = mt_trainer_run(t);
-  if (!err && t->stopped) *stopped = 1;
-  if (t) {
-    *guard = t->guard;
-    t->guard = NULL;
-  }
-  mt_trainer_destroy(&t);
-  return err;
+  return mode->run(&cfg, comm, end);
 }
 
 int mt_main(int argc, char **argv) {
@@ -106,11 +118,12 @@ int mt_main(int argc, char **argv) {
   }
   mt_h5_quiet();
   mt_comm comm;
-  int err = mt_comm_create(&comm), stopped = 0;
-  mt_guard *guard = NULL;
-  if (!err) err = run(&comm, &stopped, &guard);
+  int err = mt_comm_create(&comm);
+  mt_mode_end end = {0, NULL};
+  if (!err) err = run(&comm, &end);
+  mt_guard *guard = end.guard;
   /* stopped by SIGUSR1/SIGTERM after a checkpoint: job scripts requeue */
-  int rc = stopped ? MT_EXIT_REQUEUE : 0;
+  int rc = end.stopped ? MT_EXIT_REQUEUE : 0;
   if (err) {
     PetscBool trace = PETSC_FALSE;
     PetscOptionsHasName(NULL, NULL, "-mt_traceback", &trace);

@@ -60,8 +60,11 @@ int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, in
   /* split: this model is thread 0's, which takes its share of a batch as
    * every thread does (compute.c, dp.c), not the whole */
   int nthr = !split ? 1 : c->threads < MT_MAX_THREADS ? c->threads : MT_MAX_THREADS;
-  int err = mt_model_create_policy(c->model, &t->train.spec, (max_batch + nthr - 1) / nthr,
-                                   t->dtype, &t->policy, &t->model);
+  /* every model takes an evaluation piece (trainer.h) too */
+  const int least = on_gpu ? 1 : mt_eval_piece(t);
+  int per = (max_batch + nthr - 1) / nthr;
+  int err = mt_model_create_policy(c->model, &t->train.spec, per > least ? per : least, t->dtype,
+                                   &t->policy, &t->model);
   if (!err && split && t->model->buffers.n) {
     /* batch statistics are those of the rank's whole batch: no split */
     if (!quiet)
@@ -71,8 +74,8 @@ int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, in
     omp_set_num_threads(c->threads);
     split = 0;
     nthr = 1;
-    err = mt_model_create_policy(c->model, &t->train.spec, max_batch, t->dtype, &t->policy,
-                                 &t->model);
+    err = mt_model_create_policy(c->model, &t->train.spec, max_batch > least ? max_batch : least,
+                                 t->dtype, &t->policy, &t->model);
   }
   *nthr_out = nthr;
   *split_out = split;
@@ -94,7 +97,8 @@ int mt_compute_data_buffers(mt_trainer *t, int dry) {
   const int prefetch = dry ? 0 : c->prefetch;
   MT_CALL(mt_loader_create(&t->train_loader, &t->train, c->micro_batch_size, prefetch));
   for (int i = 0; i < c->nval; i++)
-    MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i], c->val_batch_size, prefetch));
+    MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i],
+                             mt_eval_rows(c->val_batch_size, mt_eval_piece(t)), prefetch));
   return 0;
 }
 
@@ -113,6 +117,7 @@ int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
   th->model[0] = t->model;
   th->grads[0] = t->grads;
   int per = (max_batch + th->n - 1) / th->n;
+  if (t->device < 0 && per < mt_eval_piece(t)) per = mt_eval_piece(t); /* an evaluation piece */
   size_t n = t->model->params.total;
   for (int i = 1; i < th->n; i++) {
     /* the rank's policy: one weight cache serves every thread's model */
@@ -214,6 +219,11 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
     omp_set_num_threads(1); /* this thread's own nested work: one thread */
     int i = omp_get_thread_num();
     int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
+    if (t->thread_rows > 0) { /* an evaluation's pieces, one a thread */
+      const int64_t a = (int64_t)t->thread_rows * i, b = a + t->thread_rows;
+      r0 = (int)(a < rows ? a : rows);
+      r1 = (int)(b < rows ? b : rows);
+    }
     mt_model *m = t->threads->model[i];
     /* this thread's rows of the per-sample outputs, if asked for */
     part[i] = (mt_batch_stats){0};

@@ -28,7 +28,10 @@ static int rep_pinned(const mt_trainer *t) {
   return 1;
 }
 
-static double rep_comm_seconds(const mt_trainer *t) { return t->backend->comm_seconds; }
+/* the modes that use a trained model have no backend (mode.h) */
+static double rep_comm_seconds(const mt_trainer *t) {
+  return t->backend ? t->backend->comm_seconds : 0;
+}
 
 static void rep_memory(const mt_trainer *t, const mt_param_table *tab, int measured,
                        mt_owner_memory *m) {

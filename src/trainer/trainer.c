@@ -101,7 +101,7 @@ static int create_model(mt_trainer *t) {
   if (!err) err = mt_calloc(&t->params, n, t->esz, "parameters");
   if (!err) err = mt_calloc(&t->grads, n, t->esz, "gradients");
   if (!err) err = mt_model_init(t->model, t->params, c->seed);
-  if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, t->model, t->params);
+  if (!err && c->init_from[0]) err = mt_h5_load_model(c->init_from, "-init_from", t->model, t->params);
   a0 = mt_alloc_bytes();
   /* the threads' models */
   if (!err) err = mt_compute_setup(t, t->device >= 0 ? 1 : t->max_batch, nthr);

@@ -15,8 +15,30 @@
 
 #define MT_MAX_THREADS 256
 
-/* Memory per rank in bytes, by part (memory.c): forecast from shapes
- * before any large allocation (mem_plan) and allocated (mem). */
+/* Evaluation passes run every model forward on one piece of the data set:
+ * samples [k P, (k + 1) P) of it (the last one shorter), P =
+ * mt_eval_piece, each piece by one thread with one-threaded GEMMs. A GEMM's
+ * row depends on the rows computed with it (oneDNN picks kernels and
+ * splits by M and by threads: measured), so this is what makes a sample's
+ * loss, and the exact sums of them, the same at any number of ranks and
+ * threads and any -val_batch_size; ranks take whole pieces and batches are
+ * whole pieces (mt_eval_rows). P is 64 samples (GEMMs of 64 rows: 16 made
+ * the evaluation of a 784-1024-1024-10 mlp 2.2x slower than the training
+ * micro-batch's 64 per thread), for token data 64 / T windows (at least 1):
+ * the same for a model and its data wherever it runs. 64 rows of floats
+ * are 64-byte multiples: a piece's inputs start equally aligned wherever it
+ * is in a batch. */
+#define MT_EVAL_PIECE_ROWS 64
+static inline int mt_eval_piece_of(const mt_data_spec *spec, int window) {
+  const int p = spec->tokens && window > 0 ? MT_EVAL_PIECE_ROWS / window : MT_EVAL_PIECE_ROWS;
+  return p > 1 ? p : 1;
+}
+/* The rows of an evaluation batch: -val_batch_size rounded down to whole
+ * pieces of P, at least one; the evaluation loaders take that many. */
+static inline int mt_eval_rows(int val_batch_size, int P) {
+  return val_batch_size < P ? P : val_batch_size - val_batch_size % P;
+}
+
 typedef struct {
   double params, grads, optim; /* the owned part's buffers, its optimizer's state */
   double gathered, unit_grads; /* the sharded owner's gathered units           */
@@ -93,6 +115,8 @@ typedef struct {
                          NULL on the CPU                                   */
   int device;         /* the rank's CUDA device, -1 for the CPU            */
   int max_batch;      /* samples one forward takes: -micro_batch_size      */
+  int thread_rows;    /* > 0: mt_compute gives thread i rows [i n, (i + 1) n)
+                         (an evaluation's pieces), not an even share       */
 } mt_trainer;
 
 /* Memory per rank (memory.c), collective:
@@ -131,6 +155,10 @@ typedef struct {
   size_t lo, n;
 } mt_owned;
 void mt_trainer_owned(const mt_trainer *t, mt_owned *o);
+/* The evaluation piece of t's data (trainer.h, mt_eval_piece_of). */
+static inline int mt_eval_piece(const mt_trainer *t) {
+  return mt_eval_piece_of(&t->train.spec, t->window);
+}
 /* The whole model in t->params (and on a GPU, gathered there) for an
  * evaluation or a save, and its release (no-ops when replicated on the
  * CPU). Collective. */
@@ -286,6 +314,22 @@ int mt_eval_train(mt_trainer *t, int epoch);
  * OUTPUT_DIR/test.csv, outputs when -outputs has test (a no-op without
  * -data_test). */
 int mt_eval_test(mt_trainer *t, int epochs_done);
+/* For the modes (mode_evaluate.c, mode_predict.c): one pass over all of
+ * d through loader L (made for d with -val_batch_size), its loss, accuracy
+ * (NaN for regression) and sample count, exact at any rank count (the
+ * per-sample losses summed with mt_xsum); with w (NULL: none) the
+ * per-sample outputs written collectively to w->path, each sample once in
+ * data-set order. Collective, agreed. */
+typedef struct {
+  const char *path;
+  const char *set; /* the file's set attribute ("val", "predict")        */
+  int index;       /* its set_index                                      */
+  int probs;       /* /probs: the logits' softmax (class data)           */
+  int values;      /* /values: a regression's predicted targets          */
+  int unlabelled;  /* no /label and /loss (a file without /y)            */
+} mt_eval_write;
+int mt_eval_pass(mt_trainer *t, mt_dataset *d, mt_loader *L, const mt_eval_write *w,
+                 double *loss, double *acc, int64_t *count);
 /* (metrics.c) The model's own metrics after validation set `set` (-1:
  * after an epoch without validation sets) into row[0, MT_METRICS_MAX) in
  * the order of t->metric_names (NaN where none; all NaN for a model

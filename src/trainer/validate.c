@@ -8,6 +8,7 @@
 #include "trainer/trainer.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,14 +21,14 @@ struct mt_eval {
   double seconds;
 };
 
-/* This rank's per-sample outputs of one pass, as columns; loss and logits
- * in the run's type (-precision: float or double). */
+/* This rank's per-sample outputs of one pass, as columns; loss, logits
+ * and probs in the run's type (-precision: float or double). */
 typedef struct {
   int64_t rows;
   int64_t *index;
   int32_t *label, *pred;
-  void *loss, *logits;
-  int logits_len;
+  void *loss, *logits, *probs;
+  int logits_len, want_probs;
   mt_dtype dtype;
 } outs;
 
@@ -37,19 +38,49 @@ static void outs_free(outs *o) {
   mt_free(&o->pred);
   mt_free(&o->loss);
   mt_free(&o->logits);
+  mt_free(&o->probs);
 }
 
-static int outs_alloc(const mt_trainer *t, outs *o, int64_t rows, int logits_len) {
+static int outs_alloc(const mt_trainer *t, outs *o, int64_t rows, int logits_len, int probs) {
   size_t n = (size_t)(rows > 0 ? rows : 1);
   o->rows = rows;
   o->logits_len = logits_len;
+  o->want_probs = probs && logits_len > 0;
   o->dtype = t->dtype;
   MT_CALL(mt_calloc(&o->index, n, sizeof(int64_t), "outputs: sample indices"));
   MT_CALL(mt_calloc(&o->label, n, sizeof(int32_t), "outputs: labels"));
   MT_CALL(mt_calloc(&o->pred, n, sizeof(int32_t), "outputs: predictions"));
   MT_CALL(mt_calloc(&o->loss, n, t->esz, "outputs: losses"));
   if (logits_len > 0) MT_CALL(mt_calloc(&o->logits, n * (size_t)logits_len, t->esz, "outputs: logits"));
+  if (o->want_probs)
+    MT_CALL(mt_calloc(&o->probs, n * (size_t)logits_len, t->esz, "outputs: probabilities"));
   return 0;
+}
+
+/* The softmax of each row of o's logits into o's probs, row by row (the
+ * same for a row wherever it was computed). */
+static void outs_softmax(outs *o) {
+  const int C = o->logits_len;
+  for (int64_t i = 0; o->want_probs && i < o->rows; i++) {
+    double mx = -INFINITY, sum = 0;
+    for (int k = 0; k < C; k++) {
+      size_t j = (size_t)(i * C + k);
+      double z = o->dtype == MT_FP64 ? ((double *)o->logits)[j] : ((float *)o->logits)[j];
+      mx = z > mx ? z : mx;
+    }
+    for (int k = 0; k < C; k++) {
+      size_t j = (size_t)(i * C + k);
+      double z = o->dtype == MT_FP64 ? ((double *)o->logits)[j] : ((float *)o->logits)[j];
+      sum += exp(z - mx);
+    }
+    for (int k = 0; k < C; k++) {
+      size_t j = (size_t)(i * C + k);
+      double z = o->dtype == MT_FP64 ? ((double *)o->logits)[j] : ((float *)o->logits)[j];
+      double p = exp(z - mx) / sum;
+      if (o->dtype == MT_FP64) ((double *)o->probs)[j] = p;
+      else ((float *)o->probs)[j] = (float)p;
+    }
+  }
 }
 
 typedef struct {
@@ -57,14 +88,17 @@ typedef struct {
   int64_t count;
 } result;
 
-/* This rank's batches of d: its block, in batches of -val_batch_size, at
- * most limit of them (0: all); *rows evaluated, from sample *start. */
+/* This rank's batches of d: its block of whole pieces (trainer.h:
+ * rank r the r-th share of the pieces, every sample once over all ranks),
+ * in batches of mt_eval_rows(-val_batch_size, P), at most limit of them (0:
+ * all); *rows evaluated, from sample *start. */
 static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *start,
                 int64_t *rows, int64_t *nbatches) {
   const mt_config *c = t->cfg;
+  const int P = mt_eval_piece(t);
   int64_t n;
-  mt_sampler_val_block(d->n, t->comm->rank, t->comm->size, start, &n);
-  int vb = c->val_batch_size;
+  mt_sampler_val_pieces(d->n, P, t->comm->rank, t->comm->size, start, &n);
+  const int vb = mt_eval_rows(c->val_batch_size, P);
   int64_t nb = (n + vb - 1) / vb;
   if (limit > 0 && nb > limit) nb = limit;
   *rows = nb * vb < n ? nb * vb : n;
@@ -85,14 +119,41 @@ static int plan(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, int64_t *
 /* Forward over this rank's block of d (at most limit batches, 0: all)
  * through loader L, the metrics summed over all ranks into *res; o (NULL:
  * none wanted) receives this rank's per-sample outputs (freed by the
- * caller). Collective, agreed. */
-static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, result *res) {
+ * caller), with the logits' softmax (how & EV_PROBS) and a regression's
+ * outputs (how & EV_VALUES). Collective, agreed.
+ *
+ * The loss is the exact sum of the per-sample losses (core.h, mt_xsum),
+ * rounded once, over the count, and the hits are integers: the results do
+ * not depend on the ranks, threads or batches that computed the samples,
+ * only on each sample's loss, which is always computed in the same piece
+ * (trainer.h, mt_eval_piece) by one-threaded GEMMs, so it has the same
+ * bits wherever it is computed (on the CPU; tests/test_modes.sh at 1, 2
+ * and 3 ranks). */
+enum { EV_PROBS = 1, EV_VALUES = 2 };
+static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, int how,
+                result *res) {
   const double t0 = mt_now();
   mt_ev_begin(MT_EV_VALID);
-  int64_t start = 0, rows = 0, nb = 0, off = 0;
+  int64_t start = 0, rows = 0, nb = 0, off = 0, hits = 0;
+  const int nthr = t->gpu ? 1 : mt_compute_nthr(t);
+  const int piece = t->gpu ? t->max_batch : mt_eval_piece(t) * nthr;
+  /* one model for the rank's threads (-thread_split gemm): its GEMMs on
+   * one thread, whose sums do not depend on the thread count */
+  const int gemm_threads = !t->gpu && nthr == 1 ? omp_get_max_threads() : 0;
+  /* a sample of token data counts its T predicted tokens' hits */
+  const int per = d->spec.tokens ? t->window : 1;
+  void *scratch = NULL; /* the per-sample losses when no outputs are kept */
+  mt_xsum sum;
+  mt_xsum_zero(&sum);
   int err = plan(t, d, L, limit, &start, &rows, &nb);
-  if (!err && o) err = outs_alloc(t, o, rows, t->cfg->outputs_logits ? d->spec.nclasses : 0);
+  if (!err && o) /* logits of class data; a regression's outputs when asked for */
+    err = outs_alloc(t, o, rows,
+                     d->spec.ntargets ? (how & EV_VALUES ? d->spec.ntargets : 0)
+                     : t->cfg->outputs_logits || (how & EV_PROBS) ? d->spec.nclasses : 0,
+                     how & EV_PROBS);
+  if (!err && !o) err = mt_calloc(&scratch, (size_t)piece, t->esz, "evaluation losses");
   mt_batch_stats st = {0};
+  if (gemm_threads > 1) omp_set_num_threads(1);
   for (int64_t b = 0; !err && b < nb; b++) {
     mt_batch bt;
     mt_guard_mark(t->guard, t->epoch, t->global_step, MT_PHASE_VALIDATE);
@@ -108,15 +169,14 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
         o->label[off + i] = bt.labels ? bt.labels[i] : -1;
       }
     }
-    /* one forward of the rank takes t->max_batch samples (-micro_batch_size:
-     * the model's, the threads' together, or the device twin's): a larger
-     * -val_batch_size is evaluated in pieces of that size (the sums are the
-     * same; a GPT's activations for 500 samples took 3 GB) */
-    const int piece = t->max_batch;
+    /* on the CPU one piece (trainer.h) a thread, each thread its own;
+     * on a GPU one forward of the device twin takes t->max_batch samples
+     * (-micro_batch_size; a GPT's activations for 500 samples took 3 GB) */
     for (int r0 = 0; !err && r0 < bt.n; r0 += piece) {
       const int r1 = bt.n - r0 < piece ? bt.n : r0 + piece;
       mt_batch sub = mt_batch_rows(&bt, r0, r1);
-      void *losses = NULL;
+      t->thread_rows = nthr > 1 ? mt_eval_piece(t) : 0;
+      void *losses = scratch;
       if (o) {
         void *lg = o->logits ? mt_flat_at(t, o->logits, (size_t)((off + r0) * o->logits_len)) : NULL;
         st.pred = o->pred + off + r0;
@@ -125,19 +185,44 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
         st.logits_len = o->logits_len;
         losses = mt_flat_at(t, o->loss, (size_t)(off + r0));
       }
+      const double before = st.correct;
       err = mt_compute(t, &sub, 0.0, 0, losses, &st);
+      t->thread_rows = 0;
+      /* the piece's hits: an integer (token data: a sum of hits / T) */
+      hits += llround((st.correct - before) * per);
+      for (int i = 0; !err && i < r1 - r0; i++)
+        mt_xsum_add(&sum, t->dtype == MT_FP64 ? ((double *)losses)[i] : ((float *)losses)[i]);
     }
     off += bt.n;
   }
+  if (gemm_threads > 1) omp_set_num_threads(gemm_threads);
+  mt_free(&scratch);
+  if (!err && o) outs_softmax(o);
   MT_CALL(mt_agree(t->comm->world, err));
-  double v[3] = {st.loss_sum, st.correct, (double)rows};
-  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, t->comm->world));
-  res->loss = v[2] > 0 ? v[0] / v[2] : 0;
-  res->acc = d->spec.ntargets ? NAN : v[2] > 0 ? v[1] / v[2] : 0; /* regression: none */
-  res->count = (int64_t)v[2];
+  int64_t v[2] = {hits, rows};
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_SUM, t->comm->world));
+  MT_CALL(mt_xsum_allreduce(&sum, t->comm->world));
+  res->loss = v[1] > 0 ? mt_xsum_value(&sum) / (double)v[1] : 0;
+  /* regression: no accuracy */
+  res->acc = d->spec.ntargets ? NAN : v[1] > 0 ? (double)v[0] / ((double)v[1] * per) : 0;
+  res->count = v[1];
   t->eval->samples += rows;
   t->eval->seconds += mt_now() - t0;
   mt_ev_end(MT_EV_VALID);
+  return 0;
+}
+
+/* Writes o as path; unlabelled: without /label and /loss (how: pass's).
+ * Collective. */
+static int write_path(mt_trainer *t, const outs *o, const char *path, const char *set, int index,
+                      const mt_dataset *d, int epoch, int unlabelled, int how) {
+  const mt_outputs_rows r = {.rows = o->rows, .index = o->index, .label = o->label,
+                             .pred = o->pred, .loss = o->loss, .logits = o->logits,
+                             .logits_len = o->logits_len, .dtype = o->dtype,
+                             .unlabelled = unlabelled, .with_probs = o->want_probs,
+                             .values = (how & EV_VALUES) && d->spec.ntargets, .probs = o->probs};
+  mt_outputs_meta m = {set, index, d->path, d->n, epoch, t->global_step, t->cfg->model};
+  MT_CALL(mt_outputs_write(t->comm->world, path, &m, &r));
   return 0;
 }
 
@@ -151,10 +236,22 @@ static int write_outs(mt_trainer *t, const outs *o, const char *name, const char
                 ? 0 : MT_ERR(MT_ERR_OPTION, "option -output_dir: too long for %s/outputs/%s.h5",
                              c->output_dir, name);
   MT_CALL(mt_agree(t->comm->world, err));
-  mt_outputs_rows r = {o->rows,  o->index,  o->label,      o->pred,
-                       o->loss,  o->logits, o->logits_len, o->dtype};
-  mt_outputs_meta m = {set, index, d->path, d->n, epoch, t->global_step, c->model};
-  MT_CALL(mt_outputs_write(t->comm->world, path, &m, &r));
+  return write_path(t, o, path, set, index, d, epoch, 0, 0);
+}
+
+int mt_eval_pass(mt_trainer *t, mt_dataset *d, mt_loader *L, const mt_eval_write *w,
+                 double *loss, double *acc, int64_t *count) {
+  outs o;
+  memset(&o, 0, sizeof(o));
+  result r;
+  const int how = (w && w->probs ? EV_PROBS : 0) | (w && w->values ? EV_VALUES : 0);
+  int err = pass(t, d, L, 0, w ? &o : NULL, how, &r);
+  if (!err && w) err = write_path(t, &o, w->path, w->set, w->index, d, 0, w->unlabelled, how);
+  outs_free(&o);
+  MT_CALL(err);
+  *loss = r.loss;
+  *acc = r.acc;
+  *count = r.count;
   return 0;
 }
 
@@ -165,18 +262,18 @@ int mt_eval_setup(mt_trainer *t) {
   int err = 0;
   if (c->outputs_logits && t->train.spec.tokens)
     err = MT_ERR(MT_ERR_OPTION, "option -outputs_logits: not offered for token data (%s)",
-                 c->data_train);
+                 c->data_train[0] ? c->data_train : c->model_file);
   MT_CALL(mt_agree(w, err));
   for (int i = 0; i < c->ntest; i++) {
     MT_CALL(mt_dataset_open(&t->eval->test[i], c->data_test[i], w, &t->train.spec, t->window,
                             c->data_check));
     t->eval->ntest_open = i + 1;
-    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->test_loader[i], &t->eval->test[i], c->val_batch_size,
-                                         c->prefetch)));
+    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->test_loader[i], &t->eval->test[i],
+                                         mt_eval_rows(c->val_batch_size, mt_eval_piece(t)), c->prefetch)));
   }
   if (c->outputs & MT_OUTPUTS_TRAIN)
-    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->train_loader, &t->train, c->val_batch_size,
-                                         c->prefetch)));
+    MT_CALL(mt_agree(w, mt_loader_create(&t->eval->train_loader, &t->train,
+                                         mt_eval_rows(c->val_batch_size, mt_eval_piece(t)), c->prefetch)));
   return 0;
 }
 
@@ -193,7 +290,7 @@ int mt_validate(mt_trainer *t, int set, int epoch, double *loss, double *acc, in
   outs o;
   memset(&o, 0, sizeof(o));
   result r;
-  int err = pass(t, &t->val[set], t->val_loader[set], t->cfg->max_val_steps, want ? &o : NULL, &r);
+  int err = pass(t, &t->val[set], t->val_loader[set], t->cfg->max_val_steps, want ? &o : NULL, 0, &r);
   if (!err && want) {
     char name[64];
     snprintf(name, sizeof(name), "val%d-epoch%d", set, epoch + 1);
@@ -213,7 +310,7 @@ int mt_eval_train(mt_trainer *t, int epoch) {
   outs o;
   memset(&o, 0, sizeof(o));
   result r;
-  int err = pass(t, &t->train, t->eval->train_loader, c->max_val_steps, &o, &r);
+  int err = pass(t, &t->train, t->eval->train_loader, c->max_val_steps, &o, 0, &r);
   if (!err) {
     mt_print0("epoch %d/%d train (evaluation pass) %s: loss %.4f accuracy %.4f (%lld samples)\n",
               epoch + 1, c->epochs, c->data_train, r.loss, r.acc, (long long)r.count);
@@ -235,7 +332,7 @@ int mt_eval_test(mt_trainer *t, int epochs_done) {
     outs o;
     memset(&o, 0, sizeof(o));
     result r;
-    int err = pass(t, &t->eval->test[i], t->eval->test_loader[i], 0, want ? &o : NULL, &r);
+    int err = pass(t, &t->eval->test[i], t->eval->test_loader[i], 0, want ? &o : NULL, 0, &r);
     if (!err) {
       mt_print0("test[%d] %s: loss %.4f accuracy %.4f (%lld samples)\n", i, c->data_test[i],
                 r.loss, r.acc, (long long)r.count);
