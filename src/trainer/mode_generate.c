@@ -8,23 +8,12 @@
  * cut to -top_k, draws keyed by -seed and the position, so a seed gives
  * the same text at every run and rank count. Rank 0 generates (one
  * sequence at batch 1: more ranks would only repeat it); the others wait
- * for its result, so an error ends every rank.
- *
- * Plugging it into -mode (trainer/mode.h, branch wt-modes): an
- * mt_mode_ops mt_mode_generate whose read_options calls
- * mt_generate_read_options on a file-scope mt_generate_opts (the op has no
- * context), whose options list is -prompt, -prompt_file, -max_new_tokens,
- * -temperature, -top_k and -seed, and whose run reads -model_file's
- * description (io/modelfile.h: mt_model_file_spec; a file without one, or
- * of a model that is not a gpt, refused naming it), makes the model with
- * mt_trainer_create_use, sets the options' gen.seed to the run's -seed and
- * calls mt_generate_text(t->model, t->params (rounded to float for an
- * fp64 model), world, &opts, OUTPUT_DIR if -output_dir was given else
- * NULL, stdout); one line in mode.c's table and
- * mode.h's extern; tests/test_generate.sh runs it end to end. */
+ * for its result, so an error ends every rank. */
 #include "trainer/generate.h"
+#include "trainer/mode.h"
 
 #include "io/io.h"
+#include "io/modelfile.h"
 #include "io/space.h"
 #include "models/models.h"
 
@@ -185,3 +174,63 @@ int mt_generate_text(const mt_model *m, const float *params, MPI_Comm comm,
     err = generate0(m, params, o, output_dir, out);
   return mt_agree(comm, err);
 }
+
+/* ------------------------------------------------------------ the mode */
+
+static mt_generate_opts opts_; /* read before the configuration (mode.h) */
+
+static int read_options(void) { return mt_generate_read_options(&opts_); }
+
+/* besides mt_mode_common: its own (so that other modes name it as
+ * generate's) and the seed of sampling */
+static const char *const options_[] = {"-prompt", "-prompt_file", "-max_new_tokens", "-temperature",
+                                       "-top_k", "-seed", NULL};
+
+/* whether the user gave -output_dir (the file is written only then) */
+static int output_dir_given(void) {
+  for (int i = 0; i < mt_option_count(); i++) {
+    const char *value;
+    int set;
+    const char *name = mt_option_read(i, &value, &set);
+    if (name && !strcmp(name, "-output_dir")) return set;
+  }
+  return 0;
+}
+
+static int run(const mt_config *c, const mt_comm *comm, mt_mode_end *end) {
+  (void)end;
+  mt_data_spec spec;
+  int found = 0;
+  MT_CALL(mt_agree(comm->world, mt_model_file_spec(c->model_file, "-model_file", &spec, &found)));
+  int err = 0;
+  if (!found)
+    err = MT_ERR(MT_ERR_OPTION, "option -model_file: %s does not describe its model (written "
+                 "before model files did): -mode generate needs a gpt's file that does",
+                 c->model_file);
+  else if (!spec.tokens || strcmp(c->model, "gpt"))
+    err = MT_ERR(MT_ERR_OPTION, "option -model_file: %s holds a model %s, not a gpt: -mode "
+                 "generate needs one", c->model_file, c->model);
+  MT_CALL(mt_agree(comm->world, err));
+  mt_trainer *t = NULL;
+  err = mt_trainer_create_use(&t, c, comm, &spec);
+  /* an fp64 model generates in fp32: its parameters rounded */
+  float *p32 = NULL;
+  const size_t n = err ? 0 : t->model->params.total;
+  if (!err && t->dtype == MT_FP64) err = mt_calloc(&p32, n ? n : 1, sizeof(float), "fp32 parameters");
+  for (size_t i = 0; p32 && i < n; i++) p32[i] = (float)((const double *)t->params)[i];
+  opts_.gen.seed = c->seed;
+  if (!err)
+    err = mt_generate_text(t->model, p32 ? p32 : t->params, comm->world, &opts_,
+                           output_dir_given() ? c->output_dir : NULL, stdout);
+  mt_free(&p32);
+  mt_trainer_destroy(&t);
+  return err;
+}
+
+const mt_mode_ops mt_mode_generate = {
+    .name = "generate",
+    .help = "text from -model_file's gpt after -prompt: greedy, or sampled (-temperature, -top_k, -seed)",
+    .options = options_,
+    .read_options = read_options,
+    .run = run,
+};
