@@ -6,7 +6,10 @@
  *   mlp.c_proj}.{weight,bias}, transformer.ln_f.{weight,bias};
  * lm_head.weight is transformer.wte.weight. A sample is a window of T + 1
  * tokens: inputs [0,T), targets [1,T]; its loss is the mean over its T
- * positions, so the mean over samples is the mean over tokens. The model
+ * positions, so the mean over samples is the mean over tokens. It has no
+ * logits per sample; asked for rows of T*V (st->logits_len) it gives each
+ * position's logits before the softmax (text generation's tests compare
+ * models/gpt_generate.c's cached ones against them). The model
  * in float and in double (-precision fp64) is one template, gpt_t.h. */
 #define MT_NN_GENERIC
 #include "core/core.h"

@@ -100,8 +100,12 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   MT_CHECK(bt->tokens && bt->tokens_len == T + 1, MT_ERR_DATA,
            "model gpt needs token windows of %d + 1 tokens", T);
   MT_CHECK(B <= s->maxB, MT_ERR_ARG, "batch %d exceeds %d", B, s->maxB);
-  MT_CHECK(!st->logits && !st->logits64, MT_ERR_ARG,
-           "model gpt offers no per-sample logits (token data)");
+  /* per-token logits only (text generation's tests compare against them):
+   * rows of T*V, position t's V logits at t*V */
+  REAL *lg = MT_T(mt_model_logits)(st);
+  MT_CHECK((!st->logits && !st->logits64) || (lg && st->logits_len == T * V), MT_ERR_ARG,
+           "model gpt offers no per-sample logits (token data), only per-token ones in rows of "
+           "T*V = %d", T * V);
   for (int b = 0; st->pred && b < B; b++) st->pred[b] = -1; /* no class per sample */
   s->B = B;
   s->dropped = bt->train && s->drop > 0;
@@ -141,6 +145,7 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   mt_layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s->L, 0)), PW(lnf_idx(s->L, 1)), N, C, LN_EPS);
   MT_CALL(mt_model_unit_use(m, 0, 0));
   MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V, s->pol)); /* tied head */
+  if (lg) memcpy(lg, s->logits, (size_t)N * V * sizeof(REAL)); /* before the softmax below */
   double sum = 0;
   int64_t count = 0, hits = 0;
   /* per-token losses land in dlogits' first N values, reused by backward */

@@ -21,6 +21,7 @@ static const char help[] =
     "  mpirun -np 2 mpitrain -backend ddp -data_train train.h5 -data_val test.h5 -epochs 5\n"
     "  mpirun -np 2 mpitrain -mode evaluate -model_file model_final.h5 -data_val test.h5\n"
     "  mpirun -np 2 mpitrain -mode predict -model_file model_final.h5 -data new.h5\n"
+    "  mpitrain -mode generate -model_file model_final.h5 -prompt \"Once\" -max_new_tokens 100\n"
     "Options come from the command line, -options_file FILE and PETSC_OPTIONS.\n\n";
 
 /* mpitrain -version (or --version): mpitrain's version and the libraries'

@@ -6,7 +6,8 @@
 #include <petscsys.h>
 #include <string.h>
 
-static const mt_mode_ops *const modes_[] = {&mt_mode_train, &mt_mode_evaluate, &mt_mode_predict};
+static const mt_mode_ops *const modes_[] = {&mt_mode_train, &mt_mode_evaluate, &mt_mode_predict,
+                                             &mt_mode_generate};
 #define NMODES ((int)(sizeof(modes_) / sizeof(modes_[0])))
 
 const mt_mode_ops *mt_mode_find(const char *name) {

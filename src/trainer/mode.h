@@ -1,10 +1,10 @@
 /* What a run does (-mode): train (the default), or use a trained model
- * (-model_file) to evaluate or predict. One file per mode (mode_NAME.c)
- * fills an mt_mode_ops and is listed in mode.c's table; app.c finds the
- * mode by name after initialization, refuses the options only other modes
- * read (mt_mode_check_options), and runs it.
+ * (-model_file) to evaluate, predict or generate (a gpt's text). One file
+ * per mode (mode_NAME.c) fills an mt_mode_ops and is listed in mode.c's
+ * table; app.c finds the mode by name after initialization, refuses the
+ * options only other modes read (mt_mode_check_options), and runs it.
  *
- * A new mode (a gpt's generate) is a file with its ops and one line in
+ * A new mode (as generate was) is a file with its ops and one line in
  * mode.c: its own options (-prompt ...) are read by its options op before
  * the configuration (so -help lists them and they are not unknown), the
  * configuration's options it reads besides the common ones are named in
@@ -39,7 +39,7 @@ typedef struct {
   int (*run)(const mt_config *cfg, const mt_comm *comm, mt_mode_end *end);
 } mt_mode_ops;
 
-extern const mt_mode_ops mt_mode_train, mt_mode_evaluate, mt_mode_predict;
+extern const mt_mode_ops mt_mode_train, mt_mode_evaluate, mt_mode_predict, mt_mode_generate;
 
 /* The mode named name, or NULL; mt_mode_names writes "train, evaluate,
  * ..." into buf. */
