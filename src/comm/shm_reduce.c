@@ -26,22 +26,25 @@
  * the measurement in bench/README.md.) Chunks of 1 MiB by default keep a
  * chunk's copies and sums in the caches, so the data crosses memory once
  * in and once out. */
-#define _GNU_SOURCE /* sched_yield */
+#define _GNU_SOURCE /* syscall */
 #include "comm/shm_reduce.h"
 #include "core/core.h"
 #include "nn/precision.h"
 
 #include <limits.h>
-#include <sched.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define HDR 128                      /* a rank's counter, alone on its lines */
 #define ALIGN 64                     /* slices start on cache lines           */
 #define DEFAULT_CHUNK ((size_t)1 << 20)
 
-_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the counters must be lock-free atomics: they are "
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the counters must be lock-free atomics: they are "
                "shared between processes");
 
 struct mt_shm_reduce {
@@ -77,39 +80,66 @@ int mt_allreduce_option(int *method) {
 
 /* ------------------------------------------------------------- counters */
 
-static _Atomic uint64_t *counter(const mt_shm_reduce *s, int q) {
-  return (_Atomic uint64_t *)(void *)s->seg[q];
-}
+/* A rank's header: its phase counter and how many ranks sleep on it, on
+ * lines of their own. 32-bit words: a futex is one. Phases are compared by
+ * their difference, so the counter may wrap (ranks are at most 2 apart). */
+typedef struct {
+  _Atomic uint32_t phase;
+  _Atomic uint32_t sleepers;
+} header;
+_Static_assert(sizeof(header) <= HDR, "the header fits its lines");
+
+static header *hdr(const mt_shm_reduce *s, int q) { return (header *)(void *)s->seg[q]; }
 static char *slot_of(const mt_shm_reduce *s, int q, uint64_t chunk) {
   return s->seg[q] + HDR + (size_t)(chunk & 1) * s->slot;
 }
 
-static void relax(unsigned *k) {
-  /* poll a while, then give the core away: under oversubscription (or
-   * ddp's communication thread beside the backward) the rank we wait for
-   * may need this core */
-  if (++*k < 256) {
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *t) {
+  return syscall(SYS_futex, (uint32_t *)(void *)addr, op, val, t, NULL, 0);
+}
+
+static int reached(const header *h, uint32_t v, memory_order mo) {
+  return (int32_t)(atomic_load_explicit(&h->phase, mo) - v) >= 0;
+}
+
+/* Waits until rank q's phase reaches v: polls a few microseconds (the other
+ * ranks are usually close behind), then sleeps on the counter (a shared,
+ * not process-private, futex) so that a rank still computing -- under
+ * oversubscription, or beside ddp's communication thread -- gets the core.
+ * The sleep has a time limit: a missed wake-up costs a millisecond, not a
+ * hang. */
+static void wait_for(header *h, uint32_t v) {
+  for (int k = 0; k < 4000; k++) {
+    if (reached(h, v, memory_order_acquire)) return;
 #if defined(__x86_64__) || defined(__i386__)
     __asm__ volatile("pause");
 #endif
-  } else {
-    sched_yield();
+  }
+  const struct timespec ms = {0, 1000000};
+  while (!reached(h, v, memory_order_acquire)) {
+    atomic_fetch_add_explicit(&h->sleepers, 1, memory_order_seq_cst);
+    uint32_t now = atomic_load_explicit(&h->phase, memory_order_seq_cst);
+    if ((int32_t)(now - v) < 0) futex(&h->phase, FUTEX_WAIT, now, &ms);
+    atomic_fetch_sub_explicit(&h->sleepers, 1, memory_order_relaxed);
   }
 }
 
 /* Every rank of the node has reached phase v. */
-static int arrive(mt_shm_reduce *s, uint64_t v) {
+static int arrive(mt_shm_reduce *s, uint32_t v) {
   if (s->sync == MT_SHM_SYNC_BARRIER) {
     MT_MPI(MPI_Win_sync(s->win));
     MT_MPI(MPI_Barrier(s->node));
     MT_MPI(MPI_Win_sync(s->win));
     return 0;
   }
-  atomic_store_explicit(counter(s, s->lrank), v, memory_order_release);
-  for (int q = 0; q < s->lsize; q++) {
-    unsigned k = 0;
-    while (atomic_load_explicit(counter(s, q), memory_order_acquire) < v) relax(&k);
-  }
+  header *me = hdr(s, s->lrank);
+  /* seq_cst store, then the sleepers' count: a sleeper counts itself
+   * before it reads the phase, so one of the two sees the other */
+  atomic_store_explicit(&me->phase, v, memory_order_seq_cst);
+  if (atomic_load_explicit(&me->sleepers, memory_order_seq_cst))
+    futex(&me->phase, FUTEX_WAKE, INT32_MAX, NULL);
+  for (int q = 0; q < s->lsize; q++)
+    if (q != s->lrank) wait_for(hdr(s, q), v);
   return 0;
 }
 
@@ -226,7 +256,8 @@ static int make_window(mt_shm_reduce *s, size_t slot) {
              HDR + 2 * slot + ALIGN);
     s->seg[q] = p + (ALIGN - (uintptr_t)p % ALIGN) % ALIGN;
   }
-  atomic_store_explicit(counter(s, s->lrank), 0, memory_order_relaxed);
+  atomic_store_explicit(&hdr(s, s->lrank)->phase, 0, memory_order_relaxed);
+  atomic_store_explicit(&hdr(s, s->lrank)->sleepers, 0, memory_order_relaxed);
   MT_MPI(MPI_Win_sync(s->win));
   MT_MPI(MPI_Barrier(s->node)); /* every counter is 0 before any is waited on */
   MT_MPI(MPI_Win_sync(s->win));
@@ -308,7 +339,7 @@ static int chunk(mt_shm_reduce *s, char *x, size_t m, mt_shm_type t) {
   char *my = slot_of(s, me, c);
   memcpy(my, x, lo * esz); /* 1: all but this rank's own slice */
   memcpy(my + hi * esz, x + hi * esz, (m - hi) * esz);
-  MT_CALL(arrive(s, 2 * c + 1));
+  MT_CALL(arrive(s, (uint32_t)(2 * c + 1)));
   if (me < s->L && hi > lo) { /* 3 */
     const void *src[64];
     const void **srcp = src;
@@ -319,7 +350,7 @@ static int chunk(mt_shm_reduce *s, char *x, size_t m, mt_shm_type t) {
     if (srcp != src) mt_free(&srcp);
     MT_CALL(across(s, my + lo * esz, hi - lo, t));
   }
-  MT_CALL(arrive(s, 2 * c + 2));
+  MT_CALL(arrive(s, (uint32_t)(2 * c + 2)));
   for (int q = 0; q < s->L; q++) { /* 5 */
     size_t a, b;
     slice(s, m, esz, q, &a, &b);
