@@ -20,6 +20,14 @@
  * buckets; the MPI_Test path is slower than no overlap everywhere (the
  * ranks' cores do the copies, and progress happens only at layer ends).
  *
+ * -ddp_allreduce shm: each bucket is summed in a shared-memory window
+ * instead of by MPI_Allreduce (comm/shm_reduce.h: the node's ranks reduce
+ * slices of it in place, across nodes the slices are all-reduced by MPI):
+ * the same call sites, through d->reduce. It has no non-blocking form, so
+ * without the communication thread its buckets go after the backward. At 2
+ * ranks it gives MPI_Allreduce's bits (a + b); at more, its own fixed
+ * order, the same on every rank.
+ *
  * -precision fp64 (b->dtype): the same on double buffers (the *64 entries),
  * all-reduced as MPI_DOUBLE; bucket sizes stay in MiB, so a bucket holds
  * half as many elements. */
