@@ -56,6 +56,7 @@ struct mt_shm_reduce {
   MPI_Win win;
   int locked;     /* MPI_Win_lock_all held                               */
   char **seg;     /* each rank's segment in this process's address space */
+  const void **src; /* the sources of a slice's sum (lsize)             */
   uint64_t seq;   /* chunks done since the window was made               */
   MPI_Op op_bf16, op_fp16;
 };
@@ -290,6 +291,7 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
   const int color = s->lrank < s->L ? s->lrank : MPI_UNDEFINED;
   MT_MPI(MPI_Comm_split(comm, color, rank, &s->cross));
   MT_CALL(mt_calloc(&s->seg, (size_t)s->lsize, sizeof(char *), "shared window segments"));
+  MT_CALL(mt_calloc(&s->src, (size_t)s->lsize, sizeof(void *), "shared window segments"));
   MT_MPI(MPI_Op_create(op_bf16, 1, &s->op_bf16));
   MT_MPI(MPI_Op_create(op_fp16, 1, &s->op_fp16));
   return 0;
@@ -304,6 +306,7 @@ void mt_shm_destroy(mt_shm_reduce **sp) {
   if (s->cross != MPI_COMM_NULL) MPI_Comm_free(&s->cross);
   if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
   mt_free(&s->seg);
+  mt_free(&s->src);
   mt_free(sp);
 }
 
@@ -341,13 +344,8 @@ static int chunk(mt_shm_reduce *s, char *x, size_t m, mt_shm_type t) {
   memcpy(my + hi * esz, x + hi * esz, (m - hi) * esz);
   MT_CALL(arrive(s, (uint32_t)(2 * c + 1)));
   if (me < s->L && hi > lo) { /* 3 */
-    const void *src[64];
-    const void **srcp = src;
-    if (s->lsize > 64)
-      MT_CALL(mt_calloc(&srcp, (size_t)s->lsize, sizeof(void *), "shared-memory sources"));
-    for (int q = 0; q < s->lsize; q++) srcp[q] = (q == me ? x : slot_of(s, q, c)) + lo * esz;
-    sum_any(my + lo * esz, srcp, s->lsize, hi - lo, t);
-    if (srcp != src) mt_free(&srcp);
+    for (int q = 0; q < s->lsize; q++) s->src[q] = (q == me ? x : slot_of(s, q, c)) + lo * esz;
+    sum_any(my + lo * esz, s->src, s->lsize, hi - lo, t);
     MT_CALL(across(s, my + lo * esz, hi - lo, t));
   }
   MT_CALL(arrive(s, (uint32_t)(2 * c + 2)));
