@@ -163,6 +163,13 @@ if [ -x "$SHMT" ]; then
   else
     fail "shm all-reduce, 2 hosts x 2 ranks" "exit $LAST_RC"
   fi
+  # one rank per host: no window, the hosts' MPI_Allreduce alone
+  run_logged mh_mpirun 2 120 "$SHMT"
+  if [ "$LAST_RC" = 0 ] && grep -q "# 2 ranks on 2 node(s)" "$LAST_LOG"; then
+    pass "shm all-reduce, 2 hosts x 1 rank ($(grep -c '^ok' "$LAST_LOG") checks)"
+  else
+    fail "shm all-reduce, 2 hosts x 1 rank" "exit $LAST_RC"
+  fi
 else
   fail "shm all-reduce, 2 hosts x 2 ranks" "no $SHMT (make check builds it)"
 fi
