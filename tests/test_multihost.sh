@@ -163,6 +163,14 @@ if [ -x "$SHMT" ]; then
   else
     fail "shm all-reduce, 2 hosts x 2 ranks" "exit $LAST_RC"
   fi
+  # uneven hosts, 2 ranks and 1: one slice per host, the lone rank's host
+  # through its window too (the hosts' chunks and slices must pair up)
+  run_logged mh_mpirun 3 120 "$SHMT"
+  if [ "$LAST_RC" = 0 ] && grep -q "# 3 ranks on 2 node(s)" "$LAST_LOG"; then
+    pass "shm all-reduce, 2 hosts with 2 and 1 ranks ($(grep -c '^ok' "$LAST_LOG") checks)"
+  else
+    fail "shm all-reduce, 2 hosts with 2 and 1 ranks" "exit $LAST_RC"
+  fi
   # one rank per host: no window, the hosts' MPI_Allreduce alone
   run_logged mh_mpirun 2 120 "$SHMT"
   if [ "$LAST_RC" = 0 ] && grep -q "# 2 ranks on 2 node(s)" "$LAST_LOG"; then

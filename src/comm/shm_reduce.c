@@ -51,6 +51,7 @@ struct mt_shm_reduce {
   MPI_Comm node;  /* the ranks sharing memory                            */
   MPI_Comm cross; /* local index j (< L) of every node; MPI_COMM_NULL past L */
   int lrank, lsize, L, nnodes, sync;
+  int alone;      /* every node has one rank: no window, MPI across only */
   size_t chunk;   /* the most bytes per slot                              */
   size_t slot;    /* bytes per slot now (0: no window yet)                */
   MPI_Win win;
@@ -284,7 +285,10 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
   MT_MPI(MPI_Comm_rank(s->node, &s->lrank));
   MT_MPI(MPI_Comm_size(s->node, &s->lsize));
   int leader = s->lrank == 0;
+  int most = 0;
   MT_MPI(MPI_Allreduce(&s->lsize, &s->L, 1, MPI_INT, MPI_MIN, comm));
+  MT_MPI(MPI_Allreduce(&s->lsize, &most, 1, MPI_INT, MPI_MAX, comm));
+  s->alone = most == 1;
   MT_MPI(MPI_Allreduce(&leader, &s->nnodes, 1, MPI_INT, MPI_SUM, comm));
   /* slice j of every node: the ranks of local index j, in node order
    * (their world rank orders the nodes alike for every j) */
@@ -363,7 +367,10 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t) {
   MT_CHECK(n == 0 || buf, MT_ERR_ARG, "shared-memory all-reduce of a NULL buffer");
   const size_t esz = esz_[t];
   if (n == 0) return 0;
-  if (s->lsize == 1) { /* alone on the node: the nodes' MPI_Allreduce only */
+  /* one rank on every node: the nodes' MPI_Allreduce only. (A node of one
+   * rank among larger ones takes the window's path: the nodes' slices and
+   * chunks must match for their all-reduces to pair up.) */
+  if (s->alone) {
     for (size_t o = 0; o < n; o += (size_t)INT_MAX / 2)
       MT_CALL(across(s, (char *)buf + o * esz, n - o < (size_t)INT_MAX / 2 ? n - o : INT_MAX / 2, t));
     return 0;
