@@ -2,7 +2,8 @@
 # ddp communication at 2 ranks on an MLP big enough for it to matter
 # (784-4096-4096-10, 20 M parameters, 80 MB of gradient per step):
 # mpitrain with -ddp_overlap 0, -ddp_overlap 1 -ddp_comm_thread 0 (MPI_Test's
-# progress) and -ddp_overlap 1 -ddp_comm_thread 1 (step time, exposed
+# progress), -ddp_overlap 1 -ddp_comm_thread 1 and the last two with
+# -ddp_allreduce shm (the shared-memory window; step time, exposed
 # communication share, and without overlap the all-reduce bus bandwidth
 # achieved in training), an MPI_Allreduce
 # microbenchmark of the same gradient in the same run (bench/allreduce), and
@@ -32,8 +33,14 @@ mpi() { timeout 900 mpirun -np 2 --oversubscribe --bind-to none ${MPIRUN_ARGS:-}
 . "$here/lib.sh" # median, spread
 
 for i in $(seq "$R"); do
-  for ov in 0 1 t; do
-    case $ov in 0) flags="-ddp_overlap 0" ;; 1) flags="-ddp_overlap 1 -ddp_comm_thread 0" ;; t) flags="-ddp_overlap 1 -ddp_comm_thread 1" ;; esac
+  for ov in 0 1 t s0 st; do
+    case $ov in
+    0) flags="-ddp_overlap 0" ;;
+    1) flags="-ddp_overlap 1 -ddp_comm_thread 0" ;;
+    t) flags="-ddp_overlap 1 -ddp_comm_thread 1" ;;
+    s0) flags="-ddp_overlap 0 -ddp_allreduce shm" ;;
+    st) flags="-ddp_overlap 1 -ddp_comm_thread 1 -ddp_allreduce shm" ;;
+    esac
     # shellcheck disable=SC2086
     mpi "$mt" -backend ddp -model mlp -mlp_hidden "$hidden" -data_train "$data/fashion-mnist-train.h5" \
       -batch_size "$batch" -epochs 1 -max_train_steps_per_epoch "$steps" -lr 0.05 -momentum 0.9 \
@@ -65,12 +72,17 @@ r0=$(median "$tmp/rate0") r1=$(median "$tmp/rate1") rt=$(median "$tmp/ratet") tr
 e0=$(cut -d' ' -f1 "$tmp/comm0" | median) e1=$(cut -d' ' -f1 "$tmp/comm1" | median)
 et=$(cut -d' ' -f1 "$tmp/commt" | median)
 b0=$(cut -d' ' -f2 "$tmp/comm0" | median - %.2f)
+rs0=$(median "$tmp/rates0") rst=$(median "$tmp/ratest")
+es0=$(cut -d' ' -f1 "$tmp/comms0" | median) est=$(cut -d' ' -f1 "$tmp/commst" | median)
+bs0=$(cut -d' ' -f2 "$tmp/comms0" | median - %.2f)
 mb=$(median "$tmp/micro" %.2f)
 echo "# MLP 784-$hidden-10, batch $batch, 2 ranks x 1 thread, $steps steps, median of $R; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-22s %12s %10s %14s\n" run samples/s exposed% "allreduce GB/s"
 printf "%-22s %12s %10s %14s\n" "mpitrain overlap 0" "$r0" "$e0" "$b0"
 printf "%-22s %12s %10s %14s\n" "mpitrain overlap 1" "$r1" "$e1" "-"
 printf "%-22s %12s %10s %14s\n" "mpitrain comm thread" "$rt" "$et" "-"
+printf "%-22s %12s %10s %14s\n" "shm overlap 0" "$rs0" "$es0" "$bs0"
+printf "%-22s %12s %10s %14s\n" "shm comm thread" "$rst" "$est" "-"
 printf "%-22s %12s %10s %14s\n" "MPI_Allreduce micro" "-" "-" "${mb:--}"
 printf "%-22s %12s\n" "PyTorch DDP (gloo)" "${tr:--}"
 awk -v a="$r0" -v b="$r1" -v c="$rt" -v t="$tr" -v m="$mb" -v x0="$b0" 'BEGIN {

@@ -105,6 +105,61 @@ same "communication thread == overlap off at 4 ranks" ov40 ovt4
 expect_error "-ddp_comm_thread needs -ddp_overlap 1" "option -ddp_comm_thread: runs the overlapped" \
   run_mpi 2 60 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -ddp_overlap 0 -ddp_comm_thread 1 -output_dir "$WORK/ovx"
 
+# -ddp_allreduce shm: the buckets summed in a shared-memory window
+# (src/comm/shm_reduce.c) -- after the backward, and overlapped by the
+# communication thread; at 2 ranks the same bits as MPI_Allreduce (a + b),
+# at 3 and 4 ranks sp's parameters to the same tolerance as MPI's; small
+# buckets, so that a bucket spans several of the window's chunks only
+# where the gradient is large (the first layer's 64 x 20 weights are not:
+# the chunk is 1 MiB), and every bucket boundary of the mlp is crossed
+for ov in 0 1; do
+  run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap $ov \
+    -ddp_allreduce shm -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/shm$ov"
+  [ "$LAST_RC" = 0 ] && pass "ddp 2 ranks -ddp_allreduce shm -ddp_overlap $ov" ||
+    fail "ddp 2 ranks -ddp_allreduce shm -ddp_overlap $ov" "exit $LAST_RC"
+  expect_output "-ddp_allreduce shm: the window sums the buckets" \
+    "ddp: gradient buckets summed in a shared-memory window (-ddp_allreduce shm), 2 slices per node"
+  [ $ov = 1 ] && expect_output "shm: the thread reduced buckets during the backward" \
+    "buckets started during the backward by the communication thread"
+  run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/shm$ov/model_final.h5" 0
+  [ "$LAST_RC" = 0 ] && pass "shm == MPI_Allreduce at 2 ranks, bit for bit (-ddp_overlap $ov)" ||
+    fail "shm == MPI_Allreduce at 2 ranks, bit for bit (-ddp_overlap $ov)" "differ"
+done
+for np in 3 4; do
+  run_logged run_mpi $np 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_allreduce shm \
+    -ddp_bucket_mb 0.01 -batch_size 48 -output_dir "$WORK/shm$np"
+  [ "$LAST_RC" = 0 ] && pass "ddp $np ranks -ddp_allreduce shm" || fail "ddp $np ranks -ddp_allreduce shm" "exit $LAST_RC"
+done
+run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" -backend sp -batch_size 48 -threads 1 -output_dir "$WORK/sp1b48"
+same "shm at 3 ranks == sp" sp1b48 shm3
+same "shm at 4 ranks == sp" sp1b48 shm4
+# without the communication thread the window's buckets go after the backward
+run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -threads 1 -ddp_comm_thread 0 \
+  -ddp_allreduce shm -output_dir "$WORK/shmnt"
+[ "$LAST_RC" = 0 ] && pass "ddp -ddp_allreduce shm -ddp_comm_thread 0" || fail "ddp -ddp_allreduce shm -ddp_comm_thread 0" "exit $LAST_RC"
+expect_no_output "shm without the thread: no bucket starts during the backward" "started during the backward"
+same "shm without the thread == sp" sp1 shmnt
+# -ddp_reduce_dtype bf16 / fp16 (-amp's low-precision all-reduce): the
+# window's sum rounds as the MPI operation does (fp16 compute: the bf16
+# GEMMs need a CPU with bf16 instructions)
+for r in bf16 fp16; do
+  for m in mpi shm; do
+    run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp-amp -amp_dtype fp16 \
+      -ddp_reduce_dtype $r -threads 1 -ddp_allreduce $m -output_dir "$WORK/$r$m"
+    [ "$LAST_RC" = 0 ] && pass "ddp-amp -ddp_reduce_dtype $r -ddp_allreduce $m" ||
+      fail "ddp-amp -ddp_reduce_dtype $r -ddp_allreduce $m" "exit $LAST_RC"
+  done
+  expect_output "the $r all-reduce goes through the window" \
+    "amp: the $r gradient all-reduce sums in a shared-memory window"
+  run_logged "$MKDATA" compare "$WORK/${r}mpi/model_final.h5" "$WORK/${r}shm/model_final.h5" 0
+  [ "$LAST_RC" = 0 ] && pass "$r all-reduce: shm == MPI at 2 ranks, bit for bit" ||
+    fail "$r all-reduce: shm == MPI at 2 ranks, bit for bit" "differ"
+done
+expect_error "-ddp_allreduce: mpi or shm" "option -ddp_allreduce: 'nccl' is not mpi or shm" \
+  run_mpi 2 60 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -ddp_allreduce nccl -output_dir "$WORK/shmx"
+expect_error "-ddp_allreduce needs a strategy of several ranks" "option -ddp_allreduce: needs" \
+  run_mpi 1 60 "$MPITRAIN" "${common[@]}" -backend sp -ddp_allreduce shm -output_dir "$WORK/shmy"
+
 # the comparison can fail: another seed gives other parameters
 run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" -backend sp -micro_batch_size 32 -seed 6 -output_dir "$WORK/sp1seed6"
 run_logged "$MKDATA" compare "$WORK/sp1/model_final.h5" "$WORK/sp1seed6/model_final.h5" 1e-5

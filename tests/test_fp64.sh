@@ -56,6 +56,13 @@ ok "mlp fp64 sp, 2 threads splitting the batch, 3 micro-steps" 1 "${mlp[@]}" -ba
   -threads 2 -thread_split batch -micro_batch_size 8 -output_dir "$WORK/mlp-t2acc"
 same "mlp fp64: ddp 2 ranks == sp (1e-12)" mlp-sp mlp-ddp 1e-12
 same "mlp fp64: ddp 2 ranks with the communication thread == sp (1e-12)" mlp-sp mlp-ddpct 1e-12
+# double buckets summed in the shared-memory window (-ddp_allreduce shm)
+ok "mlp fp64 ddp 2 ranks, buckets summed in the shared-memory window" 2 "${mlp[@]}" -backend ddp \
+  -threads 1 -ddp_allreduce shm -ddp_bucket_mb 0.002 -output_dir "$WORK/mlp-ddpshm"
+same "mlp fp64: ddp 2 ranks -ddp_allreduce shm == sp (1e-12)" mlp-sp mlp-ddpshm 1e-12
+run_logged "$MKDATA" compare "$WORK/mlp-ddpct/model_final.h5" "$WORK/mlp-ddpshm/model_final.h5" 0
+[ "$LAST_RC" = 0 ] && pass "mlp fp64: shm == MPI_Allreduce at 2 ranks, bit for bit" ||
+  fail "mlp fp64: shm == MPI_Allreduce at 2 ranks, bit for bit" "differ"
 same "mlp fp64: 2 threads and accumulation == sp (1e-12)" mlp-sp mlp-t2acc 1e-12
 types "mlp fp64: model_final.h5 holds float64 tensors" "$WORK/mlp-sp/model_final.h5" float64
 types "mlp fp64: model_best.h5 holds float64 tensors" "$WORK/mlp-sp/model_best.h5" float64

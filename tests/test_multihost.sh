@@ -10,7 +10,9 @@
 #    (-threads 0) is the node's cores / the ranks on that node, and rank 0
 #    prints "N ranks x T threads": 2 ranks on 2 hosts get all the cores each,
 #    2 ranks on one host (plain mpirun) and 4 ranks on 2 hosts half of them.
-#    (Needs 2 or more cores; skipped on 1.)
+#    (Needs 2 or more cores; skipped on 1.) The shared-memory all-reduce
+#    (test_shm_reduce, and ddp -ddp_allreduce shm == sp) at 2 hosts x 2
+#    ranks: reduce in the host, all-reduce across, read back in the host.
 # 3. 4 hosts, one rank each: ddp equals sp; the hang guard (-comm_timeout 4)
 #    fires when rank 1's host stops (SIGSTOP of that rank), names the step
 #    and rank 1, and the job ends within the timeout + 16 s; nothing is left
@@ -149,6 +151,40 @@ if train_mh mlp2x2 4 mlp 0; then
     threads_line 4 $((CORES / 2)) "2 hosts x 2 ranks: the node communicator holds the 2 ranks of a host"
   fi
   same "mlp: ddp, 4 ranks on 2 hosts == sp" sp mlp2x2
+fi
+# the shared-memory all-reduce across hosts: a host's 2 ranks reduce their
+# slices in its window, the ranks of the same local index all-reduce them
+# over TCP, the hosts read them back (src/comm/shm_reduce.c)
+SHMT=$top_builddir/tests/test_shm_reduce
+if [ -x "$SHMT" ]; then
+  run_logged mh_mpirun 4 120 "$SHMT"
+  if [ "$LAST_RC" = 0 ] && grep -q "# 4 ranks on 2 node(s)" "$LAST_LOG"; then
+    pass "shm all-reduce, 2 hosts x 2 ranks: in-host slices, across hosts by slice ($(grep -c '^ok' "$LAST_LOG") checks)"
+  else
+    fail "shm all-reduce, 2 hosts x 2 ranks" "exit $LAST_RC"
+  fi
+  # uneven hosts, 2 ranks and 1: one slice per host, the lone rank's host
+  # through its window too (the hosts' chunks and slices must pair up)
+  run_logged mh_mpirun 3 120 "$SHMT"
+  if [ "$LAST_RC" = 0 ] && grep -q "# 3 ranks on 2 node(s)" "$LAST_LOG"; then
+    pass "shm all-reduce, 2 hosts with 2 and 1 ranks ($(grep -c '^ok' "$LAST_LOG") checks)"
+  else
+    fail "shm all-reduce, 2 hosts with 2 and 1 ranks" "exit $LAST_RC"
+  fi
+  # one rank per host: no window, the hosts' MPI_Allreduce alone
+  run_logged mh_mpirun 2 120 "$SHMT"
+  if [ "$LAST_RC" = 0 ] && grep -q "# 2 ranks on 2 node(s)" "$LAST_LOG"; then
+    pass "shm all-reduce, 2 hosts x 1 rank ($(grep -c '^ok' "$LAST_LOG") checks)"
+  else
+    fail "shm all-reduce, 2 hosts x 1 rank" "exit $LAST_RC"
+  fi
+else
+  fail "shm all-reduce, 2 hosts x 2 ranks" "no $SHMT (make check builds it)"
+fi
+if train_mh shm2x2 4 mlp 1 ddp -ddp_allreduce shm; then
+  expect_output "ddp -ddp_allreduce shm on 2 hosts: 2 slices per host" \
+    "shared-memory window (-ddp_allreduce shm), 2 slices per node"
+  same "mlp: ddp -ddp_allreduce shm, 4 ranks on 2 hosts == sp" sp shm2x2
 fi
 # hybrid_shard's sharding groups are the hosts (the node communicator)
 if train_mh hybrid2x2 4 mlp 1 fsdp -fsdp_sharding_strategy hybrid_shard; then

@@ -2,6 +2,7 @@
  * strategy that has MT_TRAIT_LOWP_REDUCE (backends/amp.h). */
 #include "backends/amp.h"
 #include "backends/backends.h"
+#include "comm/shm_reduce.h"
 #include "core/core.h"
 
 #include <string.h>
@@ -12,6 +13,7 @@ typedef struct {
   mt_precision dtype; /* of the all-reduce                              */
   uint16_t *lp;       /* the gradients in that type (n)                 */
   MPI_Op op;          /* sum in fp32, rounded to dtype                  */
+  mt_shm_reduce *shm; /* -ddp_allreduce shm: the same sums in a window  */
 } amp_data;
 
 /* MPI user operations: inout[i] = round(in[i] + inout[i]) */
@@ -46,6 +48,7 @@ static void amp_destroy(mt_backend *b) {
   amp_data *d = b->data;
   if (!d) return;
   if (d->op != MPI_OP_NULL) MPI_Op_free(&d->op);
+  mt_shm_destroy(&d->shm);
   mt_free(&d->lp);
   b->data = d->inner; /* the wrapped strategy frees its own */
   if (b->spec.ops->destroy) b->spec.ops->destroy(b);
@@ -65,6 +68,13 @@ static int amp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   d->dtype = (mt_precision)b->reduce_dtype;
   MT_CALL(mt_calloc(&d->lp, n, sizeof(uint16_t), "low-precision gradients"));
   MT_MPI(MPI_Op_create(d->dtype == MT_PREC_BF16 ? sum_bf16 : sum_fp16, 1, &d->op));
+  int method = MT_ALLREDUCE_MPI;
+  MT_CALL(mt_agree(b->comm, mt_allreduce_option(&method)));
+  if (method == MT_ALLREDUCE_SHM) {
+    MT_CALL(mt_agree(b->comm, mt_shm_create(&d->shm, b->comm, 0, MT_SHM_SYNC_FLAGS)));
+    mt_print0("amp: the %s gradient all-reduce sums in a shared-memory window (-ddp_allreduce "
+              "shm)\n", mt_precision_name(d->dtype));
+  }
   return 0;
 }
 
@@ -81,8 +91,12 @@ static int amp_reduce(mt_backend *b, float *grads, size_t n) {
   if (bucket < 2048) bucket = 2048;
   for (size_t end = n; end > 0;) {
     size_t start = end > bucket ? end - bucket : 0;
-    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, d->lp + start, (int)(end - start), MPI_UINT16_T, d->op,
-                         b->comm));
+    if (d->shm)
+      MT_CALL(mt_shm_allreduce(d->shm, d->lp + start, end - start,
+                               d->dtype == MT_PREC_BF16 ? MT_SHM_BF16 : MT_SHM_FP16));
+    else
+      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, d->lp + start, (int)(end - start), MPI_UINT16_T, d->op,
+                           b->comm));
     end = start;
   }
   if (d->dtype == MT_PREC_BF16)

@@ -20,18 +20,36 @@
  * buckets; the MPI_Test path is slower than no overlap everywhere (the
  * ranks' cores do the copies, and progress happens only at layer ends).
  *
+ * -ddp_allreduce shm: each bucket is summed in a shared-memory window
+ * instead of by MPI_Allreduce (comm/shm_reduce.h: the node's ranks reduce
+ * slices of it in place, across nodes the slices are all-reduced by MPI):
+ * the same call sites, through d->reduce. It has no non-blocking form, so
+ * without the communication thread its buckets go after the backward. At 2
+ * ranks it gives MPI_Allreduce's bits (a + b); at more, its own fixed
+ * order, the same on every rank.
+ *
  * -precision fp64 (b->dtype): the same on double buffers (the *64 entries),
  * all-reduced as MPI_DOUBLE; bucket sizes stay in MiB, so a bucket holds
  * half as many elements. */
 #include "backends/backends.h"
 #include "comm/buckets.h"
+#include "comm/shm_reduce.h"
 #include "core/core.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
-typedef struct {
+typedef struct ddp ddp;
+/* One bucket summed over the ranks in place, blocking: -ddp_allreduce's
+ * method (MPI_Allreduce on comm, or the shared-memory window, which has
+ * communicators of its own). */
+typedef int (*bucket_fn)(ddp *d, void *buf, size_t n, MPI_Comm comm);
+
+struct ddp {
   mt_buckets bk;       /* the buckets and the units' spans (comm/buckets.h) */
+  bucket_fn reduce;    /* how a bucket is summed (-ddp_allreduce)            */
+  mt_shm_reduce *shm;  /* -ddp_allreduce shm: the node's window              */
   int *started;
   MPI_Request *req;
   int active;          /* unit_ready was called this step                   */
@@ -47,10 +65,22 @@ typedef struct {
   void *tgrads;
   size_t tesz;        /* the thread's element size and type (b->dtype)      */
   MPI_Datatype ttype;
-} ddp;
+  char tmsg[512];      /* the thread's error message (errors are per thread) */
+};
+
+static int mpi_bucket(ddp *d, void *buf, size_t n, MPI_Comm comm) {
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, d->ttype, MPI_SUM, comm));
+  return 0;
+}
+
+static int shm_bucket(ddp *d, void *buf, size_t n, MPI_Comm comm) {
+  (void)comm;
+  return mt_shm_allreduce(d->shm, buf, n, d->tesz == sizeof(double) ? MT_SHM_F64 : MT_SHM_F32);
+}
 
 static void ddp_free(ddp *d) {
   if (!d) return;
+  mt_shm_destroy(&d->shm);
   mt_buckets_free(&d->bk);
   mt_free(&d->started);
   mt_free(&d->req);
@@ -86,11 +116,13 @@ static void *comm_thread(void *arg) {
     const int k = d->ndone;
     char *g = d->tgrads;
     pthread_mutex_unlock(&d->mu);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, g + d->bk.lo[k] * d->tesz,
-                           (int)(d->bk.hi[k] - d->bk.lo[k]),
-                           d->ttype, MPI_SUM, d->tcomm);
+    int rc = d->reduce(d, g + d->bk.lo[k] * d->tesz, d->bk.hi[k] - d->bk.lo[k], d->tcomm);
     pthread_mutex_lock(&d->mu);
-    if (rc != MPI_SUCCESS && !d->terr) d->terr = rc;
+    if (rc && !d->terr) {
+      d->terr = rc;
+      snprintf(d->tmsg, sizeof(d->tmsg), "%s", mt_error_message());
+      mt_error_clear();
+    }
     d->ndone++;
     pthread_cond_broadcast(&d->cv);
   }
@@ -139,13 +171,26 @@ static void thread_stop(ddp *d) {
 static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   (void)params, (void)grads;
   ddp *d = NULL;
+  int method = MT_ALLREDUCE_MPI;
   int err = mt_calloc(&d, 1, sizeof(*d), "ddp");
   b->data = d;
+  if (!err) err = mt_allreduce_option(&method);
+  /* the window's buckets have no non-blocking form: without the
+   * communication thread they are reduced after the backward */
+  if (!err && method == MT_ALLREDUCE_SHM && !b->comm_thread) b->overlap = 0;
   if (!err) err = plan(b, n);
-  /* the thread's communicator is a collective: only when every rank got here */
+  /* the thread's communicator and the window are collectives: only when
+   * every rank got here */
   MT_CALL(mt_agree(b->comm, err));
   d->tesz = esz(b);
   d->ttype = mpi_type(b);
+  d->reduce = mpi_bucket;
+  if (method == MT_ALLREDUCE_SHM && b->size > 1) {
+    MT_CALL(mt_agree(b->comm, mt_shm_create(&d->shm, b->comm, 0, MT_SHM_SYNC_FLAGS)));
+    d->reduce = shm_bucket;
+    mt_print0("ddp: gradient buckets summed in a shared-memory window (-ddp_allreduce shm), "
+              "%d slice%s per node\n", mt_shm_slices(d->shm), mt_shm_slices(d->shm) > 1 ? "s" : "");
+  }
   if (b->overlap && b->comm_thread && b->size > 1) MT_CALL(thread_start(d, b->comm));
   return 0;
 }
@@ -194,7 +239,7 @@ static int start(mt_backend *b, ddp *d, void *grads, int k) {
   return 0;
 }
 
-/* Waits until the thread has reduced every bucket; its MPI error if any. */
+/* Waits until the thread has reduced every bucket; its error if any. */
 static int thread_wait(ddp *d) {
   pthread_mutex_lock(&d->mu);
   while (d->ndone < d->bk.nb) pthread_cond_wait(&d->cv, &d->mu);
@@ -203,7 +248,7 @@ static int thread_wait(ddp *d) {
   d->ndone = 0;
   d->nstarted = 0;
   pthread_mutex_unlock(&d->mu);
-  if (rc != MPI_SUCCESS) return mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Allreduce");
+  MT_CHECK(!rc, rc, "ddp: the communication thread's all-reduce: %s", d->tmsg);
   return 0;
 }
 
@@ -245,9 +290,7 @@ static int reduce_any(mt_backend *b, void *grads, size_t n) {
     d->active = 0;
   } else {
     for (int k = 0; k < d->bk.nb; k++)
-      MT_MPI(MPI_Allreduce(MPI_IN_PLACE, at(b, grads, d->bk.lo[k]),
-                           (int)(d->bk.hi[k] - d->bk.lo[k]),
-                           mpi_type(b), MPI_SUM, b->comm));
+      MT_CALL(d->reduce(d, at(b, grads, d->bk.lo[k]), d->bk.hi[k] - d->bk.lo[k], b->comm));
   }
   b->comm_seconds += mt_now() - t0;
   b->comm_bytes += (double)n * (double)esz(b);

@@ -7,6 +7,7 @@
  * multi-line tracebacks). Options nobody read are errors, not warnings. */
 #include "config/mt_config.h"
 #include "backends/backends.h"
+#include "comm/shm_reduce.h"
 #include "core/core.h"
 #include "data/data.h"
 #include "io/modelfile.h"
@@ -627,6 +628,8 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
     mt_error_clear();
     mt_config_device(cfg);
     mt_error_clear();
+    mt_allreduce_option(&cfg->ddp_allreduce);
+    mt_error_clear();
     return 0;
   }
   derive(cfg);
@@ -638,6 +641,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   if (!err && !strcmp(cfg->mode, "train")) err = mt_config_applies(cfg);
   if (!err) err = mt_model_read_options(cfg->model);
   if (!err && mopt) err = mt_model_file_check(mfile, mopt); /* the user's against the file's */
+  if (!err) err = mt_allreduce_option(&cfg->ddp_allreduce);
   if (!err) err = mt_config_amp(cfg);
   if (!err) err = mt_config_dp(cfg);
   if (!err) err = mt_config_fsdp(cfg);

@@ -66,6 +66,7 @@ static const struct {
     {"-sync_module_states", NEED_RANKS},
     {"-ddp_bucket_mb", NEED_RANKS},
     {"-ddp_first_bucket_mb", NEED_RANKS},
+    {"-ddp_allreduce", NEED_RANKS},
     {"-ddp_overlap", NEED_OVERLAP},
     {"-ddp_comm_thread", NEED_OVERLAP},
 };

@@ -4,6 +4,7 @@
  * gets is decided at start-up (src/gpu/device.c), where the node's
  * devices are known. */
 #include "backends/fsdp.h"
+#include "comm/shm_reduce.h"
 #include "config/mt_config.h"
 #include "core/core.h"
 #include "nn/precision.h"
@@ -24,6 +25,9 @@ const char *mt_config_device_why(const mt_config *c, char *buf, size_t len) {
              mt_precision_name((mt_precision)c->ddp_reduce_dtype));
   else if (c->dtype != MT_FP32)
     snprintf(buf, len, "-precision fp64 has no CUDA path yet");
+  else if (c->ddp_allreduce == MT_ALLREDUCE_SHM)
+    snprintf(buf, len, "-ddp_allreduce shm sums host buffers (the CUDA path's buckets go "
+             "through NCCL)");
   else
     return NULL;
   return buf;

@@ -80,6 +80,7 @@ typedef struct {
   double ddp_first_bucket_mb;
   int ddp_overlap;
   int ddp_comm_thread;
+  int ddp_allreduce; /* MT_ALLREDUCE_MPI | _SHM (comm/shm_reduce.h)     */
   int prefetch;
   /* mixed precision (backends *-amp, *-amp-apex; read by config_amp.c) */
   int amp;              /* the policy: 0 fp32; 1 autocast-style (-amp, O1);

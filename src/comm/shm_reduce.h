@@ -1,0 +1,61 @@
+/* An all-reduce (sum) through an MPI-3 shared-memory window: ddp's
+ * -ddp_allreduce shm (shm_reduce.c).
+ *
+ * Inside a node the ranks copy their buffer, a chunk at a time, into their
+ * slot of one window; each rank sums its slice of the chunk (1/L of it, 64
+ * bytes aligned) straight from every slot, in slot order 0, 1, ..., so the
+ * sum has the same bits on every rank and every call; then every rank
+ * copies the others' reduced slices. Across nodes the rank with local index
+ * j of each node all-reduces the node's slice j with MPI_Allreduce among
+ * themselves before it is read back: reduce in the node, all-reduce
+ * across, broadcast in the node -- one code path for one node and many.
+ * L is the smallest number of ranks on a node; ranks with a local index
+ * past it only contribute and read. */
+#ifndef MT_COMM_SHM_REDUCE_H
+#define MT_COMM_SHM_REDUCE_H
+
+#include "mpitrain/mpitrain.h"
+
+#include <stddef.h>
+
+/* The element types: the buffers' (fp32, fp64 under -precision fp64) and
+ * -ddp_reduce_dtype's (bf16, fp16: summed in fp32 and rounded to the type
+ * at each step of the sum, as the MPI user operation of backends/amp.c). */
+typedef enum { MT_SHM_F32 = 0, MT_SHM_F64, MT_SHM_BF16, MT_SHM_FP16 } mt_shm_type;
+
+/* How the ranks of a node wait for one another between the phases of a
+ * chunk: counters in the window (C11 release/acquire atomics, polled), or
+ * MPI_Win_sync + MPI_Barrier on the node communicator. */
+enum { MT_SHM_SYNC_FLAGS = 0, MT_SHM_SYNC_BARRIER };
+
+/* The -ddp_allreduce methods. */
+enum { MT_ALLREDUCE_MPI = 0, MT_ALLREDUCE_SHM };
+#define MT_ALLREDUCE_OPTION "-ddp_allreduce"
+/* Reads -ddp_allreduce (mpi | shm) from the options database into *method
+ * (MT_ERR_OPTION naming the option for another value). The config reads it
+ * for -help and its checks, ddp and the -amp low-precision reduction where
+ * they all-reduce: one name, one default. */
+int mt_allreduce_option(int *method);
+
+typedef struct mt_shm_reduce mt_shm_reduce;
+
+/* Collective over comm: the node communicator, the cross-node
+ * communicators and an empty window. chunk_bytes (0: 1 MiB) bounds each
+ * rank's slot (the window holds 2 x local_size slots: consecutive chunks
+ * alternate, so one chunk's reads never wait for the next one's writes);
+ * sync is MT_SHM_SYNC_*. Free with mt_shm_destroy, also after a failure. */
+int mt_shm_create(mt_shm_reduce **s, MPI_Comm comm, size_t chunk_bytes, int sync);
+/* Sums buf (n elements of type t) over the ranks of the communicator, in
+ * place. Collective: every rank passes the same n and t, and only one
+ * thread of a rank uses s at a time. The window grows (collectively, up to
+ * the chunk) when a larger buffer comes. The result has the same bits on
+ * every rank: in a node the sum is (x[0] + x[1]) + ... in local rank order;
+ * across nodes MPI_Allreduce sums the nodes' sums. */
+int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t);
+/* The window's bytes per slot now (for tests: it grows, bounded). */
+size_t mt_shm_slot_bytes(const mt_shm_reduce *s);
+/* Ranks that sum a slice on each node (L above). */
+int mt_shm_slices(const mt_shm_reduce *s);
+void mt_shm_destroy(mt_shm_reduce **s);
+
+#endif
