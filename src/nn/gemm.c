@@ -1,8 +1,14 @@
-/* GEMM. float: through oneDNN (the CPU library PyTorch itself uses); under
- * a low-precision policy (nn/lowp.h) through gemm_lowp.c. double: through
+/* GEMM. float: through oneDNN (the CPU library PyTorch itself uses), and,
+ * built with --with-gemm=pack (configure's default on AVX2 machines without
+ * AVX-512), the row-major 'N','N' ones (the linear layers' input gradients)
+ * through our packed kernel gemm_pack.c, which ran them 1.7x dnnl_sgemm at
+ * the MLP's shapes (bench/gemm_shapes.c, bench/README.md); under a
+ * low-precision policy (nn/lowp.h) through gemm_lowp.c. double: through
  * the BLAS's cblas_dgemm (configure finds the library; Debian's reference
  * BLAS, or OpenBLAS when installed as its alternative), whatever the
  * policy (fp64 runs have no mixed precision). */
+#include "config.h"
+#include "nn/gemm_pack.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
@@ -17,6 +23,16 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   if (M == 0 || N == 0) return 0;
   if (mt_nn_compute(pol) != MT_PREC_FP32)
     return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
+#ifdef MT_GEMM_PACK
+  /* where it was measured to win: 'N','N' at K, N >= 64 (at K = 10 the
+   * two were within noise: dnnl_sgemm keeps the small ones); alpha 1, beta 0
+   * or 1 is all it does. It declines (returns -1) without AVX2/FMA at run
+   * time, and dnnl_sgemm runs the GEMM. */
+  if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && N >= 64 && K >= 64 &&
+      M > 0 && lda >= K && ldb >= N && ldc >= N &&
+      mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
+    return 0;
+#endif
   dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", ta, tb, (long long)M,
