@@ -9,7 +9,8 @@
 # The two cannot share a process (same symbols), so the binaries run
 # alternately R times, each timing every shape with every library of its
 # own (and "pack", src/nn/gemm_pack.c, mpitrain's own AVX2 kernel, in the
-# first binary); the table reports the medians over all runs, GFLOP/s per shape, the
+# first binary, and "mt": what mt_gemm runs built --with-gemm=pack, our
+# kernel for 'N','N' at N, K >= 64, dnnl_sgemm for the rest); the table reports the medians over all runs, GFLOP/s per shape, the
 # model's GEMM time per step and each library's time over dnnl_sgemm's
 # (oneDNN 2.x) in the same run. Everything runs on one core (taskset).
 set -u
@@ -86,7 +87,7 @@ echo "# load before: $(uptime | sed 's/.*load/load/')"
 for r in $(seq "$repeats"); do
 	for b in "${bins[@]}"; do
 		tag=${b#gs}
-		libs=sgemm,matmul,xsmm,fused,pack
+		libs=sgemm,matmul,xsmm,fused,pack,mt
 		[ "$b" = gs3 ] && libs=sgemm,matmul,fused
 		timeout 600 taskset -c "$cpu" "$work/$b" -raw -tag "$tag" -batch "$batch" -hidden "$hidden" \
 			-in "$in" -out "$out" -reps 1 -ms "$ms" -libs "$libs" >>"$work/raw" ||
@@ -103,7 +104,7 @@ awk '$1 == "raw" { k = $3 " " $4 " " $2 ":" $5; n[k]++; v[k, n[k]] = $6; fl[$3 "
 	lib[$2 ":" $5] = 1 }
 	END {
 		nl = 0
-		split("2:sgemm 2:matmul 2:xsmm 3:sgemm 3:matmul 2:pack 2:fused 2:unfused 3:fused 3:unfused", want, " ")
+		split("2:sgemm 2:matmul 2:xsmm 3:sgemm 3:matmul 2:pack 2:mt 2:fused 2:unfused 3:fused 3:unfused", want, " ")
 		for (i = 1; i in want; i++) if (want[i] in lib) cols[++nl] = want[i]
 		for (k in n) {
 			m = n[k]; for (i = 1; i <= m; i++) a[i] = v[k, i]

@@ -11,14 +11,16 @@
  * Libraries, by what the build links: "sgemm" dnnl_sgemm; "matmul" a dnnl
  * matmul primitive made once per shape and reused (the handles set per call,
  * as a cache behind mt_gemm would); "xsmm" a libxsmm JIT kernel of the whole
- * shape (-DHAVE_XSMM). "fused" times the forward with its bias and ReLU:
+ * shape (-DHAVE_XSMM); "pack" our kernel (src/nn/gemm_pack.c) at every
+ * shape; "mt" what mt_gemm runs when built --with-gemm=pack (src/nn/gemm.c:
+ * pack for 'N','N' at N, K >= 64, dnnl_sgemm otherwise). "fused" times the forward with its bias and ReLU:
  * sgemm plus the two element-wise passes mpitrain runs today against one
  * matmul primitive carrying bias and ReLU (post-op); only for the forward.
  * The same file builds against oneDNN 2.x and 3.x (bench/bench_gemm.sh builds
  * one binary per version; they cannot share a process: same symbol names).
  *
  *   gemm_shapes [-batch 64,128] [-in 784] [-hidden 1024,1024] [-out 10]
- *               [-reps 15] [-ms 20] [-libs sgemm,matmul,xsmm,fused] [-raw]
+ *               [-reps 15] [-ms 20] [-libs sgemm,matmul,xsmm,fused,pack,mt] [-raw]
  * -raw prints one line per (rep, batch, shape, library) for a script to take
  * medians across processes: "raw TAG B shape lib seconds_per_call flops". */
 #define _POSIX_C_SOURCE 200809L
@@ -36,8 +38,8 @@
 
 #define MAXL 8
 #define MAXS (3 * MAXL)
-#define NLIB 5
-static const char *lib_name[NLIB] = {"sgemm", "matmul", "xsmm", "fused", "pack"};
+#define NLIB 6
+static const char *lib_name[NLIB] = {"sgemm", "matmul", "xsmm", "fused", "pack", "mt"};
 
 typedef struct {
   char name[16], ta, tb;
@@ -261,6 +263,12 @@ static void run_lib(job *j, int lib) {
     case 3:
       if (j->have_mmf) mm_run(&j->mmf, j->A, j->B, j->C, j->bias);
       break;
+    case 5: /* mt_gemm built --with-gemm=pack (src/nn/gemm.c's rule) */
+      if (!(s->ta == 'N' && s->tb == 'N' && s->N >= 64 && s->K >= 64)) {
+        run_lib(j, 0);
+        break;
+      }
+      /* fall through */
     case 4:
       if (mt_gemm_pack(s->ta, s->tb, s->M, s->N, s->K, j->A, s->lda, j->B, s->ldb, s->beta, j->C,
                        s->ldc))
@@ -301,7 +309,7 @@ int main(int argc, char **argv) {
   int batch[8] = {64, 128}, nb = 2, hidden[MAXL] = {1024, 1024}, nh = 2, in = 784, out = 10;
   int reps = 15, raw = 0;
   double ms = 20;
-  int use[NLIB] = {1, 1, 1, 1, 1};
+  int use[NLIB] = {1, 1, 1, 1, 1, 1};
   const char *tag = "";
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -323,7 +331,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gemm_shapes: bad -batch, -hidden, -in, -out, -reps or -ms\n");
     return 2;
   }
-  if (!mt_gemm_pack_available()) use[4] = 0;
+  if (!mt_gemm_pack_available()) use[4] = use[5] = 0;
 #ifndef HAVE_XSMM
   use[2] = 0;
 #else
@@ -411,7 +419,7 @@ int main(int argc, char **argv) {
         if (use[l]) printf(" %8s", lib_name[l]);
       printf(" %8s\n", "unfused");
       double tot[NLIB + 1] = {0}, totfl = 0;
-      int complete[NLIB + 1] = {1, 1, 1, 1, 1, 1};
+      int complete[NLIB + 1] = {1, 1, 1, 1, 1, 1, 1};
       for (int s = 0; s < ns; s++) {
         const shape *q = &jobs[s].s;
         double fl = 2.0 * q->M * q->N * q->K;
