@@ -16,6 +16,21 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <limits.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef MT_GEMM_PACK
+/* the GEMM runs on the calling thread alone: one OpenMP thread, or inside a
+ * parallel region (attention's per-head GEMMs) */
+static int one_thread(void) {
+#ifdef _OPENMP
+  return omp_in_parallel() || omp_get_max_threads() == 1;
+#else
+  return 1;
+#endif
+}
+#endif
 
 int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
             int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
@@ -25,11 +40,13 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
     return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
 #ifdef MT_GEMM_PACK
   /* where it was measured to win: 'N','N' at K, N >= 64 (at K = 10 the
-   * two were within noise: dnnl_sgemm keeps the small ones); alpha 1, beta 0
-   * or 1 is all it does. It declines (returns -1) without AVX2/FMA at run
-   * time, and dnnl_sgemm runs the GEMM. */
+   * two were within noise: dnnl_sgemm keeps the small ones), on one thread
+   * (at -threads 2 the MLP trained at 0.54x dnnl_sgemm's speed on a busy
+   * 2-core machine: its static column split waits for the slower thread;
+   * bench/README.md); alpha 1, beta 0 or 1 is all it does. It declines
+   * (returns -1) without AVX2/FMA at run time, and dnnl_sgemm runs it. */
   if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && N >= 64 && K >= 64 &&
-      M > 0 && lda >= K && ldb >= N && ldc >= N &&
+      M > 0 && lda >= K && ldb >= N && ldc >= N && one_thread() &&
       mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
     return 0;
 #endif
