@@ -150,6 +150,8 @@ static void test_gemm_pack(void) {
   float c = 5;
   CHECK(mt_gemm_pack('N', 'N', 1, 1, 1, &c, 1, &c, 1, 0.5f, &c, 1) == -1 && c == 5,
         "gemm_pack declines beta 0.5, writes nothing");
+  CHECK(mt_gemm_pack('C', 'N', 1, 1, 1, &c, 1, &c, 1, 0.0f, &c, 1) == -1 && c == 5,
+        "gemm_pack declines op 'C', writes nothing");
   uint64_t rng = 23;
   const char tr[2] = {'N', 'T'};
   for (int a = 0; a < 2; a++)

@@ -34,7 +34,8 @@ int mt_gemm_pack_available(void) {
 }
 
 #if MT_PACK_AVX2
-/* the caller thread's packing buffers, grown once, kept for the next call */
+/* the caller thread's packing buffers, made once, kept for its next call
+ * (never freed: mpitrain's threads live as long as the process) */
 static _Thread_local float *pack_a, *pack_b;
 
 static float *buffers(void) {
@@ -167,7 +168,8 @@ static int gemm_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, const 
 
 int mt_gemm_pack(char ta, char tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-  if ((beta != 0 && beta != 1) || M < 0 || N < 0 || K < 0 || !mt_gemm_pack_available())
+  if ((ta != 'N' && ta != 'T') || (tb != 'N' && tb != 'T') || (beta != 0 && beta != 1) || M < 0 ||
+      N < 0 || K < 0 || !mt_gemm_pack_available())
     return -1;
   if (M == 0 || N == 0) return 0;
   if (K == 0) {

@@ -10,10 +10,13 @@
 int mt_gemm_pack_available(void);
 
 /* C (M,N) = op(A) (M,K) op(B) (K,N) + beta C, beta 0 (C is not read: NaN in
- * it does not leak) or 1. Returns 0, or -1 when beta is neither, the sizes
- * are negative or the kernel is unavailable (nothing written then). Threads:
- * the calling thread only; safe to call from several threads at once (the
- * packing buffers are the caller's thread's). */
+ * it does not leak) or 1. Returns 0, or -1 when an op is not 'N'/'T', beta
+ * is neither 0 nor 1, a size is negative, the packing buffers cannot be
+ * allocated or the kernel is unavailable (nothing written then). Threads:
+ * called outside an OpenMP parallel region with several threads, they split
+ * C's columns (the same bits as one thread); inside one, the calling thread
+ * alone. Each thread keeps its packing buffers (~1.1 MB) for its next call
+ * until it exits: calls from several threads at once are safe. */
 int mt_gemm_pack(char ta, char tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
