@@ -10,7 +10,8 @@
 # alternately R times, each timing every shape with every library of its
 # own (and "pack", src/nn/gemm_pack.c, mpitrain's own AVX2 kernel, in the
 # first binary, and "mt": what mt_gemm runs built --with-gemm=pack, our
-# kernel for 'N','N' at N, K >= 64, dnnl_sgemm for the rest); the table reports the medians over all runs, GFLOP/s per shape, the
+# kernel for 'N','N' at M <= 384, N >= 512, K >= 256, dnnl_sgemm
+# for the rest); the table reports the medians over all runs, GFLOP/s per shape, the
 # model's GEMM time per step and each library's time over dnnl_sgemm's
 # (oneDNN 2.x) in the same run. Everything runs on one core (taskset).
 set -u

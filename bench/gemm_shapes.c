@@ -13,9 +13,11 @@
  * as a cache behind mt_gemm would); "xsmm" a libxsmm JIT kernel of the whole
  * shape (-DHAVE_XSMM); "pack" our kernel (src/nn/gemm_pack.c) at every
  * shape; "mt" what mt_gemm runs when built --with-gemm=pack (src/nn/gemm.c:
- * pack for 'N','N' at N, K >= 64, dnnl_sgemm otherwise). "fused" times the forward with its bias and ReLU:
- * sgemm plus the two element-wise passes mpitrain runs today against one
- * matmul primitive carrying bias and ReLU (post-op); only for the forward.
+ * pack for 'N','N' at M <= 384, N >= 512, K >= 256, dnnl_sgemm otherwise;
+ * the rule of run_lib's case 5 must follow gemm.c's). "fused" times the
+ * forward with its bias and ReLU: sgemm plus the two element-wise passes
+ * mpitrain runs today against one matmul primitive carrying bias and ReLU
+ * (post-ops); only for the forward.
  * The same file builds against oneDNN 2.x and 3.x (bench/bench_gemm.sh builds
  * one binary per version; they cannot share a process: same symbol names).
  *
@@ -264,7 +266,7 @@ static void run_lib(job *j, int lib) {
       if (j->have_mmf) mm_run(&j->mmf, j->A, j->B, j->C, j->bias);
       break;
     case 5: /* mt_gemm built --with-gemm=pack (src/nn/gemm.c's rule) */
-      if (!(s->ta == 'N' && s->tb == 'N' && s->N >= 64 && s->K >= 64)) {
+      if (!(s->ta == 'N' && s->tb == 'N' && s->M <= 384 && s->N >= 512 && s->K >= 256)) {
         run_lib(j, 0);
         break;
       }

@@ -172,17 +172,17 @@ static void test_gemm(void) {
       gemm_case(tr[a], tr[b], 1, 17, 33, -0.5f, 0.0f, 0, &rng);
       gemm_case(tr[a], tr[b], 31, 19, 65, 1.0f, 1.0f, 3, &rng);
     }
-  /* 'N','N' at K, N >= 64 on one thread: --with-gemm=pack's kernel, blocks
-   * crossed; on 2 threads: dnnl_sgemm */
+  /* 'N','N' at M <= 384, N >= 512, K >= 256 on one thread: --with-gemm=pack's
+   * kernel, blocks crossed, partial tiles; on 2 threads: dnnl_sgemm */
 #ifdef _OPENMP
   int nt = omp_get_max_threads();
   omp_set_num_threads(1);
 #endif
   gemm_case('N', 'N', 101, 1043, 300, 1.0f, 0.0f, 3, &rng);
-  gemm_case('N', 'N', 70, 64, 64, 1.0f, 1.0f, 1, &rng);
+  gemm_case('N', 'N', 70, 515, 257, 1.0f, 1.0f, 1, &rng);
 #ifdef _OPENMP
   omp_set_num_threads(2);
-  gemm_case('N', 'N', 70, 64, 64, 1.0f, 1.0f, 1, &rng);
+  gemm_case('N', 'N', 70, 515, 257, 1.0f, 1.0f, 1, &rng);
   omp_set_num_threads(nt);
 #endif
   gemm_beta0_nan();

@@ -39,13 +39,15 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   if (mt_nn_compute(pol) != MT_PREC_FP32)
     return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
 #ifdef MT_GEMM_PACK
-  /* where it was measured to win: 'N','N' at K, N >= 64 (at K = 10 the
-   * two were within noise: dnnl_sgemm keeps the small ones), on one thread
-   * (at -threads 2 the MLP trained at 0.54x dnnl_sgemm's speed on a busy
-   * 2-core machine: its static column split waits for the slower thread;
-   * bench/README.md); alpha 1, beta 0 or 1 is all it does. It declines
-   * (returns -1) without AVX2/FMA at run time, and dnnl_sgemm runs it. */
-  if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && N >= 64 && K >= 64 &&
+  /* where it was measured to win (bench/README.md): 'N','N' with at most
+   * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
+   * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
+   * 2048 rows: 0.8x; N 256, K 128: 0.9x). On one thread only (at -threads 2
+   * the MLP trained at 0.54x on a busy 2-core machine: the static column
+   * split waits for the slower thread). alpha 1, beta 0 or 1 is all it
+   * does; it declines (-1) without AVX2/FMA at run time: dnnl_sgemm then. */
+  if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
+      K >= 256 &&
       M > 0 && lda >= K && ldb >= N && ldc >= N && one_thread() &&
       mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
     return 0;
