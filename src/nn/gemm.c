@@ -42,10 +42,12 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   /* where it was measured to win (bench/README.md): 'N','N' with at most
    * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
    * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
-   * 2048 rows: 0.8x; N 256, K 128: 0.9x). On one thread only (at -threads 2
-   * the MLP trained at 0.54x on a busy 2-core machine: the static column
-   * split waits for the slower thread). alpha 1, beta 0 or 1 is all it
-   * does; it declines (-1) without AVX2/FMA at run time: dnnl_sgemm then. */
+   * 2048 rows: 0.8x; N 256, K 128: 0.9x). Only where the GEMM runs on
+   * the calling thread alone (-threads 1, or each thread its rows under
+   * -thread_split batch): a GEMM that OpenMP threads (-thread_split gemm)
+   * stays with dnnl_sgemm, our kernel's split of C's columns was not
+   * measured against it. alpha 1, beta 0 or 1 is all it does; it declines
+   * (-1) without AVX2/FMA at run time: dnnl_sgemm then. */
   if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
       K >= 256 &&
       M > 0 && lda >= K && ldb >= N && ldc >= N && one_thread() &&
