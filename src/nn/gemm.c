@@ -21,11 +21,12 @@
 #endif
 
 #ifdef MT_GEMM_PACK
-/* the GEMM runs on the calling thread alone: one OpenMP thread, or inside a
- * parallel region (attention's per-head GEMMs) */
+/* the rank computes on one thread: one OpenMP thread, or a parallel region
+ * of one (under -thread_split batch each of T threads runs its rows' GEMMs
+ * in a region of T) */
 static int one_thread(void) {
 #ifdef _OPENMP
-  return omp_in_parallel() || omp_get_max_threads() == 1;
+  return omp_in_parallel() ? omp_get_num_threads() == 1 : omp_get_max_threads() == 1;
 #else
   return 1;
 #endif
@@ -42,12 +43,13 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   /* where it was measured to win (bench/README.md): 'N','N' with at most
    * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
    * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
-   * 2048 rows: 0.8x; N 256, K 128: 0.9x). Only where the GEMM runs on
-   * the calling thread alone (-threads 1, or each thread its rows under
-   * -thread_split batch): a GEMM that OpenMP threads (-thread_split gemm)
-   * stays with dnnl_sgemm, our kernel's split of C's columns was not
-   * measured against it. alpha 1, beta 0 or 1 is all it does; it declines
-   * (-1) without AVX2/FMA at run time: dnnl_sgemm then. */
+   * 2048 rows: 0.8x; N 256, K 128: 0.9x). Only where the rank computes on
+   * one thread: at -threads 2 (each thread its rows, our kernel in each)
+   * the MLP ran 0.54x, 0.93x and 0.83x dnnl_sgemm's speed in three runs on
+   * the busy 2-core machine, and a GEMM that OpenMP threads (-thread_split
+   * gemm) stays with dnnl_sgemm, our column split not measured against it.
+   * alpha 1, beta 0 or 1 is all it does; it declines (-1) without AVX2/FMA
+   * at run time: dnnl_sgemm then. */
   if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
       K >= 256 &&
       M > 0 && lda >= K && ldb >= N && ldc >= N && one_thread() &&
