@@ -1,6 +1,9 @@
 /* Unit tests of the nn layers (src/nn/nn.h):
  *  - mt_gemm against a naive triple loop, all four transpose combinations,
- *    odd non-square sizes, padded leading dimensions, beta 0 and 1;
+ *    odd non-square sizes, padded leading dimensions, beta 0 and 1; 'N','N'
+ *    at sizes that take --with-gemm=pack's kernel (several blocks of each
+ *    dimension, partial tiles), and that kernel (nn/gemm_pack.h) itself in
+ *    all four transposes, on 1 and 2 threads (bit for bit the same);
  *  - every layer forward and backward against PyTorch references written by
  *    validation/gen_refs.py (1e-5 relative);
  *  - every backward against central finite differences of the forward;
@@ -10,6 +13,7 @@
  *    special values.
  * Prints one line per check; exits non-zero when any check fails. */
 #include "nn/fastmath.h"
+#include "nn/gemm_pack.h"
 #include "nn/nn.h"
 #include "testutil.h"
 
@@ -18,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define REF_TOL 1e-5
 
@@ -84,6 +91,76 @@ static void gemm_beta0_nan(void) {
   CHECK(rc == 0 && tu_rel_err_f(C, want, 4) <= REF_TOL, "gemm beta=0 ignores NaN already in C");
 }
 
+/* mt_gemm_pack directly: every transpose, blocks crossed in M, N and K
+ * (MC 96, NC 1024, KC 256) with partial tiles; beta 0 over NaN and beta 1;
+ * the column split of 2 threads gives the 1-thread result bit for bit. */
+static void pack_case(char ta, char tb, int64_t M, int64_t N, int64_t K, float beta,
+                      uint64_t *rng) {
+  int64_t lda = (ta == 'N' ? K : M) + 1, ldb = (tb == 'N' ? N : K) + 2, ldc = N + 3;
+  size_t na = (size_t)((ta == 'N' ? M : K) * lda), nb = (size_t)((tb == 'N' ? K : N) * ldb);
+  size_t nc = (size_t)(M * ldc);
+  float *A = malloc(na * sizeof(float)), *B = malloc(nb * sizeof(float));
+  float *C0 = malloc(nc * sizeof(float)), *C1 = malloc(nc * sizeof(float));
+  float *C2 = malloc(nc * sizeof(float));
+  tu_fill(A, na, rng, 1.0f);
+  tu_fill(B, nb, rng, 1.0f);
+  tu_fill(C0, nc, rng, 1.0f);
+  if (beta == 0)
+    for (size_t i = 0; i < nc; i++)
+      if (i % (size_t)ldc < (size_t)N) C0[i] = NAN;
+  memcpy(C1, C0, nc * sizeof(float));
+  memcpy(C2, C0, nc * sizeof(float));
+  int rc1 = 0, rc2 = 0;
+#ifdef _OPENMP
+  int nt = omp_get_max_threads();
+  omp_set_num_threads(1);
+  rc1 = mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C1, ldc);
+  omp_set_num_threads(2);
+  rc2 = mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C2, ldc);
+  omp_set_num_threads(nt);
+#else
+  rc1 = rc2 = mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C1, ldc);
+  memcpy(C2, C1, nc * sizeof(float));
+#endif
+  double num = 0, den = 0;
+  int pad_ok = 1;
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t j = 0; j < N; j++) {
+      double want = naive_elem(ta, tb, i, j, K, A, lda, B, ldb) + (beta != 0 ? C0[i * ldc + j] : 0);
+      num = fmax(num, fabs(C1[i * ldc + j] - want));
+      den = fmax(den, fabs(want));
+    }
+    for (int64_t j = N; j < ldc; j++) pad_ok &= C1[i * ldc + j] == C0[i * ldc + j];
+  }
+  char what[120];
+  snprintf(what, sizeof(what), "gemm_pack %c%c M=%lld N=%lld K=%lld beta=%g", ta, tb, (long long)M,
+           (long long)N, (long long)K, beta);
+  CHECK(rc1 == 0 && rc2 == 0, "%s: returns 0", what);
+  CHECK_ERR(num / fmax(den, 1e-30), REF_TOL, "%s", what);
+  CHECK(pad_ok, "%s: padding columns of C untouched", what);
+  CHECK(memcmp(C1, C2, nc * sizeof(float)) == 0, "%s: 2 threads == 1 thread bit for bit", what);
+  free(A), free(B), free(C0), free(C1), free(C2);
+}
+
+static void test_gemm_pack(void) {
+  if (!mt_gemm_pack_available()) {
+    printf("ok - gemm_pack # SKIP no AVX2/FMA kernel in this build or CPU\n");
+    return;
+  }
+  float c = 5;
+  CHECK(mt_gemm_pack('N', 'N', 1, 1, 1, &c, 1, &c, 1, 0.5f, &c, 1) == -1 && c == 5,
+        "gemm_pack declines beta 0.5, writes nothing");
+  CHECK(mt_gemm_pack('C', 'N', 1, 1, 1, &c, 1, &c, 1, 0.0f, &c, 1) == -1 && c == 5,
+        "gemm_pack declines op 'C', writes nothing");
+  uint64_t rng = 23;
+  const char tr[2] = {'N', 'T'};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++) {
+      pack_case(tr[a], tr[b], 101, 1043, 70, 0.0f, &rng);
+      pack_case(tr[a], tr[b], 37, 53, 300, 1.0f, &rng);
+    }
+}
+
 static void test_gemm(void) {
   uint64_t rng = 11;
   const char tr[2] = {'N', 'T'};
@@ -95,7 +172,21 @@ static void test_gemm(void) {
       gemm_case(tr[a], tr[b], 1, 17, 33, -0.5f, 0.0f, 0, &rng);
       gemm_case(tr[a], tr[b], 31, 19, 65, 1.0f, 1.0f, 3, &rng);
     }
+  /* 'N','N' at M <= 384, N >= 512, K >= 256 on one thread: --with-gemm=pack's
+   * kernel, blocks crossed, partial tiles; on 2 threads: dnnl_sgemm */
+#ifdef _OPENMP
+  int nt = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  gemm_case('N', 'N', 101, 1043, 300, 1.0f, 0.0f, 3, &rng);
+  gemm_case('N', 'N', 70, 515, 257, 1.0f, 1.0f, 1, &rng);
+#ifdef _OPENMP
+  omp_set_num_threads(2);
+  gemm_case('N', 'N', 70, 515, 257, 1.0f, 1.0f, 1, &rng);
+  omp_set_num_threads(nt);
+#endif
   gemm_beta0_nan();
+  test_gemm_pack();
 }
 
 /* ----------------------------------------------------- finite differences */

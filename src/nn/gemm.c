@@ -1,8 +1,14 @@
-/* GEMM. float: through oneDNN (the CPU library PyTorch itself uses); under
- * a low-precision policy (nn/lowp.h) through gemm_lowp.c. double: through
+/* GEMM. float: through oneDNN (the CPU library PyTorch itself uses), and,
+ * built with --with-gemm=pack (configure's default on AVX2 machines without
+ * AVX-512), the row-major 'N','N' ones (the linear layers' input gradients)
+ * through our packed kernel gemm_pack.c, which ran them 1.7x dnnl_sgemm at
+ * the MLP's shapes (bench/gemm_shapes.c, bench/README.md); under a
+ * low-precision policy (nn/lowp.h) through gemm_lowp.c. double: through
  * the BLAS's cblas_dgemm (configure finds the library; Debian's reference
  * BLAS, or OpenBLAS when installed as its alternative), whatever the
  * policy (fp64 runs have no mixed precision). */
+#include "config.h"
+#include "nn/gemm_pack.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
@@ -10,6 +16,22 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <limits.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef MT_GEMM_PACK
+/* the rank computes on one thread: one OpenMP thread, or a parallel region
+ * of one (under -thread_split batch each of T threads runs its rows' GEMMs
+ * in a region of T) */
+static int one_thread(void) {
+#ifdef _OPENMP
+  return omp_in_parallel() ? omp_get_num_threads() == 1 : omp_get_max_threads() == 1;
+#else
+  return 1;
+#endif
+}
+#endif
 
 int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
             int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
@@ -17,6 +39,23 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   if (M == 0 || N == 0) return 0;
   if (mt_nn_compute(pol) != MT_PREC_FP32)
     return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
+#ifdef MT_GEMM_PACK
+  /* where it was measured to win (bench/README.md): 'N','N' with at most
+   * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
+   * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
+   * 2048 rows: 0.8x; N 256, K 128: 0.9x). Only where the rank computes on
+   * one thread: at -threads 2 (each thread its rows, our kernel in each)
+   * the MLP ran 0.54x, 0.93x and 0.83x dnnl_sgemm's speed in three runs on
+   * the busy 2-core machine, and a GEMM that OpenMP threads (-thread_split
+   * gemm) stays with dnnl_sgemm, our column split not measured against it.
+   * alpha 1, beta 0 or 1 is all it does; it declines (-1) without AVX2/FMA
+   * at run time: dnnl_sgemm then. */
+  if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
+      K >= 256 &&
+      M > 0 && lda >= K && ldb >= N && ldc >= N && one_thread() &&
+      mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
+    return 0;
+#endif
   dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", ta, tb, (long long)M,

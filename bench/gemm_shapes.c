@@ -1,0 +1,465 @@
+/* GEMM microbenchmark at the exact shapes an MLP's training step runs
+ * (issue 21 part 1): for each linear layer (IC -> OC) at batch B,
+ *   forward      C(B,OC)  = X(B,IC) W(OC,IC)^T          ('N','T', beta 0)
+ *   input grad   dX(B,IC) += dY(B,OC) W(OC,IC)          ('N','N', beta 1; not layer 0)
+ *   weight grad  dW(OC,IC) += dY(B,OC)^T X(B,IC)        ('T','N', beta 1)
+ * as src/nn/linear_t.h calls mt_gemm, row-major. Each library computes every
+ * shape once against a double-precision reference (a wrong result fails the
+ * run), then repetitions are interleaved (rep r runs every shape with every
+ * library before rep r+1) and the median per call is reported.
+ *
+ * Libraries, by what the build links: "sgemm" dnnl_sgemm; "matmul" a dnnl
+ * matmul primitive made once per shape and reused (the handles set per call,
+ * as a cache behind mt_gemm would); "xsmm" a libxsmm JIT kernel of the whole
+ * shape (-DHAVE_XSMM); "pack" our kernel (src/nn/gemm_pack.c) at every
+ * shape; "mt" what mt_gemm runs when built --with-gemm=pack (src/nn/gemm.c:
+ * pack for 'N','N' at M <= 384, N >= 512, K >= 256, dnnl_sgemm otherwise;
+ * the rule of run_lib's case 5 must follow gemm.c's). "fused" times the
+ * forward with its bias and ReLU: sgemm plus the two element-wise passes
+ * mpitrain runs today against one matmul primitive carrying bias and ReLU
+ * (post-ops); only for the forward.
+ * The same file builds against oneDNN 2.x and 3.x (bench/bench_gemm.sh builds
+ * one binary per version; they cannot share a process: same symbol names).
+ *
+ *   gemm_shapes [-batch 64,128] [-in 784] [-hidden 1024,1024] [-out 10]
+ *               [-reps 15] [-ms 20] [-libs sgemm,matmul,xsmm,fused,pack,mt] [-raw]
+ * -raw prints one line per (rep, batch, shape, library) for a script to take
+ * medians across processes: "raw TAG B shape lib seconds_per_call flops". */
+#define _POSIX_C_SOURCE 200809L
+#include <dnnl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef HAVE_XSMM
+#include <libxsmm.h>
+#endif
+#include "nn/gemm_pack.h"
+
+#define MAXL 8
+#define MAXS (3 * MAXL)
+#define NLIB 6
+static const char *lib_name[NLIB] = {"sgemm", "matmul", "xsmm", "fused", "pack", "mt"};
+
+typedef struct {
+  char name[16], ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  float beta;
+  int fwd; /* forward of a hidden layer (bias + ReLU follow) */
+  int relu;
+} shape;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static void die(const char *what, int s) {
+  fprintf(stderr, "gemm_shapes: %s failed (status %d)\n", what, s);
+  exit(1);
+}
+#define DN(call)                         \
+  do {                                   \
+    dnnl_status_t s_ = (call);           \
+    if (s_ != dnnl_success) die(#call, s_); \
+  } while (0)
+
+static int parse_ints(const char *s, int *v, int max) {
+  int n = 0;
+  while (*s && n < max) {
+    char *e;
+    long x = strtol(s, &e, 10);
+    if (e == s || x < 1) return -1;
+    v[n++] = (int)x;
+    s = *e == ',' ? e + 1 : e;
+    if (*e && *e != ',') return -1;
+  }
+  return n;
+}
+
+static dnnl_engine_t eng;
+static dnnl_stream_t strm;
+
+/* a matmul primitive of shape s; bias (1,N) and ReLU when fused */
+typedef struct {
+  dnnl_primitive_t p;
+  dnnl_memory_t a, b, c, bias, scratch;
+} mm;
+
+#if DNNL_VERSION_MAJOR >= 3
+typedef dnnl_memory_desc_t md_t;
+static md_t mkmd(int64_t r, int64_t c, int64_t sr, int64_t sc) {
+  md_t d;
+  dnnl_dims_t dims = {r, c}, st = {sr, sc};
+  DN(dnnl_memory_desc_create_with_strides(&d, 2, dims, dnnl_f32, st));
+  return d;
+}
+#define MDP(d) (d)
+#define MDFREE(d) dnnl_memory_desc_destroy(d)
+#else
+typedef dnnl_memory_desc_t md_t;
+static md_t mkmd(int64_t r, int64_t c, int64_t sr, int64_t sc) {
+  md_t d;
+  dnnl_dims_t dims = {r, c}, st = {sr, sc};
+  DN(dnnl_memory_desc_init_by_strides(&d, 2, dims, dnnl_f32, st));
+  return d;
+}
+#define MDP(d) (&(d))
+#define MDFREE(d) ((void)(d))
+#endif
+
+static void mm_make(mm *m, const shape *s, int fused) {
+  md_t a = mkmd(s->M, s->K, s->ta == 'N' ? s->lda : 1, s->ta == 'N' ? 1 : s->lda);
+  md_t b = mkmd(s->K, s->N, s->tb == 'N' ? s->ldb : 1, s->tb == 'N' ? 1 : s->ldb);
+  md_t c = mkmd(s->M, s->N, s->ldc, 1);
+  md_t bias = mkmd(1, s->N, s->N, 1);
+  dnnl_primitive_attr_t attr;
+  dnnl_post_ops_t po;
+  DN(dnnl_primitive_attr_create(&attr));
+  DN(dnnl_post_ops_create(&po));
+  /* scratchpad owned here, so a call allocates nothing */
+  DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+#if DNNL_VERSION_MAJOR >= 3
+  if (s->beta != 0) DN(dnnl_post_ops_append_sum(po, 1.0f, 0, dnnl_data_type_undef));
+  if (fused && s->relu) DN(dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.f, 0.f));
+#else
+  if (s->beta != 0) DN(dnnl_post_ops_append_sum(po, 1.0f));
+  if (fused && s->relu) DN(dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f));
+#endif
+  DN(dnnl_primitive_attr_set_post_ops(attr, po));
+  dnnl_primitive_desc_t pd;
+#if DNNL_VERSION_MAJOR >= 3
+  DN(dnnl_matmul_primitive_desc_create(&pd, eng, a, b, fused ? bias : NULL, c, attr));
+#else
+  dnnl_matmul_desc_t d;
+  DN(dnnl_matmul_desc_init(&d, &a, &b, fused ? &bias : NULL, &c));
+  DN(dnnl_primitive_desc_create(&pd, &d, attr, eng, NULL));
+#endif
+  DN(dnnl_primitive_create(&m->p, pd));
+  DN(dnnl_memory_create(&m->a, MDP(a), eng, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&m->b, MDP(b), eng, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&m->c, MDP(c), eng, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&m->bias, MDP(bias), eng, DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&m->scratch, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
+                        eng, DNNL_MEMORY_ALLOCATE));
+  DN(dnnl_primitive_desc_destroy(pd));
+  DN(dnnl_post_ops_destroy(po));
+  DN(dnnl_primitive_attr_destroy(attr));
+  MDFREE(a);
+  MDFREE(b);
+  MDFREE(c);
+  MDFREE(bias);
+}
+
+static void mm_run(mm *m, const float *A, const float *B, float *C, const float *bias) {
+  DN(dnnl_memory_set_data_handle(m->a, (void *)A));
+  DN(dnnl_memory_set_data_handle(m->b, (void *)B));
+  DN(dnnl_memory_set_data_handle(m->c, C));
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m->a},
+                             {DNNL_ARG_WEIGHTS, m->b},
+                             {DNNL_ARG_DST, m->c},
+                             {DNNL_ARG_SCRATCHPAD, m->scratch},
+                             {DNNL_ARG_BIAS, m->bias}};
+  if (bias) DN(dnnl_memory_set_data_handle(m->bias, (void *)bias));
+  DN(dnnl_primitive_execute(m->p, strm, bias ? 5 : 4, args));
+  DN(dnnl_stream_wait(strm));
+}
+
+static void mm_free(mm *m) {
+  dnnl_primitive_destroy(m->p);
+  dnnl_memory_destroy(m->a);
+  dnnl_memory_destroy(m->b);
+  dnnl_memory_destroy(m->c);
+  dnnl_memory_destroy(m->bias);
+  dnnl_memory_destroy(m->scratch);
+}
+
+#ifdef HAVE_XSMM
+/* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: B plays
+ * libxsmm's a, A its b, and the transposes swap sides */
+static libxsmm_smmfunction xsmm_make(const shape *s) {
+  int flags = (s->tb == 'T' ? LIBXSMM_GEMM_FLAG_TRANS_A : 0) |
+              (s->ta == 'T' ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
+  libxsmm_blasint m = s->N, n = s->M, k = s->K, lda = s->ldb, ldb = s->lda, ldc = s->ldc;
+  float alpha = 1, beta = s->beta;
+  return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, NULL);
+}
+#endif
+
+/* the element-wise passes linear_t.h and the MLP run after the forward GEMM */
+static void bias_relu(float *C, const float *bias, const shape *s) {
+  for (int64_t i = 0; i < s->M; i++) {
+    float *o = C + i * s->ldc;
+#pragma omp simd
+    for (int64_t j = 0; j < s->N; j++) o[j] += bias[j];
+  }
+  if (s->relu)
+    for (int64_t i = 0; i < s->M; i++) {
+      float *o = C + i * s->ldc;
+#pragma omp simd
+      for (int64_t j = 0; j < s->N; j++) o[j] = o[j] > 0 ? o[j] : 0;
+    }
+}
+
+typedef struct {
+  shape s;
+  float *A, *B, *C0, *C, *bias;
+  double *ref; /* op(A) op(B) in double, + beta C0, + bias/ReLU in fref */
+  double *fref;
+  mm mm, mmf;
+  int have_mm, have_mmf;
+#ifdef HAVE_XSMM
+  libxsmm_smmfunction xk;
+#endif
+} job;
+
+static float *randbuf(size_t n, unsigned *seed) {
+  float *p = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+  if (!p) die("aligned_alloc", 0);
+  for (size_t i = 0; i < n; i++) {
+    *seed = *seed * 1103515245u + 12345u;
+    p[i] = ((*seed >> 9) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return p;
+}
+
+static void job_init(job *j, const shape *s, unsigned seed) {
+  memset(j, 0, sizeof *j);
+  j->s = *s;
+  int64_t ar = s->ta == 'N' ? s->M : s->K, br = s->tb == 'N' ? s->K : s->N;
+  j->A = randbuf((size_t)ar * s->lda, &seed);
+  j->B = randbuf((size_t)br * s->ldb, &seed);
+  j->C0 = randbuf((size_t)s->M * s->ldc, &seed);
+  j->C = randbuf((size_t)s->M * s->ldc, &seed);
+  j->bias = randbuf((size_t)s->N, &seed);
+  j->ref = malloc(sizeof(double) * s->M * s->N);
+  j->fref = malloc(sizeof(double) * s->M * s->N);
+  for (int64_t i = 0; i < s->M; i++)
+    for (int64_t n = 0; n < s->N; n++) {
+      double acc = 0;
+      for (int64_t k = 0; k < s->K; k++) {
+        double a = s->ta == 'N' ? j->A[i * s->lda + k] : j->A[k * s->lda + i];
+        double b = s->tb == 'N' ? j->B[k * s->ldb + n] : j->B[n * s->ldb + k];
+        acc += a * b;
+      }
+      j->ref[i * s->N + n] = acc + s->beta * j->C0[i * s->ldc + n];
+      double f = acc + j->bias[n];
+      j->fref[i * s->N + n] = s->relu && f < 0 ? 0 : f;
+    }
+}
+
+static void run_lib(job *j, int lib) {
+  const shape *s = &j->s;
+  switch (lib) {
+    case 0:
+      DN(dnnl_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->A, s->lda, j->B, s->ldb, s->beta, j->C,
+                    s->ldc));
+      break;
+    case 1: mm_run(&j->mm, j->A, j->B, j->C, NULL); break;
+#ifdef HAVE_XSMM
+    case 2: j->xk(j->B, j->A, j->C); break;
+#endif
+    case 3:
+      if (j->have_mmf) mm_run(&j->mmf, j->A, j->B, j->C, j->bias);
+      break;
+    case 5: /* mt_gemm built --with-gemm=pack (src/nn/gemm.c's rule) */
+      if (!(s->ta == 'N' && s->tb == 'N' && s->M <= 384 && s->N >= 512 && s->K >= 256)) {
+        run_lib(j, 0);
+        break;
+      }
+      /* fall through */
+    case 4:
+      if (mt_gemm_pack(s->ta, s->tb, s->M, s->N, s->K, j->A, s->lda, j->B, s->ldb, s->beta, j->C,
+                       s->ldc))
+        die("mt_gemm_pack", -1);
+      break;
+    default: break;
+  }
+}
+
+/* the unfused reference point of "fused": sgemm, then the passes */
+static void run_unfused(job *j) {
+  const shape *s = &j->s;
+  DN(dnnl_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->A, s->lda, j->B, s->ldb, 0.f, j->C, s->ldc));
+  bias_relu(j->C, j->bias, s);
+}
+
+/* max |C - ref| / max |ref|, C from one call on C0 */
+static double check(job *j, int lib) {
+  const shape *s = &j->s;
+  memcpy(j->C, j->C0, sizeof(float) * s->M * s->ldc);
+  run_lib(j, lib);
+  const double *ref = lib == 3 ? j->fref : j->ref;
+  double e = 0, m = 0;
+  for (int64_t i = 0; i < s->M; i++)
+    for (int64_t n = 0; n < s->N; n++) {
+      e = fmax(e, fabs(j->C[i * s->ldc + n] - ref[i * s->N + n]));
+      m = fmax(m, fabs(ref[i * s->N + n]));
+    }
+  return e / (m > 0 ? m : 1);
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  int batch[8] = {64, 128}, nb = 2, hidden[MAXL] = {1024, 1024}, nh = 2, in = 784, out = 10;
+  int reps = 15, raw = 0;
+  double ms = 20;
+  int use[NLIB] = {1, 1, 1, 1, 1, 1};
+  const char *tag = "";
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(o, "-raw")) { raw = 1; continue; }
+    if (!v) { fprintf(stderr, "gemm_shapes: option %s needs a value\n", o); return 2; }
+    i++;
+    if (!strcmp(o, "-batch")) nb = parse_ints(v, batch, 8);
+    else if (!strcmp(o, "-hidden")) nh = parse_ints(v, hidden, MAXL - 1);
+    else if (!strcmp(o, "-in")) in = atoi(v);
+    else if (!strcmp(o, "-out")) out = atoi(v);
+    else if (!strcmp(o, "-reps")) reps = atoi(v);
+    else if (!strcmp(o, "-ms")) ms = atof(v);
+    else if (!strcmp(o, "-tag")) tag = v;
+    else if (!strcmp(o, "-libs")) {
+      for (int l = 0; l < NLIB; l++) use[l] = strstr(v, lib_name[l]) != NULL;
+    } else { fprintf(stderr, "gemm_shapes: unknown option %s\n", o); return 2; }
+  }
+  if (nb < 1 || nh < 1 || in < 1 || out < 1 || reps < 1 || ms <= 0) {
+    fprintf(stderr, "gemm_shapes: bad -batch, -hidden, -in, -out, -reps or -ms\n");
+    return 2;
+  }
+  if (!mt_gemm_pack_available()) use[4] = use[5] = 0;
+#ifndef HAVE_XSMM
+  use[2] = 0;
+#else
+  libxsmm_init();
+#endif
+  DN(dnnl_engine_create(&eng, dnnl_cpu, 0));
+  DN(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
+  int dim[MAXL + 1];
+  dim[0] = in;
+  for (int l = 0; l < nh; l++) dim[l + 1] = hidden[l];
+  dim[nh + 1] = out;
+  int nl = nh + 1;
+  const dnnl_version_t *ver = dnnl_version();
+  if (!raw)
+    printf("oneDNN %d.%d.%d, 1 thread; ms per timing %.0f, %d interleaved reps, medians\n",
+           ver->major, ver->minor, ver->patch, ms, reps);
+  for (int bi = 0; bi < nb; bi++) {
+    int B = batch[bi];
+    shape sh[MAXS];
+    int ns = 0;
+    for (int l = 0; l < nl; l++) {
+      int IC = dim[l], OC = dim[l + 1];
+      sh[ns++] = (shape){"", 'N', 'T', B, OC, IC, IC, IC, OC, 0.f, 1, l < nl - 1};
+      snprintf(sh[ns - 1].name, sizeof sh[0].name, "fwd%d", l);
+      if (l) {
+        sh[ns++] = (shape){"", 'N', 'N', B, IC, OC, OC, IC, IC, 1.f, 0, 0};
+        snprintf(sh[ns - 1].name, sizeof sh[0].name, "dx%d", l);
+      }
+      sh[ns++] = (shape){"", 'T', 'N', OC, IC, B, OC, IC, IC, 1.f, 0, 0};
+      snprintf(sh[ns - 1].name, sizeof sh[0].name, "dw%d", l);
+    }
+    job *jobs = calloc(ns, sizeof *jobs);
+    int ok[MAXS][NLIB];
+    for (int s = 0; s < ns; s++) {
+      job *j = &jobs[s];
+      job_init(j, &sh[s], 1234u + 77u * s + B);
+      mm_make(&j->mm, &j->s, 0);
+      if (j->s.fwd) mm_make(&j->mmf, &j->s, 1), j->have_mmf = 1;
+#ifdef HAVE_XSMM
+      j->xk = xsmm_make(&j->s);
+#endif
+      for (int l = 0; l < NLIB; l++) {
+        ok[s][l] = use[l] && (l != 3 || j->have_mmf);
+#ifdef HAVE_XSMM
+        if (l == 2 && !j->xk) ok[s][l] = 0;
+#endif
+        if (!ok[s][l]) continue;
+        double e = check(j, l);
+        /* fp32 accumulation over K <= a few thousand: far below 1e-4 */
+        if (!(e < 1e-4)) {
+          fprintf(stderr, "gemm_shapes: %s at %s B=%d: relative error %.3g\n", lib_name[l],
+                  j->s.name, B, e);
+          return 1;
+        }
+      }
+    }
+    /* calls per timing: from a first sgemm timing, ms milliseconds' worth */
+    int iters[MAXS];
+    for (int s = 0; s < ns; s++) {
+      double t = now();
+      for (int i = 0; i < 3; i++) run_lib(&jobs[s], 0);
+      double per = (now() - t) / 3;
+      iters[s] = (int)(ms * 1e-3 / per) + 1;
+    }
+    /* lib index NLIB: the unfused forward (sgemm + bias + ReLU passes) */
+    double *t = calloc((size_t)ns * (NLIB + 1) * reps, sizeof(double));
+#define T(s, l, r) t[((size_t)(s) * (NLIB + 1) + (l)) * reps + (r)]
+    for (int r = 0; r < reps; r++)
+      for (int s = 0; s < ns; s++)
+        for (int l = 0; l <= NLIB; l++) {
+          job *j = &jobs[s];
+          if (l < NLIB ? !ok[s][l] : !ok[s][3]) continue;
+          run_lib(j, l < NLIB ? l : 0); /* warm */
+          double t0 = now();
+          for (int i = 0; i < iters[s]; i++) l < NLIB ? run_lib(j, l) : run_unfused(j);
+          T(s, l, r) = (now() - t0) / iters[s];
+          if (raw)
+            printf("raw %s %d %s %s %.9g %.6g\n", tag, B, j->s.name,
+                   l < NLIB ? lib_name[l] : "unfused", T(s, l, r),
+                   2.0 * j->s.M * j->s.N * j->s.K);
+        }
+    if (!raw) {
+      printf("\nbatch %d         M     N     K  op  |  GFLOP/s:", B);
+      for (int l = 0; l < NLIB; l++)
+        if (use[l]) printf(" %8s", lib_name[l]);
+      printf(" %8s\n", "unfused");
+      double tot[NLIB + 1] = {0}, totfl = 0;
+      int complete[NLIB + 1] = {1, 1, 1, 1, 1, 1, 1};
+      for (int s = 0; s < ns; s++) {
+        const shape *q = &jobs[s].s;
+        double fl = 2.0 * q->M * q->N * q->K;
+        totfl += fl;
+        printf("  %-6s  %6lld %5lld %5lld  %c%c   |          ", q->name, (long long)q->M,
+               (long long)q->N, (long long)q->K, q->ta, q->tb);
+        for (int l = 0; l <= NLIB; l++) {
+          if (l < NLIB && !use[l]) continue;
+          int have = l < NLIB ? ok[s][l] : ok[s][3];
+          if (!have) {
+            printf(" %8s", "-");
+            if (l != 3 && l != NLIB) complete[l] = 0;
+            continue;
+          }
+          qsort(&T(s, l, 0), reps, sizeof(double), cmpd);
+          double med = T(s, l, reps / 2);
+          printf(" %8.1f", fl / med * 1e-9);
+          tot[l] += med;
+        }
+        printf("\n");
+      }
+      printf("  model GEMMs per step (ms):     ");
+      for (int l = 0; l < NLIB; l++)
+        if (!use[l] || l == 3) continue;
+        else if (complete[l]) printf(" %8.3f", tot[l] * 1e3);
+        else printf(" %8s", "n/a");
+      printf("   (%.2f GFLOP, sgemm %.1f GFLOP/s)\n", totfl * 1e-9, totfl / tot[0] * 1e-9);
+    }
+    for (int s = 0; s < ns; s++) {
+      mm_free(&jobs[s].mm);
+      if (jobs[s].have_mmf) mm_free(&jobs[s].mmf);
+      free(jobs[s].A), free(jobs[s].B), free(jobs[s].C0), free(jobs[s].C), free(jobs[s].bias);
+      free(jobs[s].ref), free(jobs[s].fref);
+    }
+    free(jobs);
+    free(t);
+  }
+  dnnl_stream_destroy(strm);
+  dnnl_engine_destroy(eng);
+  return 0;
+}
