@@ -208,7 +208,7 @@ expect_error "a training option in predict" "option -backend: only -mode train u
   run_mpi 2 60 "$MPITRAIN" -mode predict -model_file "$F" -data "$WORK/val.h5" -backend ddp
 expect_error "predict's option in evaluate" "option -predictions: only -mode predict uses it, not -mode evaluate" \
   run_mpi 2 60 "$MPITRAIN" "${ev[@]}" -model_file "$F" -predictions "$WORK/p.h5"
-expect_error "-model_file in train mode" "option -model_file: only -mode evaluate and predict read it" \
+expect_error "-model_file in train mode" "option -model_file: only -mode evaluate, predict and generate read it" \
   run_mpi 2 60 "$MPITRAIN" -model_file "$F" -data_train "$WORK/train.h5" -output_dir "$WORK/bad"
 expect_error "an unknown mode" "option -mode: 'infer' is not one of: train, evaluate, predict" \
   run_mpi 2 60 "$MPITRAIN" -mode infer -model_file "$F"

@@ -209,7 +209,8 @@ static PetscErrorCode read_run(PetscOptionItems *PetscOptionsObject, mt_config *
   char names[512], help[600];
   PetscCall(opt_str(PetscOptionsObject, "-mode",
                     "What the run does: train, or with a trained model (-model_file) evaluate "
-                    "(-data_val), predict (-data); doc/running.md", "train", c->mode,
+                    "(-data_val), predict (-data), generate (a gpt: -prompt); doc/running.md",
+                    "train", c->mode,
                     sizeof(c->mode), NULL));
   mt_backend_names(names, sizeof(names));
   snprintf(help, sizeof(help), "Training backend: %s", names);
@@ -534,8 +535,8 @@ static void derive(mt_config *c) {
   }
   /* options of the other modes (trainer/mode.h) */
   if (c->model_file[0])
-    bad("option -model_file: only -mode evaluate and predict read it (training starts from a "
-        "model file with -init_from)");
+    bad("option -model_file: only -mode evaluate, predict and generate read it (training starts "
+        "from a model file with -init_from)");
   if (c->data[0] || c->predictions[0] || c->outputs_probs)
     bad("option %s: only -mode predict uses it, not -mode train",
         c->data[0] ? "-data" : c->predictions[0] ? "-predictions" : "-outputs_probs");
