@@ -6,7 +6,7 @@
 # user's optimizer equals the built-in sgd, its state restarting bit for bit.
 # Its own metrics (the metrics op, combined over ranks with the public
 # mt_allgather_values) are columns of curve.csv and curve.h5 with the values
-# it must give, restored from a checkpoint, and refused when they differ
+# it must give (with -thread_split gemm's evaluation models too), restored from a checkpoint, and refused when they differ
 # between ranks.
 . "$top_srcdir/tests/lib.sh"
 make_work
@@ -75,6 +75,12 @@ expect_ok "user metrics, 2 ranks x 2 threads, 2 validation sets" run_mpi 2 120 "
 got=$(col "$WORK/met/curve.csv" metric.val_samples | tr '\n' ' ')
 [ "$got" = "300 131 300 131 300 131 " ] && pass "metric.val_samples is each set's size" ||
   fail "metric.val_samples is each set's size" "got '$got'"
+# one model for the rank's threads: its evaluation models' counts too
+expect_ok "user metrics, 1 rank x 2 threads, -thread_split gemm" run_mpi 1 120 "$EX" "${args[@]}" \
+  -threads 2 -thread_split gemm -epochs 1 -output_dir "$WORK/metgemm"
+got=$(col "$WORK/metgemm/curve.csv" metric.val_samples | tr '\n' ' ')
+[ "$got" = "300 " ] && pass "metric.val_samples with -thread_split gemm: the set's size" ||
+  fail "metric.val_samples with -thread_split gemm: the set's size" "got '$got'"
 got=$(col "$WORK/met/curve.csv" metric.hosts | sort -u | tr '\n' ' ')
 [ "$got" = "1 " ] && pass "metric.hosts gathered from the ranks' strings" ||
   fail "metric.hosts gathered from the ranks' strings" "got '$got'"

@@ -6,9 +6,9 @@
 #   and accuracy of evaluate.csv equal the training run's last validation
 #   row of curve.csv as strings, and the per-sample losses and predictions
 #   (-outputs val) equal the training's bit for bit; a cnn with batch norm
-#   (from model_final.h5 and from a checkpoint), a regression and a gpt the
-#   same way; a regression's predicted /values; a gpt refused by
-#   predict;
+#   (from model_final.h5 and from a checkpoint; trained on 1 thread and
+#   evaluated on 2, and the reverse), a regression and a gpt the same way;
+#   a regression's predicted /values; a gpt refused by predict;
 # - predict at 1, 2 and 3 ranks on a file without /y: identical files,
 #   each sample once in order, /probs present; a file with /y adds /label
 #   and /loss and the same predictions;
@@ -95,6 +95,24 @@ ck=$(ls "$C"/checkpoints/ckpt-*.h5 2>/dev/null | sort -V | tail -n 1)
 expect_ok "cnn evaluated at 3 ranks from its checkpoint" run_mpi 3 60 "$MPITRAIN" -mode evaluate \
   -model_file "$ck" -data_val "$WORK/imgval.h5" -outputs val -output_dir "$WORK/ceval-ck"
 same_eval "cnn evaluated from its checkpoint" "$C" "$WORK/ceval-ck"
+
+# ---- the batch-norm cnn's one model for a rank's threads (-thread_split
+# gemm): an evaluation gives each thread a piece on an evaluation model of
+# its own (compute.c), so trained on 1 thread and evaluated on 2, and the
+# reverse, the results are the same strings and bits (4 pieces of 64)
+"$MKDATA" synth "$WORK/imgval4.h5" 203 64 3 6 image >/dev/null || bail "mkdata synth image failed"
+for run in "1 2" "2 1"; do
+  read -r tt et <<<"$run"
+  D=$WORK/cnn-t$tt
+  expect_ok "cnn trained at 1 rank -threads $tt" run_mpi 1 60 "$MPITRAIN" -model cnn \
+    -cnn_channels 4,6 -cnn_hidden 16 -cnn_batchnorm -data_train "$WORK/img.h5" \
+    -data_val "$WORK/imgval4.h5" -epochs 1 -batch_size 32 -lr 0.05 -outputs val -log_every 0 \
+    -plot 0 -threads "$tt" -output_dir "$D"
+  expect_ok "cnn trained on $tt threads evaluated on $et" run_mpi 1 60 "$MPITRAIN" -mode evaluate \
+    -model_file "$D/model_final.h5" -data_val "$WORK/imgval4.h5" -outputs val -threads "$et" \
+    -output_dir "$D-eval"
+  same_eval "cnn trained on $tt threads evaluated on $et" "$D" "$D-eval"
+done
 
 # ---- a regression model: mean squared error, predicted values
 "$MKDATA" regress "$WORK/reg.h5" 300 6 2 7 >/dev/null || bail "mkdata regress failed"

@@ -313,8 +313,9 @@ typedef struct {
    * without validation sets, after each epoch's training (set -1);
    * collective over comm (the run's ranks). models: the rank's nmodels
    * models (one per thread with a model of its own, -thread_split batch;
-   * models[0] is the rank's main one), so a model that counts in its
-   * forward sums its threads' counts. The op combines the ranks' values
+   * with one model for the rank's threads, one evaluation model a thread
+   * after it; models[0] is the rank's main one), so a model that counts in
+   * its forward sums its threads' counts. The op combines the ranks' values
    * itself over comm (mt_allgather_values, or MPI) and fills out[0, *n),
    * *n <= max: the same names in the same order at every call, and the
    * same values on every rank. The trainer refuses other names, a changed

@@ -23,6 +23,10 @@ struct mt_threads {
   int n;                           /* threads with a model of their own    */
   mt_model *model[MT_MAX_THREADS]; /* model[0] == t->model                  */
   void *grads[MT_MAX_THREADS];     /* grads[0] == t->grads at setup         */
+  /* one model for the rank (-thread_split gemm): evaluation's models, one
+   * a thread, each for one piece (mt_compute_eval_models) */
+  int neval;
+  mt_model *eval[MT_MAX_THREADS];
   int overlap_err; /* an error of the backend's unit_ready in a backward  */
 };
 
@@ -110,6 +114,29 @@ void mt_compute_data_free(mt_trainer *t) {
   mt_free(&t->plan_counts);
 }
 
+int mt_compute_eval_models(const mt_trainer *t, int nthr) {
+  const int n = t->cfg->threads < MT_MAX_THREADS ? t->cfg->threads : MT_MAX_THREADS;
+  return nthr == 1 && t->device < 0 && n > 1 ? n : 0;
+}
+
+int mt_compute_models(const mt_trainer *t, mt_model **out) {
+  const struct mt_threads *th = t->threads;
+  int n = 0;
+  for (int i = 0; i < th->n; i++) out[n++] = th->model[i];
+  for (int i = 0; i < th->neval; i++) out[n++] = th->eval[i];
+  return n;
+}
+
+int mt_compute_eval_begin(mt_trainer *t) {
+  struct mt_threads *th = t->threads;
+  const mt_model *m = t->model;
+  /* training updates the running statistics; evaluation reads them */
+  for (int i = 0; i < th->neval && m->buffers.total; i++)
+    memcpy(t->dtype == MT_FP64 ? (void *)th->eval[i]->buf64 : (void *)th->eval[i]->buf,
+           mt_trainer_model_buf(t), m->buffers.total * t->esz);
+  return th->neval > 1 ? th->neval : th->n;
+}
+
 int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
   const mt_config *c = t->cfg;
   struct mt_threads *th = t->threads;
@@ -125,7 +152,21 @@ int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
                                    &th->model[i]));
     MT_CALL(mt_calloc(&th->grads[i], n, t->esz, "per-thread gradients"));
   }
-  return 0;
+  /* one model for all threads: an evaluation (forward only, batch norm on
+   * its running statistics: the samples are independent) still gives each
+   * thread a piece, on a model of its own made, as the batch split's are,
+   * with one OpenMP thread (oneDNN primitives keep the count they were
+   * made with): the same bits as -thread_split batch, on every core */
+  const int ne = mt_compute_eval_models(t, th->n);
+  const int saved = omp_get_max_threads();
+  if (ne) omp_set_num_threads(1);
+  int err = 0;
+  for (int i = 0; !err && i < ne; i++)
+    err = mt_model_create_policy(c->model, &t->train.spec, mt_eval_piece(t), t->dtype, &t->policy,
+                                 &th->eval[i]);
+  if (ne) omp_set_num_threads(saved);
+  th->neval = err ? 0 : ne;
+  return err;
 }
 
 void mt_compute_destroy(mt_trainer *t) {
@@ -134,6 +175,7 @@ void mt_compute_destroy(mt_trainer *t) {
     mt_model_destroy(&t->threads->model[i]);
     mt_free(&t->threads->grads[i]);
   }
+  for (int i = 0; i < MT_MAX_THREADS; i++) mt_model_destroy(&t->threads->eval[i]);
   mt_free(&t->threads);
 }
 
@@ -168,7 +210,12 @@ static void log_flops(const mt_trainer *t, int backward, int rows) {
 
 int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, void *losses,
                mt_batch_stats *st) {
-  const int T = t->threads->n, rows = b->n;
+  struct mt_threads *th = t->threads;
+  /* an evaluation's pieces with one model for the rank: its threads'
+   * evaluation models (mt_compute_setup) */
+  const int ev = !backward && t->thread_rows > 0 && th->n == 1 && th->neval > 1;
+  const int T = ev ? th->neval : th->n, rows = b->n;
+  mt_model *const *models = ev ? th->eval : th->model;
   if (t->gpu) { /* -device cuda: training steps run mt_gpu_step_micro */
     MT_CHECK(!backward, MT_ERR_STATE, "-device cuda: a CPU backward asked for");
     MT_CALL(mt_gpu_eval(t, b, losses, st));
@@ -224,7 +271,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       r0 = (int)(a < rows ? a : rows);
       r1 = (int)(b < rows ? b : rows);
     }
-    mt_model *m = t->threads->model[i];
+    mt_model *m = models[i];
     /* this thread's rows of the per-sample outputs, if asked for */
     part[i] = (mt_batch_stats){0};
     part[i].pred = st->pred ? st->pred + r0 : NULL;

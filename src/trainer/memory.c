@@ -49,6 +49,18 @@ static int plan_models(mt_trainer *t, int batch, double *bytes) {
   MT_CALL(err);
   *bytes = (double)nthr * (double)one +
            (double)(nthr - 1) * (double)t->model->params.total * (double)t->esz;
+  /* one model for the rank's threads: their evaluation models of a piece */
+  const int ne = mt_compute_eval_models(t, nthr);
+  if (ne == 0) return 0;
+  mt_model *e = NULL;
+  a0 = mt_alloc_bytes();
+  if (dry) mt_alloc_plan_begin();
+  err = mt_model_create_policy(c->model, &t->train.spec, mt_eval_piece(t), t->dtype, &t->policy,
+                               &e);
+  const size_t each = dry ? mt_alloc_plan_end() : mt_alloc_bytes() - a0;
+  mt_model_destroy(&e);
+  MT_CALL(err);
+  *bytes += (double)ne * (double)each;
   return 0;
 }
 

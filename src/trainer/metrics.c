@@ -44,9 +44,8 @@ int mt_trainer_metrics(mt_trainer *t, int set, double *row) {
   for (int k = 0; k < MT_METRICS_MAX; k++) row[k] = NAN;
   const mt_model_ops *ops = t->model->ops;
   if (!ops->metrics) return 0; /* the same on every rank: one registry */
-  mt_model *models[MT_MAX_THREADS];
-  const int nm = mt_compute_nthr(t);
-  for (int i = 0; i < nm; i++) models[i] = mt_compute_model(t, i);
+  mt_model *models[2 * MT_MAX_THREADS];
+  const int nm = mt_compute_models(t, models);
   mt_metric out[MT_METRICS_MAX];
   memset(out, 0, sizeof(out));
   int n = 0;

@@ -189,6 +189,21 @@ void mt_trainer_destroy(mt_trainer **t);
  * others zero). */
 int mt_compute_create(mt_trainer *t); /* the threads' state, empty         */
 int mt_compute_setup(mt_trainer *t, int max_batch, int nthr);
+/* Evaluation with one model for the rank (nthr 1: -thread_split gemm) on
+ * the CPU: each of its -threads threads gets an evaluation model of one
+ * piece (mt_eval_piece) reading t->params, which mt_compute_setup makes;
+ * mt_compute_eval_models says how many (0: none). mt_compute_eval_begin,
+ * before each evaluation pass, copies t->model's buffers (running
+ * statistics) into them and returns the threads an evaluation's pieces
+ * go to: mt_compute then gives thread i rows [i n, (i + 1) n), n =
+ * t->thread_rows, on its own model. */
+int mt_compute_eval_models(const mt_trainer *t, int nthr);
+int mt_compute_eval_begin(mt_trainer *t);
+/* Every model of the rank that runs forwards: the threads' (t->model
+ * first), then the evaluation models, into out (room for 2
+ * MT_MAX_THREADS); returns how many (a model's metrics op sums their
+ * counts). */
+int mt_compute_models(const mt_trainer *t, mt_model **out);
 void mt_compute_destroy(mt_trainer *t);
 /* The threads with a model of their own (1 unless -thread_split batch),
  * thread i's model (0: t->model) and gradient buffer (0: t->grads as set

@@ -135,10 +135,12 @@ static int pass(mt_trainer *t, mt_dataset *d, mt_loader *L, int limit, outs *o, 
   const double t0 = mt_now();
   mt_ev_begin(MT_EV_VALID);
   int64_t start = 0, rows = 0, nb = 0, off = 0, hits = 0;
-  const int nthr = t->gpu ? 1 : mt_compute_nthr(t);
+  /* the threads' models, or with one model for the rank (-thread_split
+   * gemm) their evaluation models (compute.c), a piece each */
+  const int nthr = t->gpu ? 1 : mt_compute_eval_begin(t);
   const int piece = t->gpu ? t->max_batch : mt_eval_piece(t) * nthr;
-  /* one model for the rank's threads (-thread_split gemm): its GEMMs on
-   * one thread, whose sums do not depend on the thread count */
+  /* one thread in all (-threads 1): the model's GEMMs on one thread,
+   * whose sums do not depend on the thread count */
   const int gemm_threads = !t->gpu && nthr == 1 ? omp_get_max_threads() : 0;
   /* a sample of token data counts its T predicted tokens' hits */
   const int per = d->spec.tokens ? t->window : 1;
