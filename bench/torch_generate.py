@@ -21,7 +21,6 @@ through OMP_NUM_THREADS and MKL_NUM_THREADS as well).
 """
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -34,48 +33,21 @@ args = ap.parse_args()
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "validation"))
 import torch_models as tm  # noqa: E402
 
 
-def step(model, idx, past, pos0):
-    """Logits of the last of tokens idx (n) at positions [pos0, pos0 + n),
-    and the cache extended by their keys and values."""
-    tr = model.transformer
-    n = idx.shape[0]
-    x = tr.wte(idx) + tr.wpe(torch.arange(pos0, pos0 + n))
-    new = []
-    for l, blk in enumerate(tr.h):
-        C = x.shape[-1]
-        nh = blk.attn.nh
-        hs = C // nh
-        q, k, v = blk.attn.c_attn(blk.ln_1(x)).split(C, dim=1)
-        q, k, v = (t.view(n, nh, hs).transpose(0, 1) for t in (q, k, v))
-        if past is not None:
-            k = torch.cat([past[l][0], k], dim=1)
-            v = torch.cat([past[l][1], v], dim=1)
-        new.append((k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        if n > 1:  # the prompt: row t sees keys [0, pos0 + t]
-            mask = torch.ones(n, pos0 + n, dtype=torch.bool).tril(diagonal=pos0)
-            att = att.masked_fill(~mask, float("-inf"))
-        y = (F.softmax(att, dim=-1) @ v).transpose(0, 1).reshape(n, C)
-        x = x + blk.attn.c_proj(y)
-        x = x + blk.mlp(blk.ln_2(x))
-    return model.lm_head(tr.ln_f(x[-1])), new
-
-
 def generate(model, prompt, N):
-    logits, past = step(model, prompt, None, 0)
+    logits, past = tm.cached_step(model, prompt, None, 0, last=True)
     out = []
     for i in range(N):
         tok = int(torch.argmax(logits))
         out.append(tok)
         if i + 1 < N:
-            logits, past = step(model, torch.tensor([tok]), past, prompt.shape[0] + i)
+            logits, past = tm.cached_step(model, torch.tensor([tok]), past, prompt.shape[0] + i,
+                                          last=True)
     return out
 
 
@@ -92,7 +64,7 @@ def main():
             generate(model, prompt, args.new)
             t = time.perf_counter() - t0
             t0 = time.perf_counter()
-            step(model, prompt, None, 0)
+            tm.cached_step(model, prompt, None, 0, last=True)
             pre = time.perf_counter() - t0
             if r:
                 print("RESULT torch tokens_per_s=%.1f prefill_ms=%.3f" % (args.new / t, 1e3 * pre),

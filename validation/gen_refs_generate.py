@@ -33,7 +33,6 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.dont_write_bytecode = True  # nothing written beside the sources
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,36 +67,6 @@ def fill_params(model, seed):
                     e, f = e + 1, f // 4
                 v = x / np.float32(2 ** e)
             p.copy_(torch.from_numpy(v.astype(np.float32)).view_as(p))
-
-
-def step(model, idx, past, pos0):
-    """Logits (n, V) of tokens idx (n) at positions [pos0, pos0 + n) given
-    the blocks' cached keys and values of [0, pos0) (lists of (NH, pos0, hs)
-    tensors, None at first); returns the logits and the new cache. The
-    arithmetic of tm.GPT.forward (the references' attention), one query row
-    against the cached keys."""
-    tr = model.transformer
-    n = idx.shape[0]
-    x = tr.wte(idx) + tr.wpe(torch.arange(pos0, pos0 + n))
-    new = []
-    for l, blk in enumerate(tr.h):
-        C = x.shape[-1]
-        nh = blk.attn.nh
-        hs = C // nh
-        q, k, v = blk.attn.c_attn(blk.ln_1(x)).split(C, dim=1)
-        q, k, v = (t.view(n, nh, hs).transpose(0, 1) for t in (q, k, v))
-        if past is not None:
-            k = torch.cat([past[l][0], k], dim=1)
-            v = torch.cat([past[l][1], v], dim=1)
-        new.append((k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        # query row t (position pos0 + t) sees keys [0, pos0 + t]
-        mask = torch.ones(n, pos0 + n, dtype=torch.bool).tril(diagonal=pos0)
-        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-        y = (att @ v).transpose(0, 1).contiguous().view(n, C)
-        x = x + blk.attn.c_proj(y)
-        x = x + blk.mlp(blk.ln_2(x))
-    return model.lm_head(tr.ln_f(x)), new
 
 
 def pick(logits, temperature, top_k, seed, pos):
@@ -137,7 +106,7 @@ def case(out, name, V, T, L, NH, C, gelu, fill_seed, prompt, N, sample, logit_st
     with torch.no_grad():
         P = len(prompt)
         seq = list(prompt)
-        logits, past = step(model, torch.tensor(seq), None, 0)
+        logits, past = tm.cached_step(model, torch.tensor(seq), None, 0)
         last = logits[-1]
         greedy, kept = [], []
         for i in range(N):
@@ -151,18 +120,18 @@ def case(out, name, V, T, L, NH, C, gelu, fill_seed, prompt, N, sample, logit_st
             kept.append(last.clone())
             seq.append(tok)
             if i + 1 < N:
-                logits, past = step(model, torch.tensor([tok]), past, P + i)
+                logits, past = tm.cached_step(model, torch.tensor([tok]), past, P + i)
                 last = logits[-1]
         temperature, top_k, seed = sample
         seq = list(prompt)
-        logits, past = step(model, torch.tensor(seq), None, 0)
+        logits, past = tm.cached_step(model, torch.tensor(seq), None, 0)
         sampled = []
         for i in range(N):
             tok, margin = pick(logits[-1], temperature, top_k, seed, P + i)
             assert margin > 1e-4, (name, i, "draw too near a boundary", margin)
             sampled.append(tok)
             if i + 1 < N:
-                logits, past = step(model, torch.tensor([tok]), past, P + i)
+                logits, past = tm.cached_step(model, torch.tensor([tok]), past, P + i)
     assert sampled != greedy, name
     out.append((name + ".hp", [V, T, L, NH, C, 1 if gelu == "tanh" else 0, fill_seed]))
     out.append((name + ".prompt", prompt))

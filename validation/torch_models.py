@@ -236,6 +236,38 @@ class GPT(nn.Module):
 # losses as mpitrain reports them
 
 
+def cached_step(model, idx, past, pos0, last=False):
+    """A GPT's forward of tokens idx (n) at positions [pos0, pos0 + n) given
+    the blocks' cached keys and values of [0, pos0) (lists of (NH, pos0, hs)
+    tensors, None at first): the logits (n, V), or with last only the last
+    row's (1, V), and the cache extended by their keys and values. The
+    arithmetic of GPT.forward, the query rows against the cached keys (what
+    mpitrain's key/value cache computes: validation/gen_refs_generate.py,
+    bench/torch_generate.py)."""
+    tr = model.transformer
+    n = idx.shape[0]
+    x = tr.wte(idx) + tr.wpe(torch.arange(pos0, pos0 + n))
+    new = []
+    for l, blk in enumerate(tr.h):
+        C = x.shape[-1]
+        nh = blk.attn.nh
+        hs = C // nh
+        q, k, v = blk.attn.c_attn(blk.ln_1(x)).split(C, dim=1)
+        q, k, v = (t.view(n, nh, hs).transpose(0, 1) for t in (q, k, v))
+        if past is not None:
+            k = torch.cat([past[l][0], k], dim=1)
+            v = torch.cat([past[l][1], v], dim=1)
+        new.append((k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        # query row t (position pos0 + t) sees keys [0, pos0 + t]
+        mask = torch.ones(n, pos0 + n, dtype=torch.bool).tril(diagonal=pos0)
+        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(0, 1).contiguous().view(n, C)
+        x = x + blk.attn.c_proj(y)
+        x = x + blk.mlp(blk.ln_2(x))
+    return model.lm_head(tr.ln_f(x[-1:] if last else x)), new
+
+
 def batch_loss(model, kind, batch):
     """Mean loss of a batch: (x, y) for mlp/cnn, (B, T+1) windows for gpt
     (mean over all B*T tokens, which is the mean of the per-window means)."""
