@@ -136,6 +136,30 @@ int mt_h5_save_model(const char *path, const mt_model *m, const void *params) {
   return 0;
 }
 
+int mt_replace_open(const char *path, char *tmp, size_t len, FILE **f) {
+  *f = NULL;
+  const int w = snprintf(tmp, len, "%s.tmp", path);
+  MT_CHECK(w > 0 && (size_t)w < len, MT_ERR_FILE, "%s: path too long", path);
+  *f = fopen(tmp, "w");
+  MT_CHECK(*f, MT_ERR_FILE, "cannot write %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+int mt_replace_commit(FILE *f, const char *tmp, const char *path) {
+  int bad = fflush(f) != 0 || ferror(f), e = errno;
+  if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+  if (bad) {
+    unlink(tmp);
+    return MT_WRITE_FAILED("writing", tmp, e);
+  }
+  if (rename(tmp, path) != 0) {
+    e = errno;
+    unlink(tmp);
+    return MT_ERR(MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+  }
+  return 0;
+}
+
 int mt_mkdir_p(const char *dir) {
   char buf[MT_PATH_MAX];
   snprintf(buf, sizeof(buf), "%s", dir);

@@ -62,6 +62,13 @@ int mt_curve_write(const char *dir, const mt_curve_row *rows, int nrows,
                    char metric_names[][MT_METRIC_NAME_MAX], int nmetric);
 
 /* mkdir -p */
+/* A text file written whole or not at all: mt_replace_open opens PATH.tmp
+ * for writing (its name into tmp, len bytes); mt_replace_commit flushes and
+ * closes f and renames it to path. A failure names the file (a full disk
+ * or quota: MT_WRITE_FAILED) and leaves no PATH.tmp; path is then as it
+ * was. */
+int mt_replace_open(const char *path, char *tmp, size_t len, FILE **f);
+int mt_replace_commit(FILE *f, const char *tmp, const char *path);
 int mt_mkdir_p(const char *dir);
 
 #endif

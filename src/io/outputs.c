@@ -272,23 +272,11 @@ int mt_outputs_write(MPI_Comm comm, const char *path, const mt_outputs_meta *met
 int mt_test_csv_write(const char *dir, const mt_test_row *rows, int n) {
   char path[MT_PATH_MAX + 16], tmp[MT_PATH_MAX + 24];
   snprintf(path, sizeof(path), "%s/test.csv", dir);
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return MT_ERR(MT_ERR_FILE, "cannot write %s: %s", tmp, strerror(errno));
+  FILE *f;
+  MT_CALL(mt_replace_open(path, tmp, sizeof(tmp), &f));
   fprintf(f, "set,file,epoch,step,loss,accuracy,samples\n");
   for (int i = 0; i < n; i++)
     fprintf(f, "%d,%s,%d,%ld,%.9g,%.9g,%lld\n", rows[i].set, rows[i].file, rows[i].epoch,
             rows[i].global_step, rows[i].loss, rows[i].acc, (long long)rows[i].samples);
-  int bad = fflush(f) != 0 || ferror(f), e = errno;
-  if (fclose(f) != 0 && !bad) bad = 1, e = errno;
-  if (bad) {
-    unlink(tmp);
-    return MT_WRITE_FAILED("writing", tmp, e);
-  }
-  if (rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return MT_ERR(MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-  }
-  return 0;
+  return mt_replace_commit(f, tmp, path);
 }

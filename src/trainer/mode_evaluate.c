@@ -26,25 +26,13 @@ static int write_csv(const mt_config *c, const row *r) {
   char path[MT_PATH_MAX + 16], tmp[MT_PATH_MAX + 24];
   MT_CALL(mt_mkdir_p(c->output_dir));
   snprintf(path, sizeof(path), "%s/evaluate.csv", c->output_dir);
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return MT_ERR(MT_ERR_FILE, "cannot write %s: %s", tmp, strerror(errno));
+  FILE *f;
+  MT_CALL(mt_replace_open(path, tmp, sizeof(tmp), &f));
   fprintf(f, "set,file,model_file,val_loss,val_acc,samples\n");
   for (int i = 0; i < c->nval; i++)
     fprintf(f, "%d,%s,%s,%.9g,%.9g,%lld\n", i, c->data_val[i], c->model_file, r[i].loss,
             r[i].acc, (long long)r[i].count);
-  int bad = fflush(f) != 0 || ferror(f), e = errno;
-  if (fclose(f) != 0 && !bad) bad = 1, e = errno;
-  if (bad) {
-    unlink(tmp);
-    return MT_WRITE_FAILED("writing", tmp, e);
-  }
-  if (rename(tmp, path) != 0) {
-    e = errno;
-    unlink(tmp);
-    return MT_ERR(MT_ERR_FILE, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-  }
-  return 0;
+  return mt_replace_commit(f, tmp, path);
 }
 
 static int evaluate(mt_trainer *t, const mt_data_spec *spec) {
