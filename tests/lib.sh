@@ -33,6 +33,10 @@ if [ -n "${MT_TEST_LOCK:-}" ] && [ -z "${MT_TEST_LOCKED:-}" ] &&
   export MT_TEST_LOCKED=1
   exec flock -o "$MT_TEST_LOCK" "$BASH" "$0" "$@"
 fi
+# Runs of whole epochs of real data whose point is the accuracy they reach
+# (minutes each): MT_ACCURACY_RUNS=0 leaves them out (scripts/check.sh's
+# sanitizer build; the default build runs them).
+accuracy_runs() { [ "${MT_ACCURACY_RUNS:-1}" != 0 ]; }
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 

@@ -130,6 +130,10 @@ for dt in bf16 fp16; do
 done
 
 data=${MT_FMNIST_DIR:-$top_builddir/tests/work/fmnist}
+if ! accuracy_runs; then
+  echo "# fashion-mnist accuracy checks skipped: MT_ACCURACY_RUNS=0"
+  finish; exit
+fi
 if [ ! -f "$data/fashion-mnist-test.h5" ]; then
   echo "# fashion-mnist: $data missing, accuracy checks skipped"
   finish; exit

@@ -9,6 +9,10 @@
 . "$top_srcdir/tests/lib.sh"
 make_work
 need_bin "$MPITRAIN" "$MT_DATA"
+if ! accuracy_runs; then
+  echo "# SKIP: MT_ACCURACY_RUNS=0 (accuracy runs left to the default build)"
+  exit 77
+fi
 src=/usr/share/datasets/fashion-mnist
 if [ ! -f "$src/train-images-idx3-ubyte.gz" ]; then
   echo "# SKIP: $src missing (apt-get install dataset-fashion-mnist)"
