@@ -385,6 +385,10 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
   PetscCall(opt_bool(PetscOptionsObject, "-log_step_losses",
                      "Write every global step's mean loss and lr to OUTPUT_DIR/steps.csv", 0,
                      &c->log_step_losses));
+  PetscCall(opt_str(PetscOptionsObject, "-log_gemm_shapes",
+                    "Write the GEMM shapes of the run's second step (convolutions as im2col GEMMs; "
+                    "rank 0's) to this file, for bench/gemm_shapes.c", "", c->log_gemm_shapes,
+                    sizeof(c->log_gemm_shapes), NULL));
   PetscCall(opt_bool(PetscOptionsObject, "-plot",
                      "Draw OUTPUT_DIR/curve.png after every epoch with gnuplot (MT_GNUPLOT: the "
                      "program; without it one warning)", 1, &c->plot));

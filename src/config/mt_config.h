@@ -65,6 +65,7 @@ typedef struct {
   char output_dir[MT_PATH_MAX];
   char init_from[MT_PATH_MAX];
   int log_step_losses;
+  char log_gemm_shapes[MT_PATH_MAX]; /* one step's GEMM shapes (nn/gemm_log.h) */
   int plot;            /* rank 0 draws OUTPUT_DIR/curve.png each epoch     */
   double plot_timeout; /* seconds gnuplot may take per picture            */
   char checkpoint_dir[MT_PATH_MAX];

@@ -41,6 +41,7 @@
  * scratch copies and the fp32 primitives run on them. Under O2 (the
  * policy's round_outputs, also kept when made) the outputs and the
  * gradients are rounded to the low precision after each call. */
+#include "nn/gemm_log.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
@@ -556,6 +557,19 @@ void mt_conv2d_free(mt_conv2d *c) {
 
 /* ------------------------------------------------------------------ calls */
 
+/* -log_gemm_shapes: the passes a call runs on B images, as the GEMMs of an
+ * im2col convolution (nn/gemm_log.h), in the precision the kernels compute
+ * in (fp32 when low precision is emulated on rounded values). */
+static void log_conv(const mt_conv2d *c, int B, int fwd, int data, int weights) {
+  const mt_conv2d_shape *s = &c->s;
+  const int64_t G = s->groups, rows = (int64_t)B * s->OH * s->OW, oc = s->OC / G;
+  const int64_t ck = (int64_t)(s->IC / G) * s->KH * s->KW;
+  const mt_precision p = c->impl->emulate ? MT_PREC_FP32 : c->impl->prec;
+  if (fwd) mt_gemm_log_record(MT_GEMM_LOG_CONV_FWD, 'N', 'T', rows, oc, ck, 0, p, G);
+  if (data) mt_gemm_log_record(MT_GEMM_LOG_CONV_BWD_DATA, 'N', 'N', rows, ck, oc, 0, p, G);
+  if (weights) mt_gemm_log_record(MT_GEMM_LOG_CONV_BWD_W, 'T', 'N', oc, ck, rows, 1, p, G);
+}
+
 /* The set for the next chunk of n images: all of them when n is the
  * maximum batch, else the largest power of two <= n. */
 static cv_set *pick(mt_conv2d_impl *m, int v, int n) {
@@ -586,6 +600,7 @@ int mt_conv2d_forward(float *out, const float *inp, const float *w, const float 
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
   const int64_t wn = (int64_t)s->OC * (s->IC / s->groups) * s->KH * s->KW;
   const mt_precision p = c->impl->prec;
+  if (mt_gemm_log_active() && B > 0) log_conv(c, B, 1, 0, 0);
   if (c->impl->emulate) { /* low-precision values, fp32 kernels */
     MT_CALL(mt_nn_rounded_copy(p, 2, inp, (size_t)(B * in1), &inp));
     MT_CALL(mt_nn_rounded_copy(p, 3, w, (size_t)wn, &w));
@@ -642,6 +657,7 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
   const int64_t in1 = (int64_t)s->IC * s->H * s->W, out1 = (int64_t)s->OC * s->OH * s->OW;
   const int64_t wn = (int64_t)s->OC * (s->IC / s->groups) * s->KH * s->KW;
   const mt_precision p = c->impl->prec;
+  if (mt_gemm_log_active() && B > 0) log_conv(c, B, 0, dinp != NULL, dw != NULL);
   if (c->impl->emulate && (dinp || dw)) {
     MT_CALL(mt_nn_rounded_copy(p, 2, dout, (size_t)(B * out1), &dout));
     if (dw) MT_CALL(mt_nn_rounded_copy(p, 3, inp, (size_t)(B * in1), &inp));

@@ -8,6 +8,7 @@
  * BLAS, or OpenBLAS when installed as its alternative), whatever the
  * policy (fp64 runs have no mixed precision). */
 #include "config.h"
+#include "nn/gemm_log.h"
 #include "nn/gemm_pack.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
@@ -39,6 +40,8 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   if (M == 0 || N == 0) return 0;
   if (mt_nn_compute(pol) != MT_PREC_FP32)
     return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
+  if (mt_gemm_log_active()) /* -log_gemm_shapes */
+    mt_gemm_log_record(MT_GEMM_LOG_GEMM, ta, tb, M, N, K, beta, MT_PREC_FP32, 1);
 #ifdef MT_GEMM_PACK
   /* where it was measured to win (bench/README.md): 'N','N' with at most
    * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at

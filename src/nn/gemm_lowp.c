@@ -3,6 +3,7 @@
  * operands to fp16 and running the fp32 GEMM. On a CPU without AVX-512
  * oneDNN 2.x has no bf16 GEMM (dnnl_unimplemented): bf16 is emulated the
  * same way there (mt_gemm_bf16_native). */
+#include "nn/gemm_log.h"
 #include "nn/lowp.h"
 #include "nn/precision.h"
 #include "nn/nn.h"
@@ -148,6 +149,8 @@ int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
                  const mt_nn_policy *p) {
   if (M == 0 || N == 0) return 0;
+  if (mt_gemm_log_active()) /* -log_gemm_shapes */
+    mt_gemm_log_record(MT_GEMM_LOG_GEMM, ta, tb, M, N, K, beta, p->compute, 1);
   const int tA = ta == 'T' || ta == 't', tB = tb == 'T' || tb == 't';
   const void *a = NULL, *b = NULL;
   int64_t la = 0, lb = 0;

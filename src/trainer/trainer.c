@@ -9,6 +9,8 @@
 #include "backends/fsdp.h"
 #include "io/plot.h"
 #include "io/modelfile.h"
+#include "io/io.h"
+#include "nn/gemm_log.h"
 
 #include <math.h>
 #include <omp.h>
@@ -22,6 +24,8 @@ struct mt_loop {
   double timed_seconds; /* throughput, measured after the warm-up steps   */
   long timed_samples;
   FILE *steps;          /* -log_step_losses: rank 0's steps.csv           */
+  long run_steps;       /* steps this process ran (-log_gemm_shapes)      */
+  int gemm_logged;      /* -log_gemm_shapes: the record is written        */
   double run_start;     /* when this run's training began                 */
   uint64_t cfg_hash;    /* of the resolved configuration, for step_agree  */
 };
@@ -318,6 +322,39 @@ static int epoch_checkpoint_follows(const mt_config *c, int epoch) {
          (epoch + 1 == c->epochs && c->checkpoint_at_end);
 }
 
+/* -log_gemm_shapes: the run's second step is recorded (the first makes the
+ * primitives and warms the caches; a restart counts from its own first) and
+ * rank 0 writes the record; the other ranks record and drop theirs. Called
+ * before (begin) and after each step. */
+static int gemm_log_step(mt_trainer *t, int begin) {
+  const mt_config *c = t->cfg;
+  if (!c->log_gemm_shapes[0] || t->loop->run_steps != 1) return 0;
+  if (begin) {
+    mt_gemm_log_begin();
+    return 0;
+  }
+  mt_gemm_log_end();
+  int err = 0;
+  if (t->comm->rank == 0) {
+    char tmp[MT_PATH_MAX + 16], head[512];
+    FILE *f = NULL;
+    snprintf(head, sizeof(head),
+             "mpitrain -log_gemm_shapes: the GEMMs of global step %ld (rank 0 of %d)\n"
+             "model %s backend %s batch_size %d threads %d thread_split %s",
+             t->global_step - 1, c->world_size, c->model, c->backend, c->batch_size, c->threads,
+             c->thread_split);
+    err = mt_replace_open(c->log_gemm_shapes, tmp, sizeof(tmp), &f);
+    if (!err && (err = mt_gemm_log_write(f, head)) != 0) {
+      fclose(f);
+      remove(tmp);
+    } else if (!err) {
+      err = mt_replace_commit(f, tmp, c->log_gemm_shapes);
+    }
+  }
+  t->loop->gemm_logged = 1;
+  return mt_agree(t->comm->world, err);
+}
+
 /* Runs steps [first, steps_per_epoch) of epoch; *stopped when a signal
  * made it checkpoint and stop. */
 static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss,
@@ -335,7 +372,10 @@ static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss
     double lr = mt_lr_at(&t->sched, mt_amp_lr_step(t)), l = 0, g;
     int sig, timed;
     if (t->privacy->spent && t->privacy->spent(t)) break; /* -dp_target_epsilon reached */
+    MT_CALL(gemm_log_step(t, 1));
     MT_CALL(mt_step(t, &l));
+    MT_CALL(gemm_log_step(t, 0));
+    t->loop->run_steps++;
     MT_CALL(step_agree(t, l, &g, &sig, &timed));
     /* every step, on every rank (g is the reduced loss, the same on all):
      * a step that made the loss non-finite stops the run before anything
@@ -435,6 +475,10 @@ int mt_trainer_run(mt_trainer *t) {
     if (t->loop->steps) fprintf(t->loop->steps, "step,loss,lr\n");
   }
   MT_CALL(mt_agree(t->comm->world, err));
+  /* the record holds float GEMMs on the CPU */
+  MT_CHECK(!c->log_gemm_shapes[0] || (c->dtype == MT_FP32 && !t->gpu), MT_ERR_OPTION,
+           "option -log_gemm_shapes: records the GEMMs of a CPU run in fp32 or mixed precision "
+           "(not -precision fp64, not -device cuda)");
   MT_CALL(mt_trainer_restart(t));
   /* -device cuda: the host's initialised (or restarted) buffers go up */
   if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 1)));
@@ -524,6 +568,8 @@ int mt_trainer_run(mt_trainer *t) {
       return 0;
     }
   }
+  MT_CHECK(!c->log_gemm_shapes[0] || t->loop->gemm_logged, MT_ERR_OPTION,
+           "option -log_gemm_shapes: the run took fewer than 2 steps (its second is recorded)");
   int restored = 0; /* the epoch whose model the test sets and last line see */
   if (c->restore_best) MT_CALL(mt_best_restore(t, &restored));
   MT_CALL(mt_trainer_params_whole(t));
