@@ -21,8 +21,21 @@
  * The same file builds against oneDNN 2.x and 3.x (bench/bench_gemm.sh builds
  * one binary per version; they cannot share a process: same symbol names).
  *
+ * With -shapes FILE it times instead the shapes a training step of any
+ * model ran, as mpitrain -log_gemm_shapes FILE recorded them (src/nn/
+ * gemm_log.h; convolutions as their im2col GEMMs), each with its count of
+ * calls, and prints the step's GEMM time at the best library of each shape
+ * (the per-shape minimum of the medians over the libraries that compute
+ * it): "LIMIT ms_per_step=..." for the bench scripts. bf16 shapes run the
+ * path mt_gemm_lowp takes: "bf16" (dnnl_gemm_bf16bf16f32, where oneDNN 2.x
+ * has a bf16 kernel: AVX-512 CPUs) and "bf16emu" (the operands widened to
+ * fp32 and dnnl_sgemm, gemm_lowp.c's emulation elsewhere); fp16 shapes are
+ * fp32 GEMMs on rounded operands (gemm_lowp.c), so the fp32 libraries.
+ * Run it with OMP_NUM_THREADS=1: oneDNN threads its calls otherwise.
+ *
  *   gemm_shapes [-batch 64,128] [-in 784] [-hidden 1024,1024] [-out 10]
- *               [-reps 15] [-ms 20] [-libs sgemm,matmul,xsmm,fused,pack,mt] [-raw]
+ *               [-shapes FILE] [-reps 15] [-ms 20]
+ *               [-libs sgemm,matmul,xsmm,fused,pack,mt,bf16,bf16emu] [-raw]
  * -raw prints one line per (rep, batch, shape, library) for a script to take
  * medians across processes: "raw TAG B shape lib seconds_per_call flops". */
 #define _POSIX_C_SOURCE 200809L
@@ -39,9 +52,12 @@
 #include "nn/gemm_pack.h"
 
 #define MAXL 8
-#define MAXS (3 * MAXL)
-#define NLIB 6
-static const char *lib_name[NLIB] = {"sgemm", "matmul", "xsmm", "fused", "pack", "mt"};
+#define MAXS 256 /* shapes of one run: 3 per layer, or a record's lines */
+#define NLIB 8
+static const char *lib_name[NLIB] = {"sgemm", "matmul", "xsmm", "fused",
+                                     "pack",  "mt",     "bf16", "bf16emu"};
+#define BF16_NATIVE 6 /* dnnl_gemm_bf16bf16f32 (oneDNN 2.x, AVX-512 CPUs)   */
+#define BF16_EMU 7    /* bf16 widened to fp32, then dnnl_sgemm: gemm_lowp.c */
 
 typedef struct {
   char name[16], ta, tb;
@@ -49,6 +65,8 @@ typedef struct {
   float beta;
   int fwd; /* forward of a hidden layer (bias + ReLU follow) */
   int relu;
+  int bf16;      /* operands in bf16 (a record's bf16 line)          */
+  int64_t count; /* calls per step (a record's count; 1 otherwise)   */
 } shape;
 
 static double now(void) {
@@ -209,6 +227,8 @@ typedef struct {
   float *A, *B, *C0, *C, *bias;
   double *ref; /* op(A) op(B) in double, + beta C0, + bias/ReLU in fref */
   double *fref;
+  uint16_t *Ah, *Bh; /* bf16 shapes: A and B's bits (A, B hold their values) */
+  float *Aw, *Bw;    /* the emulation's widened copies                      */
   mm mm, mmf;
   int have_mm, have_mmf;
 #ifdef HAVE_XSMM
@@ -226,6 +246,43 @@ static float *randbuf(size_t n, unsigned *seed) {
   return p;
 }
 
+/* bf16 as gemm_lowp.c keeps it: the top 16 bits, rounded to nearest even */
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* p (n floats) rounded to bf16 in place, its bits into a new buffer */
+static uint16_t *bf16_copy(float *p, size_t n) {
+  uint16_t *h = aligned_alloc(64, ((n * 2 + 63) / 64) * 64);
+  if (!h) die("aligned_alloc", 0);
+  for (size_t i = 0; i < n; i++) h[i] = to_bf16(p[i]), p[i] = from_bf16(h[i]);
+  return h;
+}
+
+#if DNNL_VERSION_MAJOR < 3
+/* exported by libdnnl 2.x, not declared in its headers (as gemm_lowp.c) */
+dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
+                                    dnnl_dim_t K, float alpha, const uint16_t *A, dnnl_dim_t lda,
+                                    const uint16_t *B, dnnl_dim_t ldb, float beta, float *C,
+                                    dnnl_dim_t ldc);
+static int bf16_native(void) { /* what mt_gemm_bf16_native finds */
+  const uint16_t one = 0x3F80;
+  float c = 0;
+  return dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) !=
+         dnnl_unimplemented;
+}
+#else
+static int bf16_native(void) { return 0; }
+#endif
+
 static void job_init(job *j, const shape *s, unsigned seed) {
   memset(j, 0, sizeof *j);
   j->s = *s;
@@ -235,6 +292,12 @@ static void job_init(job *j, const shape *s, unsigned seed) {
   j->C0 = randbuf((size_t)s->M * s->ldc, &seed);
   j->C = randbuf((size_t)s->M * s->ldc, &seed);
   j->bias = randbuf((size_t)s->N, &seed);
+  if (s->bf16) {
+    j->Ah = bf16_copy(j->A, (size_t)ar * s->lda);
+    j->Bh = bf16_copy(j->B, (size_t)br * s->ldb);
+    j->Aw = randbuf((size_t)ar * s->lda, &seed);
+    j->Bw = randbuf((size_t)br * s->ldb, &seed);
+  }
   j->ref = malloc(sizeof(double) * s->M * s->N);
   j->fref = malloc(sizeof(double) * s->M * s->N);
   for (int64_t i = 0; i < s->M; i++)
@@ -276,6 +339,20 @@ static void run_lib(job *j, int lib) {
                        s->ldc))
         die("mt_gemm_pack", -1);
       break;
+#if DNNL_VERSION_MAJOR < 3
+    case BF16_NATIVE:
+      DN(dnnl_gemm_bf16bf16f32(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->Ah, s->lda, j->Bh, s->ldb,
+                               s->beta, j->C, s->ldc));
+      break;
+#endif
+    case BF16_EMU: { /* gemm_lowp.c's bf16_emulated: widen both, then dnnl_sgemm */
+      int64_t ar = s->ta == 'N' ? s->M : s->K, br = s->tb == 'N' ? s->K : s->N;
+      for (int64_t i = 0; i < ar * s->lda; i++) j->Aw[i] = from_bf16(j->Ah[i]);
+      for (int64_t i = 0; i < br * s->ldb; i++) j->Bw[i] = from_bf16(j->Bh[i]);
+      DN(dnnl_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->Aw, s->lda, j->Bw, s->ldb, s->beta,
+                    j->C, s->ldc));
+      break;
+    }
     default: break;
   }
 }
@@ -307,12 +384,195 @@ static int cmpd(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static int reps = 15, raw = 0;
+static double ms = 20;
+static int use[NLIB] = {1, 1, 1, 1, 1, 1, 1, 1};
+static const char *tag = "";
+
+/* whether library l computes shape s (fused: a forward of the MLP only;
+ * bf16 shapes: the bf16 paths only) */
+static int applies(const job *j, int l) {
+  if (j->s.bf16) return l == BF16_EMU || (l == BF16_NATIVE && bf16_native());
+  if (l == BF16_NATIVE || l == BF16_EMU) return 0;
+#ifdef HAVE_XSMM
+  if (l == 2 && !j->xk) return 0;
+#endif
+  return l != 3 || j->have_mmf;
+}
+
+/* Checks and times the ns shapes of sh, prints their table (label: what
+ * they are). With record set, also the step's GEMM time at the best
+ * library of each shape: "LIMIT ms_per_step=..." for the bench scripts.
+ * Returns 0, or 1 when a result is wrong. */
+static int run_set(shape *sh, int ns, const char *label, int B, int record) {
+  job *jobs = calloc(ns, sizeof *jobs);
+  int(*ok)[NLIB] = calloc(ns, sizeof *ok);
+  if (!jobs || !ok) die("calloc", 0);
+  for (int s = 0; s < ns; s++) {
+    job *j = &jobs[s];
+    job_init(j, &sh[s], 1234u + 77u * s + B);
+    mm_make(&j->mm, &j->s, 0);
+    if (j->s.fwd) mm_make(&j->mmf, &j->s, 1), j->have_mmf = 1;
+#ifdef HAVE_XSMM
+    j->xk = xsmm_make(&j->s);
+#endif
+    for (int l = 0; l < NLIB; l++) {
+      ok[s][l] = use[l] && applies(j, l);
+      if (!ok[s][l]) continue;
+      double e = check(j, l);
+      /* fp32 accumulation over K <= a few thousand: far below 1e-4 */
+      if (!(e < 1e-4)) {
+        fprintf(stderr, "gemm_shapes: %s at %s (%s): relative error %.3g\n", lib_name[l],
+                j->s.name, label, e);
+        return 1;
+      }
+    }
+  }
+  /* calls per timing: from a first sgemm timing, ms milliseconds' worth */
+  int *iters = calloc(ns, sizeof *iters);
+  for (int s = 0; s < ns; s++) {
+    double t = now();
+    for (int i = 0; i < 3; i++) run_lib(&jobs[s], 0);
+    double per = (now() - t) / 3;
+    iters[s] = (int)(ms * 1e-3 / per) + 1;
+  }
+  /* lib index NLIB: the unfused forward (sgemm + bias + ReLU passes) */
+  double *t = calloc((size_t)ns * (NLIB + 1) * reps, sizeof(double));
+#define T(s, l, r) t[((size_t)(s) * (NLIB + 1) + (l)) * reps + (r)]
+  for (int r = 0; r < reps; r++)
+    for (int s = 0; s < ns; s++)
+      for (int l = 0; l <= NLIB; l++) {
+        job *j = &jobs[s];
+        if (l < NLIB ? !ok[s][l] : !ok[s][3]) continue;
+        run_lib(j, l < NLIB ? l : 0); /* warm */
+        double t0 = now();
+        for (int i = 0; i < iters[s]; i++) l < NLIB ? run_lib(j, l) : run_unfused(j);
+        T(s, l, r) = (now() - t0) / iters[s];
+        if (raw)
+          printf("raw %s %d %s %s %.9g %.6g\n", tag, B, j->s.name,
+                 l < NLIB ? lib_name[l] : "unfused", T(s, l, r), 2.0 * j->s.M * j->s.N * j->s.K);
+      }
+  if (!raw) {
+    printf("\n%-14s       M      N      K  op%s  |  GFLOP/s:", label, record ? "  count" : "");
+    for (int l = 0; l < NLIB; l++)
+      if (use[l]) printf(" %8s", lib_name[l]);
+    printf(" %8s %8s\n", "unfused", "best");
+    double tot[NLIB + 1] = {0}, totfl = 0, best_tot = 0;
+    int complete[NLIB + 1];
+    for (int l = 0; l <= NLIB; l++) complete[l] = 1;
+    long long calls = 0;
+    for (int s = 0; s < ns; s++) {
+      const shape *q = &jobs[s].s;
+      double fl = 2.0 * q->M * q->N * q->K, best = 0;
+      int bl = -1;
+      totfl += fl * q->count;
+      calls += q->count;
+      printf("  %-12s %6lld %6lld %6lld  %c%c", q->name, (long long)q->M, (long long)q->N,
+             (long long)q->K, q->ta, q->tb);
+      if (record) printf(" %6lld", (long long)q->count);
+      printf("   |          ");
+      for (int l = 0; l <= NLIB; l++) {
+        if (l < NLIB && !use[l]) continue;
+        int have = l < NLIB ? ok[s][l] : ok[s][3];
+        if (!have) {
+          printf(" %8s", "-");
+          if (l != 3 && l != NLIB) complete[l] = 0;
+          continue;
+        }
+        qsort(&T(s, l, 0), reps, sizeof(double), cmpd);
+        double med = T(s, l, reps / 2);
+        printf(" %8.1f", fl / med * 1e-9);
+        tot[l] += med * q->count;
+        /* the best library: what computes the shape alone (not fused's
+         * forward with bias and ReLU, not the unfused passes) */
+        if (l < NLIB && l != 3 && (bl < 0 || med < best)) best = med, bl = l;
+      }
+      if (bl < 0) {
+        fprintf(stderr, "gemm_shapes: no library computes %s (%s): see -libs\n", q->name, label);
+        return 1;
+      }
+      best_tot += best * q->count;
+      printf(" %8s\n", lib_name[bl]);
+    }
+    printf("  model GEMMs per step (ms):%s", record ? "       " : "");
+    for (int l = 0; l < NLIB; l++)
+      if (!use[l] || l == 3) continue;
+      else if (complete[l]) printf(" %8.3f", tot[l] * 1e3);
+      else printf(" %8s", "n/a");
+    if (complete[0] && use[0] && tot[0] > 0)
+      printf("   (%.2f GFLOP, sgemm %.1f GFLOP/s)\n", totfl * 1e-9, totfl / tot[0] * 1e-9);
+    else
+      printf("   (%.2f GFLOP)\n", totfl * 1e-9);
+    printf("  at the best library per shape: %.3f ms, %.1f GFLOP/s\n", best_tot * 1e3,
+           totfl / best_tot * 1e-9);
+    if (record)
+      printf("LIMIT ms_per_step=%.6g gflop=%.6g shapes=%d calls=%lld\n", best_tot * 1e3,
+             totfl * 1e-9, ns, calls);
+  }
+  for (int s = 0; s < ns; s++) {
+    job *j = &jobs[s];
+    mm_free(&j->mm);
+    if (j->have_mmf) mm_free(&j->mmf);
+    free(j->A), free(j->B), free(j->C0), free(j->C), free(j->bias), free(j->ref), free(j->fref);
+    free(j->Ah), free(j->Bh), free(j->Aw), free(j->Bw);
+  }
+  free(jobs), free(ok), free(iters), free(t);
+  return 0;
+}
+
+/* A -log_gemm_shapes record (src/nn/gemm_log.h): lines
+ *   KIND TA TB M N K BETA PRECISION COUNT
+ * '#' lines are comments. Operands are dense row-major (lda = K or M, ...).
+ * Returns the number of shapes, -1 after an error message. */
+static int read_record(const char *path, shape *sh, int max) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "gemm_shapes: -shapes: cannot open %s\n", path);
+    return -1;
+  }
+  char line[512];
+  int ns = 0, ln = 0;
+  while (fgets(line, sizeof line, f)) {
+    ln++;
+    char kind[24], ta, tb, prec[8], *p = line;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p == '#' || *p == '\n' || !*p) continue;
+    long long M, N, K, count;
+    float beta;
+    int k = sscanf(p, "%23s %c %c %lld %lld %lld %f %7s %lld", kind, &ta, &tb, &M, &N, &K, &beta,
+                   prec, &count);
+    const char *bad = k != 9 ? "want KIND TA TB M N K BETA PRECISION COUNT"
+                      : strcmp(kind, "gemm") && strcmp(kind, "conv_fwd") &&
+                              strcmp(kind, "conv_bwd_data") && strcmp(kind, "conv_bwd_w")
+                          ? "KIND is not gemm, conv_fwd, conv_bwd_data or conv_bwd_w"
+                      : (ta != 'N' && ta != 'T') || (tb != 'N' && tb != 'T') ? "TA, TB: N or T"
+                      : M < 1 || N < 1 || K < 1 || count < 1 ? "M, N, K and COUNT must be >= 1"
+                      : strcmp(prec, "fp32") && strcmp(prec, "fp16") && strcmp(prec, "bf16")
+                          ? "PRECISION is not fp32, fp16 or bf16"
+                      : ns == max ? "more shapes than gemm_shapes holds"
+                                  : NULL;
+    if (bad) {
+      fprintf(stderr, "gemm_shapes: -shapes %s line %d: %s\n", path, ln, bad);
+      fclose(f);
+      return -1;
+    }
+    /* fp16 is emulated on fp32 operands (gemm_lowp.c): the fp32 libraries */
+    shape q = {"", ta, tb, M, N, K, ta == 'N' ? K : M, tb == 'N' ? N : K, N, beta, 0, 0,
+               !strcmp(prec, "bf16"), count};
+    const char *pre = !strcmp(kind, "gemm") ? "gemm" : !strcmp(kind, "conv_fwd") ? "cfwd"
+                      : !strcmp(kind, "conv_bwd_w") ? "cwgt" : "cdat";
+    snprintf(q.name, sizeof q.name, "%s%d%s", pre, ns + 1, q.bf16 ? "b" : "");
+    sh[ns++] = q;
+  }
+  fclose(f);
+  if (ns == 0) fprintf(stderr, "gemm_shapes: -shapes %s: no shapes in it\n", path);
+  return ns ? ns : -1;
+}
+
 int main(int argc, char **argv) {
   int batch[8] = {64, 128}, nb = 2, hidden[MAXL] = {1024, 1024}, nh = 2, in = 784, out = 10;
-  int reps = 15, raw = 0;
-  double ms = 20;
-  int use[NLIB] = {1, 1, 1, 1, 1, 1};
-  const char *tag = "";
+  const char *record = NULL;
+  int libs_given = 0;
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(o, "-raw")) { raw = 1; continue; }
@@ -325,14 +585,23 @@ int main(int argc, char **argv) {
     else if (!strcmp(o, "-reps")) reps = atoi(v);
     else if (!strcmp(o, "-ms")) ms = atof(v);
     else if (!strcmp(o, "-tag")) tag = v;
-    else if (!strcmp(o, "-libs")) {
-      for (int l = 0; l < NLIB; l++) use[l] = strstr(v, lib_name[l]) != NULL;
+    else if (!strcmp(o, "-shapes")) record = v;
+    else if (!strcmp(o, "-libs")) { /* a comma-separated list of names */
+      libs_given = 1;
+      for (int l = 0; l < NLIB; l++) {
+        size_t n = strlen(lib_name[l]);
+        const char *p = v;
+        use[l] = 0;
+        for (; p && *p; p = strchr(p, ','), p = p ? p + 1 : p)
+          if (!strncmp(p, lib_name[l], n) && (p[n] == ',' || !p[n])) use[l] = 1;
+      }
     } else { fprintf(stderr, "gemm_shapes: unknown option %s\n", o); return 2; }
   }
   if (nb < 1 || nh < 1 || in < 1 || out < 1 || reps < 1 || ms <= 0) {
     fprintf(stderr, "gemm_shapes: bad -batch, -hidden, -in, -out, -reps or -ms\n");
     return 2;
   }
+  if (!record && !libs_given) use[BF16_NATIVE] = use[BF16_EMU] = 0; /* the MLP's are fp32 */
   if (!mt_gemm_pack_available()) use[4] = use[5] = 0;
 #ifndef HAVE_XSMM
   use[2] = 0;
@@ -341,125 +610,44 @@ int main(int argc, char **argv) {
 #endif
   DN(dnnl_engine_create(&eng, dnnl_cpu, 0));
   DN(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
+  if (!bf16_native()) use[BF16_NATIVE] = 0;
+  const dnnl_version_t *ver = dnnl_version();
+  if (!raw)
+    printf("oneDNN %d.%d.%d, 1 thread; ms per timing %.0f, %d interleaved reps, medians; "
+           "bf16 GEMM %s\n", ver->major, ver->minor, ver->patch, ms, reps,
+           bf16_native() ? "native" : "emulated (no bf16 kernel on this CPU)");
+  int rc = 0;
+  if (record) {
+    static shape sh[MAXS];
+    int ns = read_record(record, sh, MAXS);
+    if (ns < 0) return 2;
+    rc = run_set(sh, ns, "record", 0, 1);
+  }
   int dim[MAXL + 1];
   dim[0] = in;
   for (int l = 0; l < nh; l++) dim[l + 1] = hidden[l];
   dim[nh + 1] = out;
   int nl = nh + 1;
-  const dnnl_version_t *ver = dnnl_version();
-  if (!raw)
-    printf("oneDNN %d.%d.%d, 1 thread; ms per timing %.0f, %d interleaved reps, medians\n",
-           ver->major, ver->minor, ver->patch, ms, reps);
-  for (int bi = 0; bi < nb; bi++) {
+  for (int bi = 0; bi < nb && !record && !rc; bi++) {
     int B = batch[bi];
-    shape sh[MAXS];
+    shape sh[3 * MAXL];
     int ns = 0;
     for (int l = 0; l < nl; l++) {
       int IC = dim[l], OC = dim[l + 1];
-      sh[ns++] = (shape){"", 'N', 'T', B, OC, IC, IC, IC, OC, 0.f, 1, l < nl - 1};
+      sh[ns++] = (shape){"", 'N', 'T', B, OC, IC, IC, IC, OC, 0.f, 1, l < nl - 1, 0, 1};
       snprintf(sh[ns - 1].name, sizeof sh[0].name, "fwd%d", l);
       if (l) {
-        sh[ns++] = (shape){"", 'N', 'N', B, IC, OC, OC, IC, IC, 1.f, 0, 0};
+        sh[ns++] = (shape){"", 'N', 'N', B, IC, OC, OC, IC, IC, 1.f, 0, 0, 0, 1};
         snprintf(sh[ns - 1].name, sizeof sh[0].name, "dx%d", l);
       }
-      sh[ns++] = (shape){"", 'T', 'N', OC, IC, B, OC, IC, IC, 1.f, 0, 0};
+      sh[ns++] = (shape){"", 'T', 'N', OC, IC, B, OC, IC, IC, 1.f, 0, 0, 0, 1};
       snprintf(sh[ns - 1].name, sizeof sh[0].name, "dw%d", l);
     }
-    job *jobs = calloc(ns, sizeof *jobs);
-    int ok[MAXS][NLIB];
-    for (int s = 0; s < ns; s++) {
-      job *j = &jobs[s];
-      job_init(j, &sh[s], 1234u + 77u * s + B);
-      mm_make(&j->mm, &j->s, 0);
-      if (j->s.fwd) mm_make(&j->mmf, &j->s, 1), j->have_mmf = 1;
-#ifdef HAVE_XSMM
-      j->xk = xsmm_make(&j->s);
-#endif
-      for (int l = 0; l < NLIB; l++) {
-        ok[s][l] = use[l] && (l != 3 || j->have_mmf);
-#ifdef HAVE_XSMM
-        if (l == 2 && !j->xk) ok[s][l] = 0;
-#endif
-        if (!ok[s][l]) continue;
-        double e = check(j, l);
-        /* fp32 accumulation over K <= a few thousand: far below 1e-4 */
-        if (!(e < 1e-4)) {
-          fprintf(stderr, "gemm_shapes: %s at %s B=%d: relative error %.3g\n", lib_name[l],
-                  j->s.name, B, e);
-          return 1;
-        }
-      }
-    }
-    /* calls per timing: from a first sgemm timing, ms milliseconds' worth */
-    int iters[MAXS];
-    for (int s = 0; s < ns; s++) {
-      double t = now();
-      for (int i = 0; i < 3; i++) run_lib(&jobs[s], 0);
-      double per = (now() - t) / 3;
-      iters[s] = (int)(ms * 1e-3 / per) + 1;
-    }
-    /* lib index NLIB: the unfused forward (sgemm + bias + ReLU passes) */
-    double *t = calloc((size_t)ns * (NLIB + 1) * reps, sizeof(double));
-#define T(s, l, r) t[((size_t)(s) * (NLIB + 1) + (l)) * reps + (r)]
-    for (int r = 0; r < reps; r++)
-      for (int s = 0; s < ns; s++)
-        for (int l = 0; l <= NLIB; l++) {
-          job *j = &jobs[s];
-          if (l < NLIB ? !ok[s][l] : !ok[s][3]) continue;
-          run_lib(j, l < NLIB ? l : 0); /* warm */
-          double t0 = now();
-          for (int i = 0; i < iters[s]; i++) l < NLIB ? run_lib(j, l) : run_unfused(j);
-          T(s, l, r) = (now() - t0) / iters[s];
-          if (raw)
-            printf("raw %s %d %s %s %.9g %.6g\n", tag, B, j->s.name,
-                   l < NLIB ? lib_name[l] : "unfused", T(s, l, r),
-                   2.0 * j->s.M * j->s.N * j->s.K);
-        }
-    if (!raw) {
-      printf("\nbatch %d         M     N     K  op  |  GFLOP/s:", B);
-      for (int l = 0; l < NLIB; l++)
-        if (use[l]) printf(" %8s", lib_name[l]);
-      printf(" %8s\n", "unfused");
-      double tot[NLIB + 1] = {0}, totfl = 0;
-      int complete[NLIB + 1] = {1, 1, 1, 1, 1, 1, 1};
-      for (int s = 0; s < ns; s++) {
-        const shape *q = &jobs[s].s;
-        double fl = 2.0 * q->M * q->N * q->K;
-        totfl += fl;
-        printf("  %-6s  %6lld %5lld %5lld  %c%c   |          ", q->name, (long long)q->M,
-               (long long)q->N, (long long)q->K, q->ta, q->tb);
-        for (int l = 0; l <= NLIB; l++) {
-          if (l < NLIB && !use[l]) continue;
-          int have = l < NLIB ? ok[s][l] : ok[s][3];
-          if (!have) {
-            printf(" %8s", "-");
-            if (l != 3 && l != NLIB) complete[l] = 0;
-            continue;
-          }
-          qsort(&T(s, l, 0), reps, sizeof(double), cmpd);
-          double med = T(s, l, reps / 2);
-          printf(" %8.1f", fl / med * 1e-9);
-          tot[l] += med;
-        }
-        printf("\n");
-      }
-      printf("  model GEMMs per step (ms):     ");
-      for (int l = 0; l < NLIB; l++)
-        if (!use[l] || l == 3) continue;
-        else if (complete[l]) printf(" %8.3f", tot[l] * 1e3);
-        else printf(" %8s", "n/a");
-      printf("   (%.2f GFLOP, sgemm %.1f GFLOP/s)\n", totfl * 1e-9, totfl / tot[0] * 1e-9);
-    }
-    for (int s = 0; s < ns; s++) {
-      mm_free(&jobs[s].mm);
-      if (jobs[s].have_mmf) mm_free(&jobs[s].mmf);
-      free(jobs[s].A), free(jobs[s].B), free(jobs[s].C0), free(jobs[s].C), free(jobs[s].bias);
-      free(jobs[s].ref), free(jobs[s].fref);
-    }
-    free(jobs);
-    free(t);
+    char label[32];
+    snprintf(label, sizeof label, "batch %d", B);
+    rc = run_set(sh, ns, label, B, 0);
   }
   dnnl_stream_destroy(strm);
   dnnl_engine_destroy(eng);
-  return 0;
+  return rc;
 }
