@@ -5,14 +5,17 @@
 #
 # Model: 784-1024-1024-10, ReLU, softmax cross-entropy, SGD momentum 0.9,
 # lr 0.05, batch 128, fp32, Fashion-MNIST.  For each configuration
-# (ranks x threads) mpitrain and every PyTorch setting run alternately R times;
-# the table reports medians.  Builds nothing.  See bench/README.md.
+# (ranks x threads) mpitrain and every PyTorch setting of every torch found
+# (Debian's 1.13 and PyPI's 2.x by default) run alternately R times; after
+# each mpitrain run, bench/gemm_shapes.c times the GEMM shapes of the step
+# it recorded (-log_gemm_shapes): the limit the shares are of. The tables
+# report medians.  Builds gemm_shapes only.  See bench/README.md.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 
 repeats=5
-python=/usr/bin/python3
+pythons="/usr/bin/python3 /opt/torch2/bin/python"
 steps=300
 warmup=30
 settings="default tuned"
@@ -33,7 +36,9 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   DATA_DIR          folder of fashion-mnist-train.h5 (default ./data); made
                     with mt-data when missing
   -r N              repeats per configuration (default $repeats)
-  --python PY       Python with torch (default $python)
+  --pythons "P.."   interpreters with torch, each a column per setting; those
+                    that lack it are left out (default "$pythons")
+  --python PY       one interpreter (--pythons PY)
   --steps N         training steps per rank timed by PyTorch and the cap
                     -max_train_steps_per_epoch of mpitrain (default $steps)
   --warmup N        untimed PyTorch steps first (default $warmup)
@@ -42,7 +47,8 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --per-rank-batch  $batch samples per rank per step on both sides (mpitrain
                     -batch_size $batch*RANKS); default: global batch $batch,
                     i.e. $batch/RANKS per rank, as mpitrain's -batch_size means
-  --peak GFLOPS     fp32 peak per core for the limit column (default $peak)
+  --peak GFLOPS     fp32 peak per core, for the reference line (default $peak);
+                    the %lim columns are shares of the measured GEMM limit
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
   --timeout S       limit for one run in seconds (default $run_timeout)
   --baseline PATH   a second mpitrain (e.g. built from the commit before a
@@ -57,7 +63,7 @@ pos=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-r) repeats=$2; shift 2 ;;
-	--python) python=$2; shift 2 ;;
+	--python|--pythons) pythons=$2; shift 2 ;;
 	--steps) steps=$2; shift 2 ;;
 	--warmup) warmup=$2; shift 2 ;;
 	--settings) settings=$2; shift 2 ;;
@@ -112,13 +118,24 @@ fi
 
 [ "$settings" = none ] && settings=""
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "$0: --baseline $baseline is not executable" >&2; exit 1; }
-[ -z "$settings" ] || "$python" -c 'import torch' 2>/dev/null ||
-	{ echo "$0: $python cannot import torch" >&2; exit 1; }
+. "$here/lib.sh" # median, spread, pick_pythons, gemm_shapes_build, gemm_limit, limit_share
+pys=() tvers=()
+[ -z "$settings" ] || pick_pythons "$pythons"
+[ -z "$settings" ] || [ ${#pys[@]} -gt 0 ] || { echo "$0: no interpreter of \"$pythons\" imports torch" >&2; exit 1; }
+# the PyTorch systems: interpreter index and setting, named by torch version
+systems=()
+for k in "${!pys[@]}"; do for s in $settings; do systems+=("$k:$s"); done; done
+sysname() { echo "torch${tvers[${1%%:*}]}-${1#*:}"; }
+gs=""
+if [ $have_mt = 1 ]; then
+	if gemm_shapes_build "$tmp/gemm_shapes" 2>"$tmp/gemm_shapes.build"; then gs="$tmp/gemm_shapes"
+	else echo "# gemm_shapes did not build (no GEMM limit): $(head -n 1 "$tmp/gemm_shapes.build")"; fi
+fi
 
 # ---- one run of each -------------------------------------------------------
 # Prints samples/s or nothing; the full log stays in $tmp.
-run_mpitrain() { # ranks threads log
-	local r=$1 t=$2 log=$3 backend=sp out b=$batch
+run_mpitrain() { # ranks threads log [record]
+	local r=$1 t=$2 log=$3 rec=${4:-} backend=sp out b=$batch
 	[ "$r" -gt 1 ] && backend=ddp
 	[ "$per_rank_batch" = 1 ] && b=$((batch * r))
 	out=$(mktemp -d "$tmp/out.XXXXXX")
@@ -129,21 +146,19 @@ run_mpitrain() { # ranks threads log
 		-data_train "$h5" -epochs 1 -max_train_steps_per_epoch "$steps" \
 		-max_val_steps_per_epoch 1 -batch_size "$b" -optimizer sgd \
 		-lr 0.05 -momentum 0.9 -threads "$t" -log_every 0 -output_dir "$out" \
-		>"$log" 2>&1
+		${rec:+-log_gemm_shapes "$rec"} >"$log" 2>&1
 	rm -rf "$out"
 	sed -n 's/^RESULT mpitrain .*train_samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1
 }
 
-run_torch() { # ranks threads setting log
-	local r=$1 t=$2 s=$3 log=$4 b=$((batch / $1))
+run_torch() { # ranks threads system log
+	local r=$1 t=$2 s=${3#*:} py=${pys[${3%%:*}]} log=$4 b=$((batch / $1))
 	[ "$per_rank_batch" = 1 ] && b=$batch
-	timeout "$run_timeout" "$python" "$here/torch_mlp.py" --threads "$t" --ranks "$r" \
+	timeout "$run_timeout" "$py" "$here/torch_mlp.py" --threads "$t" --ranks "$r" \
 		--steps "$steps" --warmup "$warmup" --batch "$b" --hidden "$hidden" \
 		--setting "$s" ${torch_data[@]+"${torch_data[@]}"} >"$log" 2>&1
 	sed -n 's/^RESULT torch .*samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1
 }
-
-. "$here/lib.sh" # median, spread
 
 fail() { # what log
 	echo "#   $1 gave no RESULT line; last lines of its log:" >&2
@@ -158,7 +173,7 @@ echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if awk -v l="$load0" 'BEGIN{exit !(l > 0.5)}'; then
 	echo "# WARNING: the machine is busy (load $load0): the figures will be noisy, 2-thread runs most"
 fi
-echo "# torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($python), settings: $settings"
+for k in "${!pys[@]}"; do echo "# torch ${tvers[$k]} (${pys[$k]}), settings: $settings"; done
 echo "# mpitrain: $([ $have_mt = 1 ] && echo "$mpitrain" || echo skipped), data: ${h5}$([ -f "$h5" ] || echo ' (IDX fallback)')"
 echo "# repeats $repeats, $steps steps per run (PyTorch: +$warmup warm-up steps), $([ $per_rank_batch = 1 ] && echo "batch $batch per rank" || echo "global batch $batch (split over the ranks)")"
 
@@ -168,14 +183,21 @@ for c in $configs; do
 	case "$r$t" in ''|*[!0-9]*) echo "$0: bad configuration $c (want RANKSxTHREADS)" >&2; exit 2 ;; esac
 	: >"$tmp/$c.mpitrain"
 	: >"$tmp/$c.baseline"
-	for s in $settings; do : >"$tmp/$c.torch-$s"; done
+	: >"$tmp/$c.limit"
+	for s in "${systems[@]}"; do : >"$tmp/$c.$(sysname "$s")"; done
 	for i in $(seq 1 "$repeats"); do
 		line="# $c run $i:"
 		if [ $have_mt = 1 ]; then
 			log="$tmp/log.$c.mpitrain.$i"
-			v=$(run_mpitrain "$r" "$t" "$log")
+			rec=""; [ -n "$gs" ] && rec="$tmp/shapes.$c.$i"
+			v=$(run_mpitrain "$r" "$t" "$log" "$rec")
 			if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.mpitrain"; else fail "mpitrain $c" "$log"; fi
 			line="$line mpitrain=${v:-fail}"
+			if [ -n "$rec" ] && [ -f "$rec" ]; then # the limit, right after the run
+				lv=$(gemm_limit "$gs" "$rec" "$tmp/log.$c.limit.$i")
+				if [ -n "$lv" ]; then echo "$lv" >>"$tmp/$c.limit"; else fail "gemm_shapes $c" "$tmp/log.$c.limit.$i"; fi
+				line="$line gemm_limit_ms=${lv:-fail}"
+			fi
 			if [ -n "$baseline" ]; then
 				log="$tmp/log.$c.baseline.$i"
 				v=$(mpitrain=$baseline run_mpitrain "$r" "$t" "$log")
@@ -183,16 +205,17 @@ for c in $configs; do
 				line="$line baseline=${v:-fail}"
 			fi
 		fi
-		for s in $settings; do
-			log="$tmp/log.$c.torch-$s.$i"
+		for s in "${systems[@]}"; do
+			n=$(sysname "$s")
+			log="$tmp/log.$c.$n.$i"
 			v=$(run_torch "$r" "$t" "$s" "$log")
 			if [ -n "$v" ]; then
-				echo "$v" >>"$tmp/$c.torch-$s"
-				[ -f "$tmp/$c.blas-$s" ] || sed -n 's/^RESULT torch .*blas=\([^ ]*\).*/\1/p' "$log" >"$tmp/$c.blas-$s"
+				echo "$v" >>"$tmp/$c.$n"
+				[ -f "$tmp/$c.blas-$n" ] || sed -n 's/^RESULT torch .*blas=\([^ ]*\).*/\1/p' "$log" >"$tmp/$c.blas-$n"
 			else
-				fail "torch $s $c" "$log"
+				fail "$n $c" "$log"
 			fi
-			line="$line torch-$s=${v:-fail}"
+			line="$line $n=${v:-fail}"
 		done
 		echo "$line"
 	done
@@ -208,44 +231,56 @@ flops=$(echo "$hidden" | awk -F, -v nin=784 -v nout=10 '{
 	printf "%.0f", 6 * w - 2 * nin * $1 }')
 echo
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# fp32 limit: $(awk -v f="$flops" 'BEGIN{printf "%.2f", f/1e6}') MFLOP/sample at $peak GFLOP/s per core" \
+echo "# for reference, the fp32 peak: $(awk -v f="$flops" 'BEGIN{printf "%.2f", f/1e6}') MFLOP/sample at $peak GFLOP/s per core" \
 	"= $(awk -v f="$flops" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}') samples/s per core"
+echo "# %lim: the share of the GEMM limit measured in this run (below), limit ms/step over measured ms/step"
 echo
-pct() { # value limit
-	[ "$1" = "-" ] && { echo "-"; return; }
-	awk -v a="$1" -v l="$2" 'BEGIN{printf "%.0f%%", 100*a/l}'
-}
+gb() { [ "$per_rank_batch" = 1 ] && echo $((batch * $1)) || echo "$batch"; } # global batch at R ranks
+share() { limit_share "$(median "$tmp/$1.limit" %.4f)" "$2" "$3" "$(gb "$4")" | cut -d' ' -f3; } # config threads samples/s ranks
 # shellcheck disable=SC2059
-fmt="%-6s %5s %7s | %9s %5s | %9s %5s %-8s | %8s\n"
+fmt="%-6s %5s %7s | %9s %5s | %9s %5s %-18s | %8s\n"
 # shellcheck disable=SC2059
-printf "$fmt" config ranks threads mpitrain "%lim" "torch" "%lim" setting "mt/torch"
+printf "$fmt" config ranks threads mpitrain "%lim" "torch" "%lim" system "mt/torch"
 for c in $configs; do
 	r=${c%x*}; t=${c#*x}
-	lim=$(awk -v f="$flops" -v p="$peak" -v n=$((r * t)) 'BEGIN{printf "%.1f", n*p*1e9/f}')
 	mt=$(median "$tmp/$c.mpitrain")
 	best="-"; bests="-"
-	for s in $settings; do
-		m=$(median "$tmp/$c.torch-$s")
+	for s in "${systems[@]}"; do
+		m=$(median "$tmp/$c.$(sysname "$s")")
 		[ "$m" = "-" ] && continue
 		if [ "$best" = "-" ] || awk -v a="$m" -v b="$best" 'BEGIN{exit !(a > b)}'; then
-			best=$m; bests=$s
+			best=$m; bests=$(sysname "$s")
 		fi
 	done
 	ratio="-"
 	[ "$mt" != "-" ] && [ "$best" != "-" ] && ratio=$(awk -v a="$mt" -v b="$best" 'BEGIN{printf "%.2f", a/b}')
 	# shellcheck disable=SC2059
-	printf "$fmt" "$c" "$r" "$t" "$mt" "$(pct "$mt" "$lim")" "$best" "$(pct "$best" "$lim")" "$bests" "$ratio"
+	printf "$fmt" "$c" "$r" "$t" "$mt" "$(share "$c" "$t" "$mt" "$r")" "$best" "$(share "$c" "$t" "$best" "$r")" "$bests" "$ratio"
 done
 echo
-echo "# every setting (median, min-max over $repeats runs, BLAS actually loaded):"
-printf "%-7s %-14s %10s %14s  %s\n" config system "samples/s" "min-max" blas
+echo "# GEMM limit, same run: after each mpitrain run, gemm_shapes timed the GEMMs of its second step"
+echo "# as mpitrain recorded them (-log_gemm_shapes: rank 0's shapes, every thread's calls), on one"
+echo "# thread, each shape at its best library (median over the runs). A rank of T threads: that / T"
+echo "# (its threads split the calls); ranks run at once, each its own: one rank's is the step's."
+echo "# So the limit is every core at the GEMM speed one core gets alone. share = limit / measured."
+printf "%-7s %18s %18s %8s %14s\n" config "GEMM limit ms/step" "measured ms/step" "share" "limit min-max"
+for c in $configs; do
+	r=${c%x*}; t=${c#*x}
+	read -r lim ms sh <<<"$(limit_share "$(median "$tmp/$c.limit" %.4f)" "$t" "$(median "$tmp/$c.mpitrain")" "$(gb "$r")")"
+	printf "%-7s %18s %18s %8s %14s\n" "$c" "$lim" "$ms" "$sh" \
+		"$(sort -g "$tmp/$c.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')"
+done
+echo
+echo "# every system (median, min-max over $repeats runs, BLAS actually loaded):"
+printf "%-7s %-18s %10s %14s  %s\n" config system "samples/s" "min-max" blas
 for c in $configs; do
 	if [ $have_mt = 1 ]; then
-		printf "%-7s %-14s %10s %14s  %s\n" "$c" mpitrain "$(median "$tmp/$c.mpitrain")" "$(spread "$tmp/$c.mpitrain")" "-"
+		printf "%-7s %-18s %10s %14s  %s\n" "$c" mpitrain "$(median "$tmp/$c.mpitrain")" "$(spread "$tmp/$c.mpitrain")" "-"
 	fi
-	for s in $settings; do
-		printf "%-7s %-14s %10s %14s  %s\n" "$c" "torch-$s" "$(median "$tmp/$c.torch-$s")" \
-			"$(spread "$tmp/$c.torch-$s")" "$(cat "$tmp/$c.blas-$s" 2>/dev/null || echo '?')"
+	for s in "${systems[@]}"; do
+		n=$(sysname "$s")
+		printf "%-7s %-18s %10s %14s  %s\n" "$c" "$n" "$(median "$tmp/$c.$n")" \
+			"$(spread "$tmp/$c.$n")" "$(cat "$tmp/$c.blas-$n" 2>/dev/null || echo '?')"
 	done
 done
 if [ -n "$baseline" ] && [ $have_mt = 1 ]; then
