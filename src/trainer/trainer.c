@@ -476,9 +476,10 @@ int mt_trainer_run(mt_trainer *t) {
   }
   MT_CALL(mt_agree(t->comm->world, err));
   /* the record holds float GEMMs on the CPU */
-  MT_CHECK(!c->log_gemm_shapes[0] || (c->dtype == MT_FP32 && !t->gpu), MT_ERR_OPTION,
-           "option -log_gemm_shapes: records the GEMMs of a CPU run in fp32 or mixed precision "
-           "(not -precision fp64, not -device cuda)");
+  MT_CALL(mt_agree(t->comm->world,
+                   !c->log_gemm_shapes[0] || (c->dtype == MT_FP32 && !t->gpu) ? 0
+                   : MT_ERR(MT_ERR_OPTION, "option -log_gemm_shapes: records the GEMMs of a CPU "
+                            "run in fp32 or mixed precision (not -precision fp64, not -device cuda)")));
   MT_CALL(mt_trainer_restart(t));
   /* -device cuda: the host's initialised (or restarted) buffers go up */
   if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 1)));
@@ -568,8 +569,10 @@ int mt_trainer_run(mt_trainer *t) {
       return 0;
     }
   }
-  MT_CHECK(!c->log_gemm_shapes[0] || t->loop->gemm_logged, MT_ERR_OPTION,
-           "option -log_gemm_shapes: the run took fewer than 2 steps (its second is recorded)");
+  MT_CALL(mt_agree(t->comm->world,
+                   !c->log_gemm_shapes[0] || t->loop->gemm_logged ? 0
+                   : MT_ERR(MT_ERR_OPTION, "option -log_gemm_shapes: the run took fewer than 2 "
+                            "steps (its second is recorded)")));
   int restored = 0; /* the epoch whose model the test sets and last line see */
   if (c->restore_best) MT_CALL(mt_best_restore(t, &restored));
   MT_CALL(mt_trainer_params_whole(t));
