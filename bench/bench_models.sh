@@ -9,14 +9,18 @@
 # gpt: the fortunes example (inputs/fortunes-gpt.opts): 4 layers, 4 heads,
 #      embedding 128, block 64, AdamW, batch 32               -> tokens/s
 # For each model and configuration (ranks x threads) mpitrain and every
-# PyTorch setting run alternately R times; the table reports medians.
-# Builds nothing.  See bench/README.md.
+# PyTorch setting of every torch found (Debian's 1.13 and PyPI's 2.x by
+# default) run alternately R times; after each mpitrain run,
+# bench/gemm_shapes.c times the GEMM shapes of the step it recorded
+# (-log_gemm_shapes; convolutions as im2col GEMMs): the limit the %lim
+# columns are shares of. The tables report medians.  Builds gemm_shapes
+# only.  See bench/README.md.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 
 repeats=3
-python=/usr/bin/python3
+pythons="/usr/bin/python3 /opt/torch2/bin/python"
 models="cnn gpt"
 steps_cnn=200
 steps_gpt=60
@@ -37,7 +41,9 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   DATA_DIR          folder of fashion-mnist-train.h5 and fortunes-train.h5
                     (default ./data; see scripts/example.sh, inputs/fortunes-gpt.opts)
   -r N              repeats per configuration (default $repeats)
-  --python PY       Python with torch (default $python)
+  --pythons "P.."   interpreters with torch and h5py, each a column per
+                    setting; those that lack them are left out
+                    (default "$pythons"); --python PY: one
   --models "M.."    cnn, gpt (default "$models")
   --steps-cnn N     timed steps per run (default $steps_cnn); mpitrain runs N
                     steps and times all but its first 5
@@ -46,7 +52,8 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --warmup-gpt N    (default $warmup_gpt)
   --settings "S.."  PyTorch settings: default blas1 tuned tuned1 (default "$settings")
   --configs "C.."   RANKSxTHREADS list (default "$configs")
-  --peak GFLOPS     fp32 peak per core for the %lim columns (default $peak)
+  --peak GFLOPS     fp32 peak per core, for the reference line (default $peak);
+                    %lim is the share of the GEMM limit measured in the run
   --timeout S       limit for one run in seconds (default $run_timeout)
   --baseline PATH   a second mpitrain (e.g. built from the commit before a
                     change), run right after MPITRAIN in every repeat: its
@@ -60,7 +67,7 @@ pos=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-r) repeats=$2; shift 2 ;;
-	--python) python=$2; shift 2 ;;
+	--python|--pythons) pythons=$2; shift 2 ;;
 	--models) models=$2; shift 2 ;;
 	--steps-cnn) steps_cnn=$2; shift 2 ;;
 	--steps-gpt) steps_gpt=$2; shift 2 ;;
@@ -88,13 +95,21 @@ done
 [ -x "$mpitrain" ] || { echo "$0: $mpitrain is not executable (build with scripts/build.sh)" >&2; exit 1; }
 [ "$settings" = none ] && settings=""
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "$0: --baseline $baseline is not executable" >&2; exit 1; }
-[ -z "$settings" ] || "$python" -c 'import torch, h5py' 2>/dev/null ||
-	{ echo "$0: $python cannot import torch and h5py" >&2; exit 1; }
+. "$here/lib.sh" # median, spread, pick_pythons, gemm_shapes_build, gemm_limit, limit_share
+pys=() tvers=()
+[ -z "$settings" ] || pick_pythons "$pythons" h5py
+[ -z "$settings" ] || [ ${#pys[@]} -gt 0 ] || { echo "$0: no interpreter of \"$pythons\" imports torch and h5py" >&2; exit 1; }
+systems=() # interpreter index:setting, named by torch version
+for k in "${!pys[@]}"; do for s in $settings; do systems+=("$k:$s"); done; done
+sysname() { echo "torch${tvers[${1%%:*}]}-${1#*:}"; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_models.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
+gs=""
+if gemm_shapes_build "$tmp/gemm_shapes" 2>"$tmp/gemm_shapes.build"; then gs="$tmp/gemm_shapes"
+else echo "# gemm_shapes did not build (no GEMM limit): $(head -n 1 "$tmp/gemm_shapes.build")"; fi
 
 # ---- per-model settings ------------------------------------------------------
 # FLOP per sample trained (forward 2 x MACs, backward twice that):
@@ -111,10 +126,11 @@ flops_per_unit() { # model -> FLOP per sample (cnn) or per token (gpt)
 	fi
 }
 unit() { [ "$1" = cnn ] && echo "samples/s" || echo "tokens/s"; }
+per_step() { [ "$1" = cnn ] && echo 128 || echo $((32 * 64)); } # units per global step
 mult() { [ "$1" = cnn ] && echo 1 || echo 64; } # samples/s -> unit/s (gpt: x block)
 
-run_mpitrain() { # model ranks threads log
-	local model=$1 r=$2 t=$3 log=$4 backend=sp out
+run_mpitrain() { # model ranks threads log [record]
+	local model=$1 r=$2 t=$3 log=$4 rec=${5:-} backend=sp out
 	[ "$r" -gt 1 ] && backend=ddp
 	out=$(mktemp -d "$tmp/out.XXXXXX")
 	local opts
@@ -133,25 +149,23 @@ run_mpitrain() { # model ranks threads log
 		-x OMP_NUM_THREADS ${MPIRUN_ARGS:-} \
 		"$mpitrain" -backend "$backend" "${opts[@]}" -data_train "$(data_file "$model")" \
 		-max_val_steps_per_epoch 1 -threads "$t" -log_every 0 -checkpoint_at_end 0 \
-		-output_dir "$out" >"$log" 2>&1
+		-output_dir "$out" ${rec:+-log_gemm_shapes "$rec"} >"$log" 2>&1
 	rm -rf "$out"
 	sed -n 's/^RESULT mpitrain .*train_samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1 |
 		awk -v k="$(mult "$model")" '{printf "%.1f\n", $1 * k}'
 }
 
-run_torch() { # model ranks threads setting log
-	local model=$1 r=$2 t=$3 s=$4 log=$5 steps warmup b
+run_torch() { # model ranks threads system log
+	local model=$1 r=$2 t=$3 s=${4#*:} py=${pys[${4%%:*}]} log=$5 steps warmup b
 	if [ "$model" = cnn ]; then steps=$steps_cnn; warmup=$warmup_cnn; b=$((128 / r))
 	else steps=$steps_gpt; warmup=$warmup_gpt; b=$((32 / r)); fi
-	timeout "$run_timeout" "$python" "$here/torch_models_bench.py" --model "$model" \
+	timeout "$run_timeout" "$py" "$here/torch_models_bench.py" --model "$model" \
 		--threads "$t" --ranks "$r" --steps "$steps" --warmup "$warmup" --batch "$b" \
 		--setting "$s" --data "$(data_file "$model")" >"$log" 2>&1
 	sed -n 's/^RESULT torch .*samples_per_s=\([0-9.eE+-]*\).*/\1/p' "$log" | tail -n 1 |
 		awk -v k="$(mult "$model")" '{printf "%.1f\n", $1 * k}'
 }
 
-. "$here/lib.sh" # median, spread
-pct() { [ "$1" = "-" ] && { echo "-"; return; }; awk -v a="$1" -v l="$2" 'BEGIN{printf "%.0f%%", 100*a/l}'; }
 gt() { awk -v a="$1" -v b="$2" 'BEGIN{exit !(a > b)}'; }
 fail() {
 	echo "#   $1 gave no RESULT line; last lines of its log:" >&2
@@ -161,7 +175,8 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # ---- header -------------------------------------------------------------------
 echo "# bench_models: $models; $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -n), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "# torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($python), settings: $settings; mpitrain: $mpitrain"
+for k in "${!pys[@]}"; do echo "# torch ${tvers[$k]} (${pys[$k]}), settings: $settings"; done
+echo "# mpitrain: $mpitrain"
 echo "# repeats $repeats; steps cnn $steps_cnn (torch +$warmup_cnn warm-up), gpt $steps_gpt (torch +$warmup_gpt); global batch split over the ranks"
 echo "# load average before: $(load)"
 
@@ -172,24 +187,32 @@ for m in $models; do
 		case "$r$t" in ''|*[!0-9]*) echo "$0: bad configuration $c" >&2; exit 2 ;; esac
 		: >"$tmp/$m.$c.mpitrain"
 		: >"$tmp/$m.$c.baseline"
-		for s in $settings; do : >"$tmp/$m.$c.torch-$s"; done
+		: >"$tmp/$m.$c.limit"
+		for s in "${systems[@]}"; do : >"$tmp/$m.$c.$(sysname "$s")"; done
 		for i in $(seq 1 "$repeats"); do
 			line="# $m $c run $i (load $(cut -d' ' -f1 /proc/loadavg)):"
 			log="$tmp/log.$m.$c.mpitrain.$i"
-			v=$(run_mpitrain "$m" "$r" "$t" "$log")
+			rec=""; [ -n "$gs" ] && rec="$tmp/shapes.$m.$c.$i"
+			v=$(run_mpitrain "$m" "$r" "$t" "$log" "$rec")
 			if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.mpitrain"; else fail "mpitrain $m $c" "$log"; fi
 			line="$line mpitrain=${v:-fail}"
+			if [ -n "$rec" ] && [ -f "$rec" ]; then # the limit, right after the run
+				lv=$(gemm_limit "$gs" "$rec" "$tmp/log.$m.$c.limit.$i")
+				if [ -n "$lv" ]; then echo "$lv" >>"$tmp/$m.$c.limit"; else fail "gemm_shapes $m $c" "$tmp/log.$m.$c.limit.$i"; fi
+				line="$line gemm_limit_ms=${lv:-fail}"
+			fi
 			if [ -n "$baseline" ]; then
 				log="$tmp/log.$m.$c.baseline.$i"
 				v=$(mpitrain=$baseline run_mpitrain "$m" "$r" "$t" "$log")
 				if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.baseline"; else fail "baseline $m $c" "$log"; fi
 				line="$line baseline=${v:-fail}"
 			fi
-			for s in $settings; do
-				log="$tmp/log.$m.$c.torch-$s.$i"
+			for s in "${systems[@]}"; do
+				n=$(sysname "$s")
+				log="$tmp/log.$m.$c.$n.$i"
 				v=$(run_torch "$m" "$r" "$t" "$s" "$log")
-				if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.torch-$s"; else fail "torch $s $m $c" "$log"; fi
-				line="$line torch-$s=${v:-fail}"
+				if [ -n "$v" ]; then echo "$v" >>"$tmp/$m.$c.$n"; else fail "$n $m $c" "$log"; fi
+				line="$line $n=${v:-fail}"
 			done
 			echo "$line"
 		done
@@ -198,30 +221,30 @@ done
 echo "# load average after: $(load)"
 
 # ---- tables -------------------------------------------------------------------
-fmt="%-4s %-6s | %10s %5s | %10s %5s %-8s | %8s\n"
+fmt="%-4s %-6s | %10s %5s | %10s %5s %-18s | %8s\n"
+share() { limit_share "$(median "$tmp/$1.$2.limit" %.4f)" "$3" "$4" "$(per_step "$1")" | cut -d' ' -f3; } # model config threads rate
 for m in $models; do
 	f=$(flops_per_unit "$m")
 	percore=$(awk -v f="$f" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}')
 	echo
-	echo "# $m: $(unit "$m"); fp32 limit $(awk -v f="$f" 'BEGIN{printf "%.2f", f/1e6}') MFLOP per $([ "$m" = cnn ] && echo sample || echo token)" \
-		"at $peak GFLOP/s = $percore $(unit "$m") per core"
+	echo "# $m: $(unit "$m"); for reference, the fp32 peak: $(awk -v f="$f" 'BEGIN{printf "%.2f", f/1e6}') MFLOP per $([ "$m" = cnn ] && echo sample || echo token)" \
+		"at $peak GFLOP/s = $percore $(unit "$m") per core; %lim: share of the GEMM limit measured in this run"
 	# shellcheck disable=SC2059
-	printf "$fmt" model config mpitrain "%lim" torch "%lim" setting mt/torch
+	printf "$fmt" model config mpitrain "%lim" torch "%lim" system mt/torch
 	mt2="-"; t2="-"; t2c=""; mt2c=""
 	for c in $configs; do
 		r=${c%x*}; t=${c#*x}
-		lim=$((percore * r * t))
 		mt=$(median "$tmp/$m.$c.mpitrain")
 		best="-"; bests="-"
-		for s in $settings; do
-			v=$(median "$tmp/$m.$c.torch-$s")
+		for s in "${systems[@]}"; do
+			v=$(median "$tmp/$m.$c.$(sysname "$s")")
 			[ "$v" = "-" ] && continue
-			if [ "$best" = "-" ] || gt "$v" "$best"; then best=$v; bests=$s; fi
+			if [ "$best" = "-" ] || gt "$v" "$best"; then best=$v; bests=$(sysname "$s"); fi
 		done
 		ratio="-"
 		[ "$mt" != "-" ] && [ "$best" != "-" ] && ratio=$(awk -v a="$mt" -v b="$best" 'BEGIN{printf "%.2f", a/b}')
 		# shellcheck disable=SC2059
-		printf "$fmt" "$m" "$c" "$mt" "$(pct "$mt" "$lim")" "$best" "$(pct "$best" "$lim")" "$bests" "$ratio"
+		printf "$fmt" "$m" "$c" "$mt" "$(share "$m" "$c" "$t" "$mt")" "$best" "$(share "$m" "$c" "$t" "$best")" "$bests" "$ratio"
 		# the goal compares the best of each side on the whole machine (all configs)
 		if [ "$mt" != "-" ] && { [ "$mt2" = "-" ] || gt "$mt" "$mt2"; }; then mt2=$mt; mt2c=$c; fi
 		if [ "$best" != "-" ] && { [ "$t2" = "-" ] || gt "$best" "$t2"; }; then t2=$best; t2c="$c $bests"; fi
@@ -234,12 +257,28 @@ for m in $models; do
 	fi
 done
 echo
+echo "# GEMM limit, same run: after each mpitrain run, gemm_shapes timed the GEMMs of its second step"
+echo "# as mpitrain recorded them (-log_gemm_shapes: rank 0's shapes, every thread's calls; each"
+echo "# convolution pass as its im2col GEMM: the im2col-GEMM limit), on one thread, each shape at its"
+echo "# best library (median over the runs). A rank of T threads: that / T (its threads split the"
+echo "# calls); ranks run at once, each its own. share = limit / measured."
+printf "%-4s %-7s %18s %18s %8s %14s\n" model config "GEMM limit ms/step" "measured ms/step" share "limit min-max"
+for m in $models; do
+	for c in $configs; do
+		t=${c#*x}
+		read -r lim ms sh <<<"$(limit_share "$(median "$tmp/$m.$c.limit" %.4f)" "$t" "$(median "$tmp/$m.$c.mpitrain")" "$(per_step "$m")")"
+		printf "%-4s %-7s %18s %18s %8s %14s\n" "$m" "$c" "$lim" "$ms" "$sh" \
+			"$(sort -g "$tmp/$m.$c.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')"
+	done
+done
+echo
 echo "# every run set (median, min-max over $repeats runs):"
 for m in $models; do
 	for c in $configs; do
-		printf "%-4s %-5s %-14s %10s %14s\n" "$m" "$c" mpitrain "$(median "$tmp/$m.$c.mpitrain")" "$(spread "$tmp/$m.$c.mpitrain")"
-		for s in $settings; do
-			printf "%-4s %-5s %-14s %10s %14s\n" "$m" "$c" "torch-$s" "$(median "$tmp/$m.$c.torch-$s")" "$(spread "$tmp/$m.$c.torch-$s")"
+		printf "%-4s %-5s %-18s %10s %14s\n" "$m" "$c" mpitrain "$(median "$tmp/$m.$c.mpitrain")" "$(spread "$tmp/$m.$c.mpitrain")"
+		for s in "${systems[@]}"; do
+			n=$(sysname "$s")
+			printf "%-4s %-5s %-18s %10s %14s\n" "$m" "$c" "$n" "$(median "$tmp/$m.$c.$n")" "$(spread "$tmp/$m.$c.$n")"
 		done
 	done
 done
