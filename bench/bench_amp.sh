@@ -12,15 +12,19 @@
 # Five variants per model and configuration, run in turn R times (the order
 # rotated by one each repeat): mpitrain -backend sp, sp-amp -amp_dtype bf16,
 # sp-amp-apex -amp_dtype bf16, PyTorch fp32, PyTorch --amp bf16 (CPU
-# autocast).  Medians; the ratios against the goals of issue 6 (bf16 >= 1.6x
-# mpitrain's fp32 and >= 1.5x PyTorch's bf16 autocast).  Builds nothing.
-# See bench/README.md.
+# autocast; each torch found: Debian's 1.13 and PyPI's 2.x by default, the
+# tables taking the faster of them).  Medians; the ratios against the goals
+# of issue 6 (bf16 >= 1.6x mpitrain's fp32 and >= 1.5x PyTorch's bf16
+# autocast).  After each mpitrain run bench/gemm_shapes.c times the GEMM
+# shapes of the step it recorded (-log_gemm_shapes; bf16 ones through the
+# path mt_gemm_lowp takes on this CPU): the share of that limit per
+# variant.  Builds gemm_shapes only.  See bench/README.md.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 
 repeats=3
-python=/usr/bin/python3
+pythons="/usr/bin/python3 /opt/torch2/bin/python"
 models="mlp cnn gpt"
 configs="1x1"
 steps=""
@@ -53,7 +57,8 @@ usage: $0 [options] MPITRAIN DATA_DIR
   --variants "V.."  subset of "$variants"
   --setting S       PyTorch setting, default or tuned (OpenMP OpenBLAS, see
                     bench/README.md; default $setting)
-  --python PY       Python with torch and h5py (default $python)
+  --pythons "P.."   interpreters with torch and h5py; those that lack them
+                    are left out (default "$pythons"); --python PY: one
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
   --timeout S       limit for one run in seconds (default $run_timeout)
 Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments).
@@ -70,7 +75,7 @@ while [ $# -gt 0 ]; do
 	--configs) configs=$2; shift 2 ;;
 	--variants) variants=$2; shift 2 ;;
 	--setting) setting=$2; shift 2 ;;
-	--python) python=$2; shift 2 ;;
+	--python|--pythons) pythons=$2; shift 2 ;;
 	--mt-data) mt_data=$2; shift 2 ;;
 	--timeout) run_timeout=$2; shift 2 ;;
 	-h|--help) usage; exit 0 ;;
@@ -101,12 +106,19 @@ for c in $configs; do
 	if [ "$r" -lt 1 ] || [ "$t" -lt 1 ]; then echo "$0: bad configuration $c" >&2; exit 2; fi
 done
 [ -x "$mpitrain" ] || { echo "$0: $mpitrain is not executable (build with scripts/build.sh)" >&2; exit 1; }
-"$python" -c 'import torch, h5py' 2>/dev/null || { echo "$0: $python cannot import torch and h5py" >&2; exit 1; }
+. "$here/lib.sh" # median, spread, pick_pythons, gemm_shapes_build, gemm_limit, limit_share
+pys=() tvers=()
+case " $variants " in *" pt-"*) pick_pythons "$pythons" h5py
+	[ ${#pys[@]} -gt 0 ] || { echo "$0: no interpreter of \"$pythons\" imports torch and h5py" >&2; exit 1; } ;;
+esac
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_amp.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
+gs=""
+if gemm_shapes_build "$tmp/gemm_shapes" 2>"$tmp/gemm_shapes.build"; then gs="$tmp/gemm_shapes"
+else echo "# gemm_shapes did not build (no GEMM limit): $(head -n 1 "$tmp/gemm_shapes.build")"; fi
 
 # ---- data (made as bench_mlp.sh and inputs/fortunes-gpt.opts say) ----------
 data_file() { [ "$1" = gpt ] && echo "$datadir/fortunes-train.h5" || echo "$datadir/fashion-mnist-train.h5"; }
@@ -162,8 +174,8 @@ mt_opts() { # model -> the mpitrain options of bench_mlp.sh / bench_models.sh
 
 # ---- one run ------------------------------------------------------------------
 # Prints the figure in the model's unit, or nothing; the log stays in $tmp.
-run_mpitrain() { # model ranks threads variant log
-	local m=$1 r=$2 t=$3 v=$4 log=$5 out backend amp=()
+run_mpitrain() { # model ranks threads variant log [record]
+	local m=$1 r=$2 t=$3 v=$4 log=$5 rec=${6:-} out backend amp=()
 	case "$v" in
 	mt-fp32) backend=sp ;;
 	mt-amp) backend=sp-amp; amp=(-amp_dtype bf16) ;;
@@ -177,7 +189,7 @@ run_mpitrain() { # model ranks threads variant log
 		"$mpitrain" -backend "$backend" ${amp[@]+"${amp[@]}"} $(mt_opts "$m") \
 		-data_train "$(data_file "$m")" -epochs 1 -max_train_steps_per_epoch "$(steps_of "$m")" \
 		-max_val_steps_per_epoch 1 -threads "$t" -log_every 0 -checkpoint_at_end 0 \
-		-output_dir "$out" >"$log" 2>&1
+		-output_dir "$out" ${rec:+-log_gemm_shapes "$rec"} >"$log" 2>&1
 	rm -rf "$out"
 	# a bf16 run must say so on its amp line
 	[ ${#amp[@]} = 0 ] || grep -q '^amp: .*bf16 compute' "$log" || return 0
@@ -185,8 +197,8 @@ run_mpitrain() { # model ranks threads variant log
 		awk -v k="$(mult "$m")" '{printf "%.1f\n", $1 * k}'
 }
 
-run_torch() { # model ranks threads variant log
-	local m=$1 r=$2 t=$3 v=$4 log=$5 dtype=none b script args
+run_torch() { # model ranks threads variant@interpreter-index log
+	local m=$1 r=$2 t=$3 v=${4%@*} py=${pys[${4#*@}]} log=$5 dtype=none b script args
 	[ "$v" = pt-bf16 ] && dtype=bf16
 	b=$(($(batch_of "$m") / r))
 	if [ "$m" = mlp ]; then
@@ -194,14 +206,13 @@ run_torch() { # model ranks threads variant log
 	else
 		script=torch_models_bench.py; args=(--model "$m")
 	fi
-	timeout "$run_timeout" "$python" "$here/$script" "${args[@]}" --threads "$t" --ranks "$r" \
+	timeout "$run_timeout" "$py" "$here/$script" "${args[@]}" --threads "$t" --ranks "$r" \
 		--steps "$(steps_of "$m")" --warmup "$(warmup_of "$m")" --batch "$b" --setting "$setting" \
 		--amp "$dtype" --data "$(data_file "$m")" >"$log" 2>&1
 	sed -n "s/^RESULT torch .* amp=$dtype .*samples_per_s=\([0-9.eE+-]*\).*/\1/p" "$log" | tail -n 1 |
 		awk -v k="$(mult "$m")" '{printf "%.1f\n", $1 * k}'
 }
 
-. "$here/lib.sh" # median, spread
 ratio() { # a b -> a/b or "-"
 	{ [ "$1" = "-" ] || [ "$2" = "-" ]; } && { echo "-"; return; }
 	awk -v a="$1" -v b="$2" 'BEGIN{if (b > 0) printf "%.2f\n", a/b; else print "-"}'
@@ -220,7 +231,8 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 # ---- header -------------------------------------------------------------------
 echo "# bench_amp: $models; configs $configs; $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -n), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# cpu bf16: $(grep -o -w -m1 -e avx512_bf16 -e amx_bf16 /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "# torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) ($python), setting $setting; mpitrain: $mpitrain"
+for k in "${!pys[@]}"; do echo "# torch ${tvers[$k]} (${pys[$k]}), setting $setting"; done
+echo "# mpitrain: $mpitrain"
 echo "# repeats $repeats; steps $(for m in $models; do printf '%s %s (torch +%s warm-up) ' "$m" "$(steps_of "$m")" "$(warmup_of "$m")"; done)"
 echo "# variants: $variants"
 load0=$(cut -d' ' -f1 /proc/loadavg)
@@ -230,25 +242,36 @@ if awk -v l="$load0" 'BEGIN{exit !(l > 0.5)}'; then
 fi
 
 # ---- runs ---------------------------------------------------------------------
-read -r -a vlist <<<"$variants"
+# the PyTorch variants once per interpreter: pt-fp32@K, K its index in pys
+vlist=()
+for v in $variants; do
+	case "$v" in pt-*) for k in "${!pys[@]}"; do vlist+=("$v@$k"); done ;; *) vlist+=("$v") ;; esac
+done
 nv=${#vlist[@]}
+vname() { case "$1" in *@*) echo "torch${tvers[${1#*@}]}-${1%@*}" | sed 's/-pt-/-/' ;; *) echo "$1" ;; esac; }
 for m in $models; do
 	for c in $configs; do
 		r=${c%x*}; t=${c#*x}
-		for v in "${vlist[@]}"; do : >"$tmp/$m.$c.$v"; done
+		for v in "${vlist[@]}"; do : >"$tmp/$m.$c.$v"; : >"$tmp/$m.$c.$v.limit"; done
 		for i in $(seq 1 "$repeats"); do
 			line="# $m $c run $i (load $(cut -d' ' -f1 /proc/loadavg)):"
 			for k in $(seq 0 $((nv - 1))); do
 				v=${vlist[$(((k + i - 1) % nv))]}
 				log="$tmp/log.$m.$c.$v.$i"
 				case "$v" in
-				mt-*) x=$(run_mpitrain "$m" "$r" "$t" "$v" "$log") ;;
+				mt-*) rec=""; [ -n "$gs" ] && rec="$tmp/shapes.$m.$c.$v.$i"
+					x=$(run_mpitrain "$m" "$r" "$t" "$v" "$log" "$rec")
+					if [ -n "$rec" ] && [ -f "$rec" ]; then # the limit, right after the run
+						lv=$(gemm_limit "$gs" "$rec" "$tmp/log.$m.$c.$v.limit.$i")
+						if [ -n "$lv" ]; then echo "$lv" >>"$tmp/$m.$c.$v.limit"; else fail "gemm_shapes $v $m $c" "$tmp/log.$m.$c.$v.limit.$i"; fi
+						line="$line $v.gemm_limit_ms=${lv:-fail}"
+					fi ;;
 				pt-*) x=$(run_torch "$m" "$r" "$t" "$v" "$log")
 					[ -f "$tmp/$m.$c.$v.blas" ] ||
 						sed -n 's/^RESULT torch .* blas=\([^ ]*\).*/\1/p' "$log" >"$tmp/$m.$c.$v.blas" ;;
 				esac
 				if [ -n "$x" ]; then echo "$x" >>"$tmp/$m.$c.$v"; else fail "$v $m $c" "$log"; fi
-				line="$line $v=${x:-fail}"
+				line="$line $(vname "$v")=${x:-fail}"
 			done
 			echo "$line"
 		done
@@ -257,12 +280,32 @@ done
 echo "# load average after: $(load)"
 
 # ---- tables -------------------------------------------------------------------
-med() { [ -f "$tmp/$1.$2.$3" ] && median "$tmp/$1.$2.$3" || echo "-"; }
+med1() { [ -f "$tmp/$1.$2.$3" ] && median "$tmp/$1.$2.$3" || echo "-"; }
+# med MODEL CONFIG VARIANT: its median; a PyTorch variant's: the faster torch's
+med() {
+	case "$3" in
+	pt-*) local k best="-" x
+		for k in "${!pys[@]}"; do
+			x=$(med1 "$1" "$2" "$3@$k")
+			[ "$x" = "-" ] && continue
+			if [ "$best" = "-" ] || awk -v a="$x" -v b="$best" 'BEGIN{exit !(a > b)}'; then best=$x; fi
+		done
+		echo "$best" ;;
+	*) med1 "$@" ;;
+	esac
+}
+# which torch gave med's figure
+medwho() {
+	local k
+	for k in "${!pys[@]}"; do [ "$(med1 "$1" "$2" "$3@$k")" = "$4" ] && { echo "torch${tvers[$k]}"; return; }; done
+	echo "-"
+}
 fmt="%-5s %-5s | %9s %9s %9s | %9s %9s | %8s %9s | %8s %9s | %7s\n"
 goals=0; met=0
 for m in $models; do
 	echo
 	echo "# $m: $(unit "$m"), medians of $repeats"
+	echo "# pt-fp32, pt-bf16: the faster torch ($(for k in "${!pys[@]}"; do printf '%s ' "torch${tvers[$k]}"; done| sed 's/ $//'); which: below)"
 	# shellcheck disable=SC2059
 	printf "$fmt" model conf mt-fp32 mt-amp mt-apex pt-fp32 pt-bf16 amp/fp32 apex/fp32 amp/pt16 apex/pt16 pt16/32
 	for c in $configs; do
@@ -271,6 +314,7 @@ for m in $models; do
 		# shellcheck disable=SC2059
 		printf "$fmt" "$m" "$c" "$f" "$a" "$x" "$p" "$q" "$(ratio "$a" "$f")" "$(ratio "$x" "$f")" \
 			"$(ratio "$a" "$q")" "$(ratio "$x" "$q")" "$(ratio "$q" "$p")"
+		echo "#   $c: pt-fp32 $(medwho "$m" "$c" pt-fp32 "$p"), pt-bf16 $(medwho "$m" "$c" pt-bf16 "$q")"
 	done
 	for c in $configs; do
 		f=$(med "$m" "$c" mt-fp32); q=$(med "$m" "$c" pt-bf16)
@@ -291,6 +335,25 @@ for m in $models; do
 	done
 done
 echo
+echo "# GEMM limit, same run: after each mpitrain run, gemm_shapes timed the GEMMs of its second step as"
+echo "# mpitrain recorded them (-log_gemm_shapes: rank 0's shapes, every thread's calls; convolutions as"
+echo "# their im2col GEMMs; bf16 ones as mt_gemm_lowp runs them here: $([ -n "$gs" ] && "$gs" -shapes /dev/null 2>/dev/null | sed -n 's/.*bf16 GEMM //p' | head -n 1)),"
+echo "# on one thread, each shape at its best library (median over the runs). A rank of T threads: that / T."
+echo "# share = limit / measured."
+printf "%-4s %-5s %-8s %18s %18s %8s %14s\n" model conf variant "GEMM limit ms/step" "measured ms/step" share "limit min-max"
+for m in $models; do
+	for c in $configs; do
+		t=${c#*x}
+		for v in "${vlist[@]}"; do
+			case "$v" in mt-*) ;; *) continue ;; esac
+			read -r lim ms sh <<<"$(limit_share "$(median "$tmp/$m.$c.$v.limit" %.4f)" "$t" "$(med1 "$m" "$c" "$v")" \
+				"$(( $(batch_of "$m") * $(mult "$m") ))")"
+			printf "%-4s %-5s %-8s %18s %18s %8s %14s\n" "$m" "$c" "$v" "$lim" "$ms" "$sh" \
+				"$(sort -g "$tmp/$m.$c.$v.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')"
+		done
+	done
+done
+echo
 echo "# goals met: $met of $goals (bf16 >= ${goal_fp32}x mpitrain fp32, >= ${goal_torch}x PyTorch bf16 autocast; per model, configuration and backend)"
 echo
 echo "# every run set (median, min-max over $repeats runs; PyTorch's BLAS):"
@@ -301,9 +364,9 @@ for m in $models; do
 			b="-"
 			if [ -s "$tmp/$m.$c.$v.blas" ]; then
 				b=$(cat "$tmp/$m.$c.$v.blas")
-				case "$b" in openblas-* | torch-mkl) ;; *) [ "$v" = pt-fp32 ] && warn_blas=$b ;; esac
+				case "$b" in openblas-* | torch-mkl) ;; *) [ "${v%@*}" = pt-fp32 ] && warn_blas=$b ;; esac
 			fi
-			printf "%-4s %-5s %-8s %12s %14s  %s\n" "$m" "$c" "$v" "$(med "$m" "$c" "$v")" \
+			printf "%-4s %-5s %-17s %12s %14s  %s\n" "$m" "$c" "$(vname "$v")" "$(med1 "$m" "$c" "$v")" \
 				"$(spread "$tmp/$m.$c.$v")" "$b"
 		done
 	done

@@ -50,6 +50,7 @@
 #include <libxsmm.h>
 #endif
 #include "nn/gemm_pack.h"
+#include "nn/precision.h" /* mt_float_from_bf16, inline */
 
 #define MAXL 8
 #define MAXS 256 /* shapes of one run: 3 per layer, or a record's lines */
@@ -253,11 +254,11 @@ static uint16_t to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+static float from_bf16(uint16_t h) { return mt_float_from_bf16(h); }
+/* the widening of gemm_lowp.c's emulation (mt_bf16_to_f32's SIMD loop) */
+static void widen(float *restrict d, const uint16_t *restrict h, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) d[i] = mt_float_from_bf16(h[i]);
 }
 /* p (n floats) rounded to bf16 in place, its bits into a new buffer */
 static uint16_t *bf16_copy(float *p, size_t n) {
@@ -347,8 +348,8 @@ static void run_lib(job *j, int lib) {
 #endif
     case BF16_EMU: { /* gemm_lowp.c's bf16_emulated: widen both, then dnnl_sgemm */
       int64_t ar = s->ta == 'N' ? s->M : s->K, br = s->tb == 'N' ? s->K : s->N;
-      for (int64_t i = 0; i < ar * s->lda; i++) j->Aw[i] = from_bf16(j->Ah[i]);
-      for (int64_t i = 0; i < br * s->ldb; i++) j->Bw[i] = from_bf16(j->Bh[i]);
+      widen(j->Aw, j->Ah, ar * s->lda);
+      widen(j->Bw, j->Bh, br * s->ldb);
       DN(dnnl_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->Aw, s->lda, j->Bw, s->ldb, s->beta,
                     j->C, s->ldc));
       break;
