@@ -264,6 +264,7 @@ for m in $models; do
 					if [ -n "$rec" ] && [ -f "$rec" ]; then # the limit, right after the run
 						lv=$(gemm_limit "$gs" "$rec" "$tmp/log.$m.$c.$v.limit.$i")
 						if [ -n "$lv" ]; then echo "$lv" >>"$tmp/$m.$c.$v.limit"; else fail "gemm_shapes $v $m $c" "$tmp/log.$m.$c.$v.limit.$i"; fi
+						[ -n "$x" ] && [ -n "$lv" ] && echo "$x $lv" >>"$tmp/$m.$c.$v.pairs"
 						line="$line $v.gemm_limit_ms=${lv:-fail}"
 					fi ;;
 				pt-*) x=$(run_torch "$m" "$r" "$t" "$v" "$log")
@@ -297,6 +298,7 @@ med() {
 # which torch gave med's figure
 medwho() {
 	local k
+	[ "$4" = "-" ] && { echo "-"; return; }
 	for k in "${!pys[@]}"; do [ "$(med1 "$1" "$2" "$3@$k")" = "$4" ] && { echo "torch${tvers[$k]}"; return; }; done
 	echo "-"
 }
@@ -339,8 +341,8 @@ echo "# GEMM limit, same run: after each mpitrain run, gemm_shapes timed the GEM
 echo "# mpitrain recorded them (-log_gemm_shapes: rank 0's shapes, every thread's calls; convolutions as"
 echo "# their im2col GEMMs; bf16 ones as mt_gemm_lowp runs them here: $([ -n "$gs" ] && "$gs" -shapes /dev/null 2>/dev/null | sed -n 's/.*bf16 GEMM //p' | head -n 1)),"
 echo "# on one thread, each shape at its best library (median over the runs). A rank of T threads: that / T."
-echo "# share = limit / measured."
-printf "%-4s %-5s %-8s %18s %18s %8s %14s\n" model conf variant "GEMM limit ms/step" "measured ms/step" share "limit min-max"
+echo "# share = limit / measured; per-run shares: each run's limit over that run's own ms/step."
+printf "%-4s %-5s %-8s %18s %18s %8s %14s  %s\n" model conf variant "GEMM limit ms/step" "measured ms/step" share "limit min-max" "per-run shares"
 for m in $models; do
 	for c in $configs; do
 		t=${c#*x}
@@ -348,8 +350,9 @@ for m in $models; do
 			case "$v" in mt-*) ;; *) continue ;; esac
 			read -r lim ms sh <<<"$(limit_share "$(median "$tmp/$m.$c.$v.limit" %.4f)" "$t" "$(med1 "$m" "$c" "$v")" \
 				"$(( $(batch_of "$m") * $(mult "$m") ))")"
-			printf "%-4s %-5s %-8s %18s %18s %8s %14s\n" "$m" "$c" "$v" "$lim" "$ms" "$sh" \
-				"$(sort -g "$tmp/$m.$c.$v.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')"
+			printf "%-4s %-5s %-8s %18s %18s %8s %14s  %s\n" "$m" "$c" "$v" "$lim" "$ms" "$sh" \
+				"$(sort -g "$tmp/$m.$c.$v.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')" \
+				"$(run_shares "$tmp/$m.$c.$v.pairs" "$t" "$(( $(batch_of "$m") * $(mult "$m") ))")"
 		done
 	done
 done

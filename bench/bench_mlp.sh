@@ -196,6 +196,7 @@ for c in $configs; do
 			if [ -n "$rec" ] && [ -f "$rec" ]; then # the limit, right after the run
 				lv=$(gemm_limit "$gs" "$rec" "$tmp/log.$c.limit.$i")
 				if [ -n "$lv" ]; then echo "$lv" >>"$tmp/$c.limit"; else fail "gemm_shapes $c" "$tmp/log.$c.limit.$i"; fi
+				[ -n "$v" ] && [ -n "$lv" ] && echo "$v $lv" >>"$tmp/$c.pairs"
 				line="$line gemm_limit_ms=${lv:-fail}"
 			fi
 			if [ -n "$baseline" ]; then
@@ -262,13 +263,15 @@ echo "# GEMM limit, same run: after each mpitrain run, gemm_shapes timed the GEM
 echo "# as mpitrain recorded them (-log_gemm_shapes: rank 0's shapes, every thread's calls), on one"
 echo "# thread, each shape at its best library (median over the runs). A rank of T threads: that / T"
 echo "# (its threads split the calls); ranks run at once, each its own: one rank's is the step's."
-echo "# So the limit is every core at the GEMM speed one core gets alone. share = limit / measured."
-printf "%-7s %18s %18s %8s %14s\n" config "GEMM limit ms/step" "measured ms/step" "share" "limit min-max"
+echo "# So the limit is every core at the GEMM speed one core gets alone. share = limit / measured;"
+echo "# per-run shares: each run's limit over that run's own ms/step."
+printf "%-7s %18s %18s %8s %14s  %s\n" config "GEMM limit ms/step" "measured ms/step" "share" "limit min-max" "per-run shares"
 for c in $configs; do
 	r=${c%x*}; t=${c#*x}
 	read -r lim ms sh <<<"$(limit_share "$(median "$tmp/$c.limit" %.4f)" "$t" "$(median "$tmp/$c.mpitrain")" "$(gb "$r")")"
-	printf "%-7s %18s %18s %8s %14s\n" "$c" "$lim" "$ms" "$sh" \
-		"$(sort -g "$tmp/$c.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')"
+	printf "%-7s %18s %18s %8s %14s  %s\n" "$c" "$lim" "$ms" "$sh" \
+		"$(sort -g "$tmp/$c.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')" \
+		"$(run_shares "$tmp/$c.pairs" "$t" "$(gb "$r")")"
 done
 echo
 echo "# every system (median, min-max over $repeats runs, BLAS actually loaded):"

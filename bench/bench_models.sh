@@ -199,6 +199,7 @@ for m in $models; do
 			if [ -n "$rec" ] && [ -f "$rec" ]; then # the limit, right after the run
 				lv=$(gemm_limit "$gs" "$rec" "$tmp/log.$m.$c.limit.$i")
 				if [ -n "$lv" ]; then echo "$lv" >>"$tmp/$m.$c.limit"; else fail "gemm_shapes $m $c" "$tmp/log.$m.$c.limit.$i"; fi
+				[ -n "$v" ] && [ -n "$lv" ] && echo "$v $lv" >>"$tmp/$m.$c.pairs"
 				line="$line gemm_limit_ms=${lv:-fail}"
 			fi
 			if [ -n "$baseline" ]; then
@@ -261,14 +262,16 @@ echo "# GEMM limit, same run: after each mpitrain run, gemm_shapes timed the GEM
 echo "# as mpitrain recorded them (-log_gemm_shapes: rank 0's shapes, every thread's calls; each"
 echo "# convolution pass as its im2col GEMM: the im2col-GEMM limit), on one thread, each shape at its"
 echo "# best library (median over the runs). A rank of T threads: that / T (its threads split the"
-echo "# calls); ranks run at once, each its own. share = limit / measured."
-printf "%-4s %-7s %18s %18s %8s %14s\n" model config "GEMM limit ms/step" "measured ms/step" share "limit min-max"
+echo "# calls); ranks run at once, each its own. share = limit / measured; per-run shares: each"
+echo "# run's limit over that run's own ms/step."
+printf "%-4s %-7s %18s %18s %8s %14s  %s\n" model config "GEMM limit ms/step" "measured ms/step" share "limit min-max" "per-run shares"
 for m in $models; do
 	for c in $configs; do
 		t=${c#*x}
 		read -r lim ms sh <<<"$(limit_share "$(median "$tmp/$m.$c.limit" %.4f)" "$t" "$(median "$tmp/$m.$c.mpitrain")" "$(per_step "$m")")"
-		printf "%-4s %-7s %18s %18s %8s %14s\n" "$m" "$c" "$lim" "$ms" "$sh" \
-			"$(sort -g "$tmp/$m.$c.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')"
+		printf "%-4s %-7s %18s %18s %8s %14s  %s\n" "$m" "$c" "$lim" "$ms" "$sh" \
+			"$(sort -g "$tmp/$m.$c.limit" 2>/dev/null | awk 'NR==1{lo=$1} {hi=$1} END{if (NR) printf "%.2f-%.2f", lo, hi; else print "-"}')" \
+			"$(run_shares "$tmp/$m.$c.pairs" "$t" "$(per_step "$m")")"
 	done
 done
 echo

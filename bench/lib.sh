@@ -63,3 +63,11 @@ limit_share() {
 		sh = (lim == "-" || ms == "-") ? "-" : sprintf("%.0f%%", 100 * lim / ms)
 		print lim, ms, sh }'
 }
+
+# run_shares FILE THREADS UNITS_PER_STEP: the share of each run's own
+# limit, from FILE's lines "RATE LIMIT_MS" (one per run that gave both),
+# comma-separated; "-" when there are none.
+run_shares() {
+	awk -v t="$2" -v b="$3" '$1 > 0 { s = s (NR > 1 ? "," : "") sprintf("%.0f%%", 100 * ($2 / t) / (1000 * b / $1)) }
+		END { print (s == "" ? "-" : s) }' "$1" 2>/dev/null || echo "-"
+}
