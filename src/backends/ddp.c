@@ -27,11 +27,17 @@
  * ran at about half speed; measured in bench/README.md, "Two cores against
  * one"). So before each bucket's MPI_Allreduce the thread meets the other
  * ranks in an MPI_Ibarrier that it tests between sleeps on its condition
- * variable (10 us doubling to 250 us; a wake-up costs ~30 us of CPU); once the rank's own backward is
- * done (reduce_any waits) it tests without sleeping, as the core is free.
+ * variable, 10 us doubling to 250 us (a wake-up costs ~30 us of CPU). When
+ * the rank's own backward is done (reduce_any waits) the sleeps start
+ * again at 10 us and stop doubling at 80 us: the wait is now the step's
+ * critical path, but the core is not free on a machine that runs more
+ * than the ranks (polling there took as much CPU as the rank's compute).
  * The all-reduce itself then starts with every rank present, so its
- * polling lasts only the transfer. Its CPU and wall time in the calls are
- * reported (b->comm_thread_cpu, b->comm_thread_busy).
+ * polling lasts only the transfer -- unless a rank loses its core during
+ * it (a busy machine: -ddp_allreduce shm, whose waits sleep on a futex,
+ * costs the thread the same there as on an idle machine). Its CPU and
+ * wall time in the calls are reported (b->comm_thread_cpu,
+ * b->comm_thread_busy).
  *
  * -ddp_allreduce shm: each bucket is summed in a shared-memory window
  * instead of by MPI_Allreduce (comm/shm_reduce.h: the node's ranks reduce
@@ -54,10 +60,10 @@
 #include <string.h>
 #include <time.h>
 
-/* The communication thread's sleeps between tests of the rendezvous while
- * the rank computes: short first (the others are often close), then
- * doubling to a bound that caps the latency it adds to a bucket. */
-enum { POLL_FIRST_NS = 10000, POLL_MAX_NS = 250000 };
+/* The communication thread's sleeps between tests of the rendezvous: short
+ * first (the others are often close), then doubling to a bound that caps
+ * the latency it adds to a bucket; a lower bound once the rank waits. */
+enum { POLL_FIRST_NS = 10000, POLL_MAX_NS = 250000, POLL_WAIT_MAX_NS = 80000 };
 
 typedef struct ddp ddp;
 /* One bucket summed over the ranks in place, blocking: -ddp_allreduce's
@@ -135,30 +141,32 @@ static double thread_cpu(void) {
 }
 
 /* The communication thread: returns when every rank of tcomm has called it
- * (an MPI_Ibarrier), sleeping between tests while the rank's backward
- * still runs (see the top of the file). Sleeps on the condition variable,
- * so that reduce_any's wait (main_waits) ends them at once. */
+ * (an MPI_Ibarrier), sleeping between tests (see the top of the file).
+ * Sleeps on the condition variable, so that reduce_any's wait (main_waits)
+ * ends a long sleep at once and the shorter ones begin. */
 static int rendezvous(ddp *d) {
   MPI_Request rq;
   MT_MPI(MPI_Ibarrier(d->tcomm, &rq));
   long ns = POLL_FIRST_NS;
+  int waited = 0; /* main_waits as last seen */
   for (;;) {
     int flag = 0;
     MT_MPI(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE));
     if (flag) return 0;
     pthread_mutex_lock(&d->mu);
-    if (!d->main_waits) {
-      struct timespec until;
-      clock_gettime(CLOCK_MONOTONIC, &until);
-      until.tv_nsec += ns;
-      if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-      }
-      pthread_cond_timedwait(&d->cv, &d->mu, &until);
-      d->tsleeps++;
-      ns = ns * 2 < POLL_MAX_NS ? ns * 2 : POLL_MAX_NS;
+    if (d->main_waits && !waited) ns = POLL_FIRST_NS;
+    waited = d->main_waits;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += ns;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
     }
+    pthread_cond_timedwait(&d->cv, &d->mu, &until);
+    d->tsleeps++;
+    const long cap = waited ? POLL_WAIT_MAX_NS : POLL_MAX_NS;
+    ns = ns * 2 < cap ? ns * 2 : cap;
     pthread_mutex_unlock(&d->mu);
   }
 }
@@ -315,7 +323,7 @@ static int start(mt_backend *b, ddp *d, void *grads, int k) {
 /* Waits until the thread has reduced every bucket; its error if any. */
 static int thread_wait(mt_backend *b, ddp *d) {
   pthread_mutex_lock(&d->mu);
-  d->main_waits = 1; /* the thread's tests need not sleep now */
+  d->main_waits = 1; /* the thread's sleeps shorten (rendezvous) */
   pthread_cond_broadcast(&d->cv);
   while (d->ndone < d->bk.nb) pthread_cond_wait(&d->cv, &d->mu);
   d->main_waits = 0;
