@@ -44,6 +44,7 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --warmup N        untimed PyTorch steps first (default $warmup)
   --settings "S.."  PyTorch settings to try: default, tuned (default "$settings")
   --configs "C.."   RANKSxTHREADS list (default "$configs")
+  --batch N         global batch, split over the ranks (default $batch)
   --per-rank-batch  $batch samples per rank per step on both sides (mpitrain
                     -batch_size $batch*RANKS); default: global batch $batch,
                     i.e. $batch/RANKS per rank, as mpitrain's -batch_size means
@@ -68,6 +69,7 @@ while [ $# -gt 0 ]; do
 	--warmup) warmup=$2; shift 2 ;;
 	--settings) settings=$2; shift 2 ;;
 	--configs) configs=$2; shift 2 ;;
+	--batch) batch=$2; shift 2 ;;
 	--per-rank-batch) per_rank_batch=1; shift ;;
 	--peak) peak=$2; shift 2 ;;
 	--mt-data) mt_data=$2; shift 2 ;;
@@ -82,7 +84,7 @@ mpitrain=${pos[0]:-./mpitrain}
 datadir=${pos[1]:-./data}
 [ -n "$mt_data" ] || mt_data=$(dirname "$mpitrain")/mt-data
 mpirun=${MPIRUN:-mpirun}
-for v in "$repeats" "$steps" "$warmup" "$run_timeout"; do
+for v in "$repeats" "$steps" "$warmup" "$run_timeout" "$batch"; do
 	case "$v" in ''|*[!0-9]*) echo "$0: not a number: $v" >&2; exit 2 ;; esac
 done
 
@@ -178,20 +180,28 @@ echo "# mpitrain: $([ $have_mt = 1 ] && echo "$mpitrain" || echo skipped), data:
 echo "# repeats $repeats, $steps steps per run (PyTorch: +$warmup warm-up steps), $([ $per_rank_batch = 1 ] && echo "batch $batch per rank" || echo "global batch $batch (split over the ranks)")"
 
 # ---- runs ------------------------------------------------------------------
+# Repeats outside, configurations inside: every configuration of repeat i
+# runs within minutes of the others, so the ratios to 1x1 taken per repeat
+# see the same machine.
 for c in $configs; do
 	r=${c%x*}; t=${c#*x}
 	case "$r$t" in ''|*[!0-9]*) echo "$0: bad configuration $c (want RANKSxTHREADS)" >&2; exit 2 ;; esac
 	: >"$tmp/$c.mpitrain"
+	: >"$tmp/$c.mtrep"
+	: >"$tmp/$c.blrep"
 	: >"$tmp/$c.baseline"
 	: >"$tmp/$c.limit"
 	for s in "${systems[@]}"; do : >"$tmp/$c.$(sysname "$s")"; done
-	for i in $(seq 1 "$repeats"); do
-		line="# $c run $i:"
+done
+for i in $(seq 1 "$repeats"); do
+	for c in $configs; do
+		r=${c%x*}; t=${c#*x}
+		line="# $c run $i (load $(cut -d' ' -f1 /proc/loadavg)):"
 		if [ $have_mt = 1 ]; then
 			log="$tmp/log.$c.mpitrain.$i"
 			rec=""; [ -n "$gs" ] && rec="$tmp/shapes.$c.$i"
 			v=$(run_mpitrain "$r" "$t" "$log" "$rec")
-			if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.mpitrain"; else fail "mpitrain $c" "$log"; fi
+			if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.mpitrain"; echo "$i $v" >>"$tmp/$c.mtrep"; else fail "mpitrain $c" "$log"; fi
 			line="$line mpitrain=${v:-fail}"
 			if [ -n "$rec" ] && [ -f "$rec" ]; then # the limit, right after the run
 				lv=$(gemm_limit "$gs" "$rec" "$tmp/log.$c.limit.$i")
@@ -202,7 +212,7 @@ for c in $configs; do
 			if [ -n "$baseline" ]; then
 				log="$tmp/log.$c.baseline.$i"
 				v=$(mpitrain=$baseline run_mpitrain "$r" "$t" "$log")
-				if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.baseline"; else fail "baseline $c" "$log"; fi
+				if [ -n "$v" ]; then echo "$v" >>"$tmp/$c.baseline"; echo "$i $v" >>"$tmp/$c.blrep"; else fail "baseline $c" "$log"; fi
 				line="$line baseline=${v:-fail}"
 			fi
 		fi
@@ -239,9 +249,17 @@ echo
 gb() { [ "$per_rank_batch" = 1 ] && echo $((batch * $1)) || echo "$batch"; } # global batch at R ranks
 share() { limit_share "$(median "$tmp/$1.limit" %.4f)" "$2" "$3" "$(gb "$4")" | cut -d' ' -f3; } # config threads samples/s ranks
 # shellcheck disable=SC2059
-fmt="%-6s %5s %7s | %9s %5s | %9s %5s %-18s | %8s\n"
+fmt="%-6s %5s %7s | %9s %5s %6s | %9s %5s %-18s | %8s\n"
+# per-repeat ratio of a configuration's mpitrain figure to 1x1's of the
+# same repeat, the median over the repeats ("-" without 1x1)
+vs1x1() { # config [mtrep|blrep]
+	local k=${2:-mtrep}
+	[ -s "$tmp/1x1.$k" ] || { echo "-"; return; }
+	awk 'NR == FNR { one[$1] = $2; next } ($1 in one) && one[$1] > 0 { print $2 / one[$1] }' \
+		"$tmp/1x1.$k" "$tmp/$1.$k" | median - "%.2f"
+}
 # shellcheck disable=SC2059
-printf "$fmt" config ranks threads mpitrain "%lim" "torch" "%lim" system "mt/torch"
+printf "$fmt" config ranks threads mpitrain "%lim" "x1x1" "torch" "%lim" system "mt/torch"
 for c in $configs; do
 	r=${c%x*}; t=${c#*x}
 	mt=$(median "$tmp/$c.mpitrain")
@@ -256,7 +274,7 @@ for c in $configs; do
 	ratio="-"
 	[ "$mt" != "-" ] && [ "$best" != "-" ] && ratio=$(awk -v a="$mt" -v b="$best" 'BEGIN{printf "%.2f", a/b}')
 	# shellcheck disable=SC2059
-	printf "$fmt" "$c" "$r" "$t" "$mt" "$(share "$c" "$t" "$mt" "$r")" "$best" "$(share "$c" "$t" "$best" "$r")" "$bests" "$ratio"
+	printf "$fmt" "$c" "$r" "$t" "$mt" "$(share "$c" "$t" "$mt" "$r")" "$(vs1x1 "$c")" "$best" "$(share "$c" "$t" "$best" "$r")" "$bests" "$ratio"
 done
 echo
 echo "# GEMM limit, same run: after each mpitrain run, gemm_shapes timed the GEMMs of its second step"
@@ -289,11 +307,11 @@ done
 if [ -n "$baseline" ] && [ $have_mt = 1 ]; then
 	echo
 	echo "# mpitrain against the baseline $baseline, interleaved in the same run (samples/s):"
-	printf "%-7s %10s %14s %10s %14s %8s\n" config mpitrain "min-max" baseline "min-max" ratio
+	printf "%-7s %10s %14s %6s %10s %14s %6s %8s\n" config mpitrain "min-max" x1x1 baseline "min-max" x1x1 ratio
 	for c in $configs; do
 		a=$(median "$tmp/$c.mpitrain"); b=$(median "$tmp/$c.baseline"); ratio="-"
 		[ "$a" != "-" ] && [ "$b" != "-" ] && ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", a/b}')
-		printf "%-7s %10s %14s %10s %14s %8s\n" "$c" "$a" "$(spread "$tmp/$c.mpitrain")" "$b" \
-			"$(spread "$tmp/$c.baseline")" "$ratio"
+		printf "%-7s %10s %14s %6s %10s %14s %6s %8s\n" "$c" "$a" "$(spread "$tmp/$c.mpitrain")" \
+			"$(vs1x1 "$c")" "$b" "$(spread "$tmp/$c.baseline")" "$(vs1x1 "$c" blrep)" "$ratio"
 	done
 fi

@@ -464,6 +464,9 @@ struct mt_backend {
   double wait_seconds; /* of it: waiting for the last rank to arrive (the
                           ranks' skew; see mt_backend_arrive)              */
   long early_buckets;  /* ddp: buckets started during a backward pass     */
+  double comm_thread_cpu;  /* ddp's communication thread: CPU seconds and   */
+  double comm_thread_busy; /* wall seconds in its rendezvous and all-reduce */
+  long comm_thread_sleeps; /* calls; its sleeps while the others were late  */
   double comm_bytes;   /* bytes all-reduced                                */
   void *data;
   mt_dtype dtype;      /* the buffers' element type (set before setup)      */

@@ -20,6 +20,25 @@
  * buckets; the MPI_Test path is slower than no overlap everywhere (the
  * ranks' cores do the copies, and progress happens only at layer ends).
  *
+ * The thread must not hold a core while it waits for the other ranks to
+ * reach a bucket: a blocking MPI_Allreduce (OpenMPI's) polls until they
+ * do, and that wait lasts most of the backward pass, on the cores the
+ * ranks compute on (2 ranks x 2 threads on 2 cores: each rank's backward
+ * ran at about half speed; measured in bench/README.md, "Two cores against
+ * one"). So before each bucket's MPI_Allreduce the thread meets the other
+ * ranks in an MPI_Ibarrier that it tests between sleeps on its condition
+ * variable, 10 us doubling to 250 us (a wake-up costs ~30 us of CPU). When
+ * the rank's own backward is done (reduce_any waits) the sleeps start
+ * again at 10 us and stop doubling at 80 us: the wait is now the step's
+ * critical path, but the core is not free on a machine that runs more
+ * than the ranks (polling there took as much CPU as the rank's compute).
+ * The all-reduce itself then starts with every rank present, so its
+ * polling lasts only the transfer -- unless a rank loses its core during
+ * it (a busy machine: -ddp_allreduce shm, whose waits sleep on a futex,
+ * costs the thread the same there as on an idle machine). Its CPU and
+ * wall time in the calls are reported (b->comm_thread_cpu,
+ * b->comm_thread_busy).
+ *
  * -ddp_allreduce shm: each bucket is summed in a shared-memory window
  * instead of by MPI_Allreduce (comm/shm_reduce.h: the node's ranks reduce
  * slices of it in place, across nodes the slices are all-reduced by MPI):
@@ -39,6 +58,12 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+/* The communication thread's sleeps between tests of the rendezvous: short
+ * first (the others are often close), then doubling to a bound that caps
+ * the latency it adds to a bucket; a lower bound once the rank waits. */
+enum { POLL_FIRST_NS = 10000, POLL_MAX_NS = 250000, POLL_WAIT_MAX_NS = 80000 };
 
 typedef struct ddp ddp;
 /* One bucket summed over the ranks in place, blocking: -ddp_allreduce's
@@ -58,6 +83,9 @@ struct ddp {
    * MPI_Allreduce (blocking, on a communicator of its own) while the
    * backward goes on; nstarted buckets are handed over, ndone finished */
   int thread_on, stop, ndone, terr;
+  int main_waits;      /* reduce_any waits for the thread: the core is free */
+  double tcpu, tbusy;  /* the thread's CPU and wall seconds in its calls    */
+  long tsleeps;        /* its sleeps while it waited for the other ranks    */
   pthread_t th;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -105,6 +133,44 @@ static int plan(mt_backend *b, size_t n) {
   return 0;
 }
 
+/* The calling thread's CPU time in seconds. */
+static double thread_cpu(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return 0;
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The communication thread: returns when every rank of tcomm has called it
+ * (an MPI_Ibarrier), sleeping between tests (see the top of the file).
+ * Sleeps on the condition variable, so that reduce_any's wait (main_waits)
+ * ends a long sleep at once and the shorter ones begin. */
+static int rendezvous(ddp *d) {
+  MPI_Request rq;
+  MT_MPI(MPI_Ibarrier(d->tcomm, &rq));
+  long ns = POLL_FIRST_NS;
+  int waited = 0; /* main_waits as last seen */
+  for (;;) {
+    int flag = 0;
+    MT_MPI(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE));
+    if (flag) return 0;
+    pthread_mutex_lock(&d->mu);
+    if (d->main_waits && !waited) ns = POLL_FIRST_NS;
+    waited = d->main_waits;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += ns;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&d->cv, &d->mu, &until);
+    d->tsleeps++;
+    const long cap = waited ? POLL_WAIT_MAX_NS : POLL_MAX_NS;
+    ns = ns * 2 < cap ? ns * 2 : cap;
+    pthread_mutex_unlock(&d->mu);
+  }
+}
+
 /* The communication thread: all-reduces the buckets handed over, in
  * order, until told to stop. */
 static void *comm_thread(void *arg) {
@@ -116,8 +182,13 @@ static void *comm_thread(void *arg) {
     const int k = d->ndone;
     char *g = d->tgrads;
     pthread_mutex_unlock(&d->mu);
-    int rc = d->reduce(d, g + d->bk.lo[k] * d->tesz, d->bk.hi[k] - d->bk.lo[k], d->tcomm);
+    const double w0 = mt_now(), c0 = thread_cpu();
+    int rc = d->reduce == mpi_bucket ? rendezvous(d) : 0;
+    if (!rc) rc = d->reduce(d, g + d->bk.lo[k] * d->tesz, d->bk.hi[k] - d->bk.lo[k], d->tcomm);
+    const double c2 = thread_cpu(), w2 = mt_now();
     pthread_mutex_lock(&d->mu);
+    d->tcpu += c2 - c0;
+    d->tbusy += w2 - w0;
     if (rc && !d->terr) {
       d->terr = rc;
       snprintf(d->tmsg, sizeof(d->tmsg), "%s", mt_error_message());
@@ -130,6 +201,16 @@ static void *comm_thread(void *arg) {
   return NULL;
 }
 
+/* A condition variable whose timed waits count on CLOCK_MONOTONIC
+ * (rendezvous' deadlines). */
+static int cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t a;
+  if (pthread_condattr_init(&a)) return 1;
+  int rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC) || pthread_cond_init(cv, &a);
+  pthread_condattr_destroy(&a);
+  return rc;
+}
+
 /* Collective (the communicator's duplicate): every rank calls it. */
 static int thread_start(ddp *d, MPI_Comm comm) {
   MT_MPI(MPI_Comm_dup(comm, &d->tcomm));
@@ -137,7 +218,7 @@ static int thread_start(ddp *d, MPI_Comm comm) {
   if (pthread_mutex_init(&d->mu, NULL)) {
     err = MT_ERR(MT_ERR_LIB, "ddp: cannot make the communication thread's lock "
                  "(-ddp_comm_thread 0 runs without the thread)");
-  } else if (pthread_cond_init(&d->cv, NULL)) {
+  } else if (cond_init_monotonic(&d->cv)) {
     pthread_mutex_destroy(&d->mu);
     err = MT_ERR(MT_ERR_LIB, "ddp: cannot make the communication thread's condition variable "
                  "(-ddp_comm_thread 0 runs without the thread)");
@@ -240,13 +321,19 @@ static int start(mt_backend *b, ddp *d, void *grads, int k) {
 }
 
 /* Waits until the thread has reduced every bucket; its error if any. */
-static int thread_wait(ddp *d) {
+static int thread_wait(mt_backend *b, ddp *d) {
   pthread_mutex_lock(&d->mu);
+  d->main_waits = 1; /* the thread's sleeps shorten (rendezvous) */
+  pthread_cond_broadcast(&d->cv);
   while (d->ndone < d->bk.nb) pthread_cond_wait(&d->cv, &d->mu);
+  d->main_waits = 0;
   int rc = d->terr;
   d->terr = 0;
   d->ndone = 0;
   d->nstarted = 0;
+  b->comm_thread_cpu = d->tcpu;
+  b->comm_thread_busy = d->tbusy;
+  b->comm_thread_sleeps = d->tsleeps;
   pthread_mutex_unlock(&d->mu);
   MT_CHECK(!rc, rc, "ddp: the communication thread's all-reduce: %s", d->tmsg);
   return 0;
@@ -280,7 +367,7 @@ static int reduce_any(mt_backend *b, void *grads, size_t n) {
   if (d->active) {
     for (int k = d->nstarted; k < d->bk.nb; k++) MT_CALL(start(b, d, grads, k));
     if (d->thread_on) {
-      MT_CALL(thread_wait(d)); /* which also resets nstarted, under the lock */
+      MT_CALL(thread_wait(b, d)); /* which also resets nstarted, under the lock */
     } else {
       MT_MPI(MPI_Waitall(d->bk.nb, d->req, MPI_STATUSES_IGNORE));
       d->nstarted = 0;

@@ -609,6 +609,11 @@ int mt_trainer_run(mt_trainer *t) {
                 "%.0f MB, %ld buckets started during the backward%s", secs, share,
                 b->comm_bytes / 1e6, b->early_buckets,
                 b->comm_thread ? " by the communication thread" : "");
+      /* the thread's CPU against its wall time: a thread that polls while
+       * it waits for the other ranks takes the core the rank computes on */
+      if (b->comm_thread_busy > 0)
+        mt_print0(" (its CPU %.2f s in %.2f s of rendezvous and all-reduce, %ld sleeps)",
+                  b->comm_thread_cpu, b->comm_thread_busy, b->comm_thread_sleeps);
     } else {
       /* the bandwidth of the transfers: without the wait for the slowest
        * rank's backward (mt_backend_arrive) */
