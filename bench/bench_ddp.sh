@@ -35,9 +35,9 @@ mpi() { timeout 900 mpirun -np 2 --oversubscribe --bind-to none ${MPIRUN_ARGS:-}
 for i in $(seq "$R"); do
   for ov in 0 1 t s0 st; do
     case $ov in
-    0) flags="-ddp_overlap 0" ;;
-    1) flags="-ddp_overlap 1 -ddp_comm_thread 0" ;;
-    t) flags="-ddp_overlap 1 -ddp_comm_thread 1" ;;
+    0) flags="-ddp_overlap 0 -ddp_allreduce mpi" ;;
+    1) flags="-ddp_overlap 1 -ddp_comm_thread 0 -ddp_allreduce mpi" ;;
+    t) flags="-ddp_overlap 1 -ddp_comm_thread 1 -ddp_allreduce mpi" ;;
     s0) flags="-ddp_overlap 0 -ddp_allreduce shm" ;;
     st) flags="-ddp_overlap 1 -ddp_comm_thread 1 -ddp_allreduce shm" ;;
     esac

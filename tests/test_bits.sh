@@ -80,7 +80,10 @@
 # are not a power of two; the AVX-512 references could not be remade then
 # (no such machine) and were removed; isa-avx2-fma-f16c was made from the
 # commit before that change, checked to differ only there, and remade
-# after it.
+# after it. -ddp_allreduce auto, the CPU's default since issue 21, sums
+# ddp's buckets in the shared-memory window, whose order at 3 ranks is
+# ((a + b) + c) where OpenMPI's MPI_Allreduce has its own: restart3-mlp's
+# weights moved (the only reference that did; remade with --regen).
 # (by hand, top_srcdir is the folder above this script; top_builddir, where
 # tests/h5digest and the other programs are, the current folder)
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"

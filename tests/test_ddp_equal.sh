@@ -66,10 +66,11 @@ same "adamw: ddp 3 ranks x 2 micro-steps == sp" adam1b48 adam3x2
 # overlap: each bucket's all-reduce started during the backward pass
 # (MPI_Iallreduce driven by MPI_Test, -ddp_comm_thread 0; small buckets so
 # that many overlap) against after it (MPI_Allreduce): the same bits at 2
-# ranks (a + b), rounding at 4
+# ranks (a + b), rounding at 4; MPI_Allreduce asked for (-ddp_allreduce
+# mpi: the default, auto, takes the window after the backward)
 for ov in 0 1; do
   run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap $ov \
-    -ddp_comm_thread 0 -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ov$ov"
+    -ddp_comm_thread 0 -ddp_allreduce mpi -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ov$ov"
   [ "$LAST_RC" = 0 ] && pass "ddp 2 ranks -ddp_overlap $ov" || fail "ddp 2 ranks -ddp_overlap $ov" "exit $LAST_RC"
   if [ $ov = 1 ]; then
     expect_output "overlap: buckets start during the backward" "buckets started during the backward"
@@ -78,7 +79,7 @@ for ov in 0 1; do
     expect_no_output "no overlap: no bucket starts during the backward" "started during the backward"
   fi
   run_logged run_mpi 4 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap $ov \
-    -ddp_comm_thread 0 -ddp_bucket_mb 0.01 -output_dir "$WORK/ov4$ov"
+    -ddp_comm_thread 0 -ddp_allreduce mpi -ddp_bucket_mb 0.01 -output_dir "$WORK/ov4$ov"
 done
 run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/ov1/model_final.h5" 0
 [ "$LAST_RC" = 0 ] && pass "overlap on == off at 2 ranks, bit for bit" || fail "overlap on == off at 2 ranks, bit for bit" "differ"
@@ -87,7 +88,7 @@ same "overlapped ddp == sp" sp1 ov1
 # the same buckets all-reduced by a communication thread (-ddp_comm_thread 1)
 for np in 2 4; do
   run_logged run_mpi $np 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_overlap 1 \
-    -ddp_comm_thread 1 -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ovt$np"
+    -ddp_comm_thread 1 -ddp_allreduce mpi -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/ovt$np"
   [ "$LAST_RC" = 0 ] && pass "ddp $np ranks -ddp_comm_thread 1" || fail "ddp $np ranks -ddp_comm_thread 1" "exit $LAST_RC"
   expect_output "the thread all-reduced buckets during the backward" \
     "buckets started during the backward by the communication thread"
@@ -155,7 +156,23 @@ for r in bf16 fp16; do
   [ "$LAST_RC" = 0 ] && pass "$r all-reduce: shm == MPI at 2 ranks, bit for bit" ||
     fail "$r all-reduce: shm == MPI at 2 ranks, bit for bit" "differ"
 done
-expect_error "-ddp_allreduce: mpi or shm" "option -ddp_allreduce: 'nccl' is not mpi or shm" \
+# -ddp_allreduce auto (the default): the window on the CPU, with the
+# communication thread or after the backward; MPI_Allreduce where the
+# buckets overlap without the thread (MPI_Iallreduce and MPI_Test)
+run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -threads 1 -output_dir "$WORK/auto"
+[ "$LAST_RC" = 0 ] && pass "ddp 2 ranks, -ddp_allreduce by default" || fail "ddp 2 ranks, -ddp_allreduce by default" "exit $LAST_RC"
+expect_output "-ddp_allreduce auto: the window by default on the CPU" \
+  "ddp: gradient buckets summed in a shared-memory window (-ddp_allreduce shm), 2 slices per node"
+expect_output "auto: overlapped by the communication thread" \
+  "buckets started during the backward by the communication thread"
+same "ddp by default == sp" sp1 auto
+run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -threads 1 -ddp_comm_thread 0 \
+  -output_dir "$WORK/autont"
+[ "$LAST_RC" = 0 ] && pass "ddp -ddp_comm_thread 0, -ddp_allreduce by default" || fail "ddp -ddp_comm_thread 0, -ddp_allreduce by default" "exit $LAST_RC"
+expect_no_output "auto with MPI_Test's overlap: MPI_Allreduce" "shared-memory window"
+expect_output "auto with MPI_Test's overlap: buckets still start during the backward" \
+  "buckets started during the backward"
+expect_error "-ddp_allreduce: auto, mpi or shm" "option -ddp_allreduce: 'nccl' is not auto, mpi or shm" \
   run_mpi 2 60 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -ddp_allreduce nccl -output_dir "$WORK/shmx"
 expect_error "-ddp_allreduce needs a strategy of several ranks" "option -ddp_allreduce: needs" \
   run_mpi 1 60 "$MPITRAIN" "${common[@]}" -backend sp -ddp_allreduce shm -output_dir "$WORK/shmy"

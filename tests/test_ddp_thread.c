@@ -10,6 +10,7 @@
  * (the thread's sleeps are shorter then); for -ddp_allreduce mpi and shm.
  * Run at 2 and 3 ranks by test_ddp_thread.sh. */
 #include "backends/backends.h"
+#include "comm/shm_reduce.h"
 #include "core/core.h"
 #include "testutil.h"
 
@@ -69,7 +70,6 @@ static int step(mt_backend *b, float *g, size_t n, int s, void (*between)(double
 }
 
 static void run(const char *method) {
-  PetscOptionsSetValue(NULL, "-ddp_allreduce", method);
   mt_param_table tab = {0};
   int64_t sa[1] = {(int64_t)N_A}, sb[1] = {(int64_t)N_B};
   int rc = mt_param_table_add(&tab, "a", 1, sa, 0);
@@ -81,6 +81,7 @@ static void run(const char *method) {
   b->first_bucket_mb = 1.0;
   b->overlap = 1;
   b->comm_thread = 1;
+  b->allreduce = strcmp(method, "shm") ? MT_ALLREDUCE_MPI : MT_ALLREDUCE_SHM;
   b->table = &tab;
   b->dtype = MT_FP32;
   const size_t n = tab.total;

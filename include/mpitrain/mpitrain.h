@@ -467,6 +467,9 @@ struct mt_backend {
   double comm_thread_cpu;  /* ddp's communication thread: CPU seconds and   */
   double comm_thread_busy; /* wall seconds in its rendezvous and all-reduce */
   long comm_thread_sleeps; /* calls; its sleeps while the others were late  */
+  int allreduce;       /* ddp, amp: how buckets are summed, 0 MPI_Allreduce,
+                          1 the node's shared-memory window (-ddp_allreduce,
+                          comm/shm_reduce.h; set before setup)             */
   double comm_bytes;   /* bytes all-reduced                                */
   void *data;
   mt_dtype dtype;      /* the buffers' element type (set before setup)      */

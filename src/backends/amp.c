@@ -68,12 +68,10 @@ static int amp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   d->dtype = (mt_precision)b->reduce_dtype;
   MT_CALL(mt_calloc(&d->lp, n, sizeof(uint16_t), "low-precision gradients"));
   MT_MPI(MPI_Op_create(d->dtype == MT_PREC_BF16 ? sum_bf16 : sum_fp16, 1, &d->op));
-  int method = MT_ALLREDUCE_MPI;
-  MT_CALL(mt_agree(b->comm, mt_allreduce_option(&method)));
-  if (method == MT_ALLREDUCE_SHM) {
+  if (b->allreduce == MT_ALLREDUCE_SHM) {
     MT_CALL(mt_agree(b->comm, mt_shm_create(&d->shm, b->comm, 0, MT_SHM_SYNC_FLAGS)));
-    mt_print0("amp: the %s gradient all-reduce sums in a shared-memory window (-ddp_allreduce "
-              "shm)\n", mt_precision_name(d->dtype));
+    mt_print0("amp: the %s gradient all-reduce sums in a shared-memory window "
+              "(-ddp_allreduce shm)\n", mt_precision_name(d->dtype));
   }
   return 0;
 }

@@ -252,10 +252,9 @@ static void thread_stop(ddp *d) {
 static int ddp_setup(mt_backend *b, float *params, float *grads, size_t n) {
   (void)params, (void)grads;
   ddp *d = NULL;
-  int method = MT_ALLREDUCE_MPI;
+  const int method = b->allreduce;
   int err = mt_calloc(&d, 1, sizeof(*d), "ddp");
   b->data = d;
-  if (!err) err = mt_allreduce_option(&method);
   /* the window's buckets have no non-blocking form: without the
    * communication thread they are reduced after the backward */
   if (!err && method == MT_ALLREDUCE_SHM && !b->comm_thread) b->overlap = 0;

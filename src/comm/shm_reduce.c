@@ -68,16 +68,29 @@ static const size_t esz_[] = {[MT_SHM_F32] = 4, [MT_SHM_F64] = 8, [MT_SHM_BF16] 
 int mt_allreduce_option(int *method) {
   char s[16];
   MT_CALL(mt_option_string(MT_ALLREDUCE_OPTION,
-                           "ddp: how gradient buckets are summed: mpi (MPI_Allreduce) | shm "
-                           "(the node's ranks reduce slices in a shared-memory window; across "
-                           "nodes MPI_Allreduce of the slices)", "mpi", s, sizeof(s)));
-  if (!strcmp(s, "mpi"))
+                           "ddp: how gradient buckets are summed: auto (shm on the CPU, but mpi "
+                           "under -ddp_comm_thread 0 with overlap, and on a GPU) | mpi "
+                           "(MPI_Allreduce) | shm (the node's ranks reduce slices in a "
+                           "shared-memory window; across nodes MPI_Allreduce of the slices)",
+                           "auto", s, sizeof(s)));
+  if (!strcmp(s, "auto"))
+    *method = MT_ALLREDUCE_AUTO;
+  else if (!strcmp(s, "mpi"))
     *method = MT_ALLREDUCE_MPI;
   else if (!strcmp(s, "shm"))
     *method = MT_ALLREDUCE_SHM;
   else
-    return MT_ERR(MT_ERR_OPTION, "option %s: '%s' is not mpi or shm", MT_ALLREDUCE_OPTION, s);
+    return MT_ERR(MT_ERR_OPTION, "option %s: '%s' is not auto, mpi or shm", MT_ALLREDUCE_OPTION,
+                  s);
   return 0;
+}
+
+/* Why shm by default on the CPU (bench/README.md): on 2 ranks it summed
+ * 16-64 MiB at 1.3-1.9x MPI_Allreduce's bus bandwidth (medians), and its
+ * waits sleep where OpenMPI's poll the core a rank computes on. */
+int mt_allreduce_use(int asked, int device, int overlap, int comm_thread) {
+  if (asked != MT_ALLREDUCE_AUTO) return asked;
+  return device || (overlap && !comm_thread) ? MT_ALLREDUCE_MPI : MT_ALLREDUCE_SHM;
 }
 
 /* ------------------------------------------------------------- counters */

@@ -28,14 +28,20 @@ typedef enum { MT_SHM_F32 = 0, MT_SHM_F64, MT_SHM_BF16, MT_SHM_FP16 } mt_shm_typ
  * MPI_Win_sync + MPI_Barrier on the node communicator. */
 enum { MT_SHM_SYNC_FLAGS = 0, MT_SHM_SYNC_BARRIER };
 
-/* The -ddp_allreduce methods. */
-enum { MT_ALLREDUCE_MPI = 0, MT_ALLREDUCE_SHM };
+/* The -ddp_allreduce methods: what the user asks for (auto, the default,
+ * or one of the two), and what a run uses (mpi or shm). */
+enum { MT_ALLREDUCE_MPI = 0, MT_ALLREDUCE_SHM, MT_ALLREDUCE_AUTO };
 #define MT_ALLREDUCE_OPTION "-ddp_allreduce"
-/* Reads -ddp_allreduce (mpi | shm) from the options database into *method
- * (MT_ERR_OPTION naming the option for another value). The config reads it
- * for -help and its checks, ddp and the -amp low-precision reduction where
- * they all-reduce: one name, one default. */
+/* Reads -ddp_allreduce (auto | mpi | shm) from the options database into
+ * *method (MT_ERR_OPTION naming the option for another value). The config
+ * reads it; the trainer gives the backend what mt_allreduce_use makes of
+ * it (mt_backend.allreduce). */
 int mt_allreduce_option(int *method);
+/* The method a run uses for the asked one: auto is shm for host buffers
+ * (device 0) unless the buckets overlap the backward without the
+ * communication thread (MPI_Iallreduce driven by MPI_Test: the window has
+ * no non-blocking form), else mpi. */
+int mt_allreduce_use(int asked, int device, int overlap, int comm_thread);
 
 typedef struct mt_shm_reduce mt_shm_reduce;
 

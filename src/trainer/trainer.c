@@ -11,6 +11,7 @@
 #include "io/modelfile.h"
 #include "io/io.h"
 #include "nn/gemm_log.h"
+#include "comm/shm_reduce.h"
 
 #include <math.h>
 #include <omp.h>
@@ -163,6 +164,8 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   /* DP: reduced after clipping */
   t->backend->overlap = c->ddp_overlap && mt_compute_nthr(t) == 1 && !c->dp;
   t->backend->comm_thread = c->ddp_comm_thread;
+  t->backend->allreduce = mt_allreduce_use(c->ddp_allreduce, t->device >= 0,
+                                           t->backend->overlap, c->ddp_comm_thread);
   t->backend->table = &t->model->params;
   t->backend->dtype = t->dtype;
   t->backend->reduce_dtype = c->ddp_reduce_dtype;
