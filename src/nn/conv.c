@@ -14,7 +14,13 @@
  * X) and, when the primitive prefers another format, an internal buffer
  * with a reorder between the two. Gradients are always produced in an
  * internal buffer and reordered into the user's buffer with a sum post-op,
- * so the backward ADDS as every layer does.
+ * so the backward ADDS as every layer does. With dst_any (mt_conv2d_shape)
+ * the user's output and output gradient are in the blocked layout oneDNN
+ * picks for the forward's output (dst_probe: nChw8c with AVX2, nChw16c
+ * with AVX-512) and the primitives read and write them in place: the CNN
+ * keeps its activations in it from the convolution through the ReLU (a
+ * post-op, shape.relu) to the pool, which writes NCHW, instead of two
+ * reorders of the largest tensors each way per step.
  *
  * The internal buffers and scratchpads of a set are laid out in one arena;
  * sets run one at a time, so they all share it (its size is the largest

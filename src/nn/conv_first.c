@@ -11,8 +11,9 @@
  * Here each output channel block is one vector (8 lanes with AVX2): for
  * every input channel and kernel tap, dw[block][tap] += x[shifted] * dout
  * over the images and positions, one broadcast and one vector FMA per
- * position, the accumulator in a register. The sums run over images, rows,
- * columns in that order, in float as oneDNN's do. */
+ * position, the accumulators in registers. The sums run over images, rows,
+ * columns in that order (four partial sums over the columns), in float as
+ * oneDNN's do. */
 #include "nn/conv_first.h"
 
 #include <string.h>
@@ -21,12 +22,17 @@ int conv_first_fits(const mt_conv2d_shape *s) {
   return s->groups == 1 && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1;
 }
 
-/* One output channel block g of cb lanes (cb a constant after inlining). */
+typedef float v8 __attribute__((vector_size(32)));                /* 8 lanes  */
+typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned */
+
+/* One output channel block g of cb = 8 * nv lanes (nv a constant after
+ * inlining). GCC's vector types keep the accumulators in registers, which
+ * its loop vectoriser had left on the stack (a load and a store per FMA). */
 static inline __attribute__((always_inline)) void block_bwd_w(float *dw, float *db,
                                                               const float *dout, const float *inp,
                                                               int B, const mt_conv2d_shape *s,
-                                                              int g, const int cb) {
-  const int H = s->H, W = s->W, OH = s->OH, OW = s->OW, G = s->OC / cb;
+                                                              int g, const int nv) {
+  const int cb = 8 * nv, H = s->H, W = s->W, OH = s->OH, OW = s->OW, G = s->OC / cb;
   const int64_t ohw = (int64_t)OH * OW;
   for (int ic = 0; ic < s->IC; ic++)
     for (int kh = 0; kh < s->KH; kh++)
@@ -34,32 +40,43 @@ static inline __attribute__((always_inline)) void block_bwd_w(float *dw, float *
         const int dh = kh - s->pad_h, dwc = kw - s->pad_w; /* input = output + (dh, dwc) */
         const int oh0 = dh < 0 ? -dh : 0, oh1 = H - dh < OH ? H - dh : OH;
         const int ow0 = dwc < 0 ? -dwc : 0, ow1 = W - dwc < OW ? W - dwc : OW;
-        float acc[16] = {0};
+        /* four partial sums (columns mod 4): one would wait on each add */
+        v8 a0[2] = {0}, a1[2] = {0}, a2[2] = {0}, a3[2] = {0};
         for (int n = 0; n < B; n++) {
           const float *x = inp + ((int64_t)n * s->IC + ic) * H * W;
           const float *d = dout + ((int64_t)n * G + g) * ohw * cb;
           for (int oh = oh0; oh < oh1; oh++) {
             const float *xr = x + (int64_t)(oh + dh) * W + dwc;
             const float *dr = d + (int64_t)oh * OW * cb;
-            for (int ow = ow0; ow < ow1; ow++) {
-              const float xv = xr[ow];
-#pragma omp simd
-              for (int j = 0; j < cb; j++) acc[j] += xv * dr[(int64_t)ow * cb + j];
-            }
+            int ow = ow0;
+            for (; ow + 4 <= ow1; ow += 4)
+              for (int v = 0; v < nv; v++) {
+                const float *q = dr + (int64_t)ow * cb + 8 * v;
+                a0[v] += xr[ow] * *(const v8u *)q;
+                a1[v] += xr[ow + 1] * *(const v8u *)(q + cb);
+                a2[v] += xr[ow + 2] * *(const v8u *)(q + 2 * cb);
+                a3[v] += xr[ow + 3] * *(const v8u *)(q + 3 * cb);
+              }
+            for (; ow < ow1; ow++)
+              for (int v = 0; v < nv; v++)
+                a0[v] += xr[ow] * *(const v8u *)(dr + (int64_t)ow * cb + 8 * v);
           }
         }
-        for (int j = 0; j < cb; j++) /* dw is (OC,IC,KH,KW) */
-          dw[(((int64_t)(g * cb + j) * s->IC + ic) * s->KH + kh) * s->KW + kw] += acc[j];
+        for (int v = 0; v < nv; v++) {
+          const v8 t = (a0[v] + a1[v]) + (a2[v] + a3[v]);
+          for (int j = 0; j < 8; j++) /* dw is (OC,IC,KH,KW) */
+            dw[(((int64_t)(g * cb + 8 * v + j) * s->IC + ic) * s->KH + kh) * s->KW + kw] += t[j];
+        }
       }
   if (!db) return;
-  float acc[16] = {0};
+  v8 acc[2] = {0};
   for (int n = 0; n < B; n++) {
     const float *d = dout + ((int64_t)n * G + g) * ohw * cb;
     for (int64_t i = 0; i < ohw; i++)
-#pragma omp simd
-      for (int j = 0; j < cb; j++) acc[j] += d[i * cb + j];
+      for (int v = 0; v < nv; v++) acc[v] += *(const v8u *)(d + i * cb + 8 * v);
   }
-  for (int j = 0; j < cb; j++) db[g * cb + j] += acc[j];
+  for (int v = 0; v < nv; v++)
+    for (int j = 0; j < 8; j++) db[g * cb + 8 * v + j] += acc[v][j];
 }
 
 void conv_first_bwd_w(float *dw, float *db, const float *dout, const float *inp, int B,
@@ -72,8 +89,8 @@ void conv_first_bwd_w(float *dw, float *db, const float *dout, const float *inp,
 #pragma omp parallel for schedule(static) if ((int64_t)B * s->OH * s->OW * s->OC > 65536)
   for (int g = 0; g < G; g++) {
     if (cb == 8)
-      block_bwd_w(dw, db, dout, inp, B, s, g, 8);
+      block_bwd_w(dw, db, dout, inp, B, s, g, 1);
     else
-      block_bwd_w(dw, db, dout, inp, B, s, g, 16);
+      block_bwd_w(dw, db, dout, inp, B, s, g, 2);
   }
 }
