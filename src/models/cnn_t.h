@@ -53,6 +53,10 @@ static int MT_T(cnn_setup)(mt_model *m, const mt_cnn_hparams *hp, const mt_data_
                           .KH = kernel, .KW = kernel, .stride_h = 1, .stride_w = 1,
                           .pad_h = kernel / 2, .pad_w = kernel / 2, .dil_h = 1, .dil_w = 1,
                           .groups = 1};
+    /* without batch norm the ReLU runs inside the convolution and its
+     * output stays in the convolution's layout (nChw8c with AVX2) for the
+     * pool, which reads it and writes NCHW: no reorder and no ReLU pass */
+    cs.relu = cs.dst_any = !s->bn;
     MT_CALL(MT_T(mt_conv2d_init)(&s->conv[l], &cs, 1, pol)); /* its precision fixed now */
     int64_t w[4] = {hp->channels[l], C, kernel, kernel}, b[1] = {hp->channels[l]};
     s->pconv[l] = m->params.n;
@@ -62,7 +66,7 @@ static int MT_T(cnn_setup)(mt_model *m, const mt_cnn_hparams *hp, const mt_data_
     MT_CALL(mt_param_table_add(&m->params, name, 1, b, l));
     C = hp->channels[l];
     mt_pool2d_shape ps = {.B = max_batch, .C = C, .H = H, .W = W, .KH = 2, .KW = 2,
-                          .stride_h = 2, .stride_w = 2};
+                          .stride_h = 2, .stride_w = 2, .cblock = s->conv[l].dst_block};
     MT_CHECK(H >= 2 && W >= 2, MT_ERR_DATA, "model cnn: block %d gets %dx%d, too small to pool",
              l + 1, H, W);
     MT_CALL(mt_pool2d_shape_init(&ps));
@@ -167,8 +171,8 @@ static int MT_T(cnn_forward)(mt_model *m, const REAL *params, const mt_batch *bt
                                      buf + m->buffers.p[2 * l + 1].offset, s->z[l],
                                      MT_T(P)(m, params, kb), MT_T(P)(m, params, kb + 1), B, ps.C,
                                      ps.H * ps.W, (REAL)BN_EPS, (REAL)BN_MOMENTUM, s->train));
+      mt_relu_forward(s->a[l], s->a[l], na); /* else inside the convolution */
     }
-    mt_relu_forward(s->a[l], s->a[l], na);
     mt_maxpool2d_forward(s->p[l], s->arg[l], s->a[l], &ps);
     in = s->p[l];
   }
@@ -189,15 +193,15 @@ static int MT_T(cnn_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   return 0;
 }
 
-/* Block l's activation gradient da[l] (after its ReLU, before the pool)
- * from the pooled one dp[l]; its length. */
+/* Block l's gradient da[l] before its ReLU (the convolution's or batch
+ * norm's output gradient) from the pooled one dp[l], in the layout of
+ * a[l]; its length. */
 static int64_t MT_T(block_backward)(MT_T(cnn) *s, int l, int B) {
   mt_pool2d_shape ps = s->pool[l];
   ps.B = B;
   const int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
   memset(s->da[l], 0, (size_t)na * sizeof(REAL));
-  mt_maxpool2d_backward(s->da[l], s->dp[l], s->arg[l], &ps);
-  mt_relu_backward(s->da[l], s->da[l], s->a[l], na);
+  mt_maxpool2d_relu_backward(s->da[l], s->dp[l], s->arg[l], s->p[l], &ps);
   return na;
 }
 

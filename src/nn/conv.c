@@ -14,7 +14,13 @@
  * X) and, when the primitive prefers another format, an internal buffer
  * with a reorder between the two. Gradients are always produced in an
  * internal buffer and reordered into the user's buffer with a sum post-op,
- * so the backward ADDS as every layer does.
+ * so the backward ADDS as every layer does. With dst_any (mt_conv2d_shape)
+ * the user's output and output gradient are in the blocked layout oneDNN
+ * picks for the forward's output (dst_probe: nChw8c with AVX2, nChw16c
+ * with AVX-512) and the primitives read and write them in place: the CNN
+ * keeps its activations in it from the convolution through the ReLU (a
+ * post-op, shape.relu) to the pool, which writes NCHW, instead of two
+ * reorders of the largest tensors each way per step.
  *
  * The internal buffers and scratchpads of a set are laid out in one arena;
  * sets run one at a time, so they all share it (its size is the largest
@@ -41,6 +47,7 @@
  * scratch copies and the fp32 primitives run on them. Under O2 (the
  * policy's round_outputs, also kept when made) the outputs and the
  * gradients are rounded to the low precision after each call. */
+#include "nn/conv_first.h"
 #include "nn/gemm_log.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
@@ -104,6 +111,9 @@ struct mt_conv2d_impl {
   /* fp32 kernels on operands rounded to prec: fp16 always, bf16 where
    * oneDNN has no bf16 kernels (a CPU without AVX-512: mt_gemm_bf16_native) */
   int emulate;
+  /* the weight gradient by conv_first_bwd_w, not oneDNN (few input
+   * channels, blocked output, fp32: see conv_first.c) */
+  int first_bw;
   cv_set set[2][CV_MAX_SETS];
   void *arena;
 };
@@ -182,15 +192,17 @@ int mt_conv2d_shape_init(mt_conv2d_shape *s) {
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* An attribute with the user scratchpad mode and, if accumulate, a sum
- * post-op (dst = op(src) + dst). */
-static int make_attr(dnnl_primitive_attr_t *attr, int accumulate) {
+ * post-op (dst = op(src) + dst), if relu a ReLU post-op (dst = max(op, 0)). */
+static int make_attr(dnnl_primitive_attr_t *attr, int accumulate, int relu) {
   DNNL_CALL(dnnl_primitive_attr_create(attr));
   dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
-  if (st == dnnl_success && accumulate) {
+  if (st == dnnl_success && (accumulate || relu)) {
     dnnl_post_ops_t po;
     st = dnnl_post_ops_create(&po);
     if (st == dnnl_success) {
-      st = dnnl_post_ops_append_sum(po, 1.0f);
+      if (accumulate) st = dnnl_post_ops_append_sum(po, 1.0f);
+      if (st == dnnl_success && relu)
+        st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
       if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(*attr, po);
       dnnl_post_ops_destroy(po);
     }
@@ -247,7 +259,7 @@ static int add_arg(cv_op *op, size_t *bytes, int arg, int dir, const dnnl_memory
   a->off = *bytes;
   *bytes += round64(dnnl_memory_desc_get_size(want_md));
   dnnl_primitive_attr_t attr;
-  MT_CALL(make_attr(&attr, dir == ARG_OUT_ADD));
+  MT_CALL(make_attr(&attr, dir == ARG_OUT_ADD, 0));
   dnnl_primitive_desc_t pd;
   dnnl_status_t st =
       dir == ARG_IN ? dnnl_reorder_primitive_desc_create(&pd, user_md, eng, want_md, eng, attr)
@@ -340,9 +352,54 @@ static int md_init(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
  * Backward-weights is always blocked (~1.3 ms against ~3.5 plain). */
 static int act_plain(const mt_conv2d_shape *s) { return s->IC <= 4; }
 
+/* The oneDNN memory format of an output in layout block (0: NCHW). */
+static dnnl_format_tag_t dst_tag(int block) {
+  return block == 8 ? dnnl_aBcd8b : block == 16 ? dnnl_aBcd16b : dnnl_nchw;
+}
+
+/* The output layout of a convolution made with dst_any (mt_conv2d
+ * dst_block): what oneDNN's forward picks for its output given the input
+ * format the convolution will use, kept when it is nChw8c or nChw16c with
+ * OC a multiple of the block (no padded channels in the caller's buffers),
+ * else NCHW. Asked once, for the largest batch: every set of the ladder
+ * then uses it, so a call's chunks and the caller agree. */
+static int dst_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bias,
+                     mt_precision prec, int *block) {
+  const dnnl_data_type_t L = prec == MT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
+  const int G = s->groups;
+  dnnl_dims_t sd = {s->B, s->IC, s->H, s->W}, dd = {s->B, s->OC, s->OH, s->OW};
+  dnnl_dims_t wg = {G, s->OC / G, s->IC / G, s->KH, s->KW}, w1 = {s->OC, s->IC, s->KH, s->KW};
+  dnnl_dims_t bd = {s->OC}, strides = {s->stride_h, s->stride_w};
+  dnnl_dims_t dil = {s->dil_h - 1, s->dil_w - 1}, pl = {s->pad_h, s->pad_w};
+  dnnl_dims_t pr = {(dnnl_dim_t)(s->OH - 1) * s->stride_h + (dnnl_dim_t)s->dil_h * (s->KH - 1) + 1 -
+                        s->H - s->pad_h,
+                    (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 -
+                        s->W - s->pad_w};
+  dnnl_memory_desc_t src, w, b, dst, blk;
+  MT_CALL(md_init(&src, 4, sd, act_plain(s) ? dnnl_nchw : dnnl_format_tag_any, L));
+  MT_CALL(md_init(&w, G > 1 ? 5 : 4, G > 1 ? wg : w1, dnnl_format_tag_any, L));
+  MT_CALL(md_init(&b, 1, bd, dnnl_x, dnnl_f32));
+  MT_CALL(md_init(&dst, 4, dd, dnnl_format_tag_any, dnnl_f32));
+  dnnl_convolution_desc_t d;
+  DNNL_CALL(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
+                                                       dnnl_convolution_direct, &src, &w,
+                                                       has_bias ? &b : NULL, &dst, strides, dil,
+                                                       pl, pr));
+  dnnl_primitive_desc_t pd;
+  DNNL_CALL(dnnl_primitive_desc_create(&pd, &d, NULL, eng, NULL));
+  const dnnl_memory_desc_t *got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  *block = 0;
+  for (int b = 16; b >= 8 && got; b /= 2)
+    if (s->OC % b == 0 && md_init(&blk, 4, dd, dst_tag(b), dnnl_f32) == 0 &&
+        dnnl_memory_desc_equal(got, &blk))
+      *block = b;
+  dnnl_primitive_desc_destroy(pd);
+  return 0;
+}
+
 /* The primitives of one set: the shape s with batch B. */
 static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, int B,
-                      int has_bias, mt_precision prec) {
+                      int has_bias, mt_precision prec, int blk) {
   /* what the primitives read (src, weights, diff_dst): bf16 under bf16 */
   const dnnl_data_type_t F = dnnl_f32, L = prec == MT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
   const int G = s->groups;
@@ -363,7 +420,7 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   dnnl_memory_desc_t src_md, dst_md, w_md, b_md, src_any, dst_any, w_any;
   dnnl_memory_desc_t src_pl, dsrc_any, ddst_pl, ddst_any, dw_any; /* by precision */
   MT_CALL(md_init(&src_md, 4, sd, dnnl_nchw, F));
-  MT_CALL(md_init(&dst_md, 4, dd, dnnl_nchw, F));
+  MT_CALL(md_init(&dst_md, 4, dd, dst_tag(blk), F)); /* the caller's out and dout */
   MT_CALL(md_init(&w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw, F));
   MT_CALL(md_init(&b_md, 1, bd, dnnl_x, F));
   MT_CALL(md_init(&src_any, 4, sd, dnnl_format_tag_any, L));
@@ -372,12 +429,18 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   MT_CALL(md_init(&src_pl, 4, sd, dnnl_nchw, L));
   MT_CALL(md_init(&dsrc_any, 4, sd, dnnl_format_tag_any, F));
   MT_CALL(md_init(&ddst_pl, 4, dd, dnnl_nchw, L));
+  dnnl_memory_desc_t ddst_blk;
+  MT_CALL(md_init(&ddst_blk, 4, dd, dst_tag(blk), L));
   MT_CALL(md_init(&ddst_any, 4, dd, dnnl_format_tag_any, L));
   MT_CALL(md_init(&dw_any, wn, wdims, dnnl_format_tag_any, F));
+  /* with a blocked output (blk) the primitives read and write the caller's
+   * buffers in it; backward-data on plain activations (act_plain) still
+   * wants NCHW and reorders diff_dst */
   const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_pl : &src_any;
-  const dnnl_memory_desc_t *dst_f = act_plain(s) ? &dst_md : &dst_any;
+  const dnnl_memory_desc_t *dst_f = act_plain(s) || blk ? &dst_md : &dst_any;
   const dnnl_memory_desc_t *dsrc_f = act_plain(s) ? &src_md : &dsrc_any;
-  const dnnl_memory_desc_t *ddst_f = act_plain(s) ? &ddst_pl : &ddst_any;
+  const dnnl_memory_desc_t *ddst_f = act_plain(s) ? &ddst_pl : blk ? &ddst_blk : &ddst_any;
+  const dnnl_memory_desc_t *ddst_wf = blk ? &ddst_blk : &ddst_any;
   const dnnl_memory_desc_t *bias = has_bias ? &b_md : NULL;
   size_t *bytes = &set->bytes;
 
@@ -386,11 +449,15 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   DNNL_CALL(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
                                                        dnnl_convolution_direct, src_f, &w_any, bias,
                                                        dst_f, strides, dil, pl, pr));
-  dnnl_primitive_attr_t attr;
-  MT_CALL(make_attr(&attr, 0));
+  dnnl_primitive_attr_t attr, fattr;
+  MT_CALL(make_attr(&fattr, 0, s->relu));
   dnnl_primitive_desc_t fpd, pd;
-  dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &d, attr, eng, NULL);
-  if (st != dnnl_success) dnnl_primitive_attr_destroy(attr);
+  dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &d, fattr, eng, NULL);
+  dnnl_primitive_attr_destroy(fattr);
+  if (st == dnnl_success && make_attr(&attr, 0, 0)) {
+    dnnl_primitive_desc_destroy(fpd);
+    return MT_ERR(MT_ERR_LIB, "conv2d: no primitive attribute");
+  }
   MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: no forward implementation (status %d)",
            (int)st);
 #define Q(pd, what, i) dnnl_primitive_desc_query_md((pd), (what), (i))
@@ -430,7 +497,7 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   cv_op *bwo = &set->bwd_w;
   if (!rc) {
     st = dnnl_dilated_convolution_backward_weights_desc_init(
-        &d, dnnl_convolution_direct, &src_any, &dw_any, bias, &ddst_any, strides, dil, pl, pr);
+        &d, dnnl_convolution_direct, &src_any, &dw_any, bias, ddst_wf, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, eng, fpd);
     if (st != dnnl_success)
       rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-weights implementation (status %d)", (int)st);
@@ -476,27 +543,37 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
 }
 
 /* The ladder of one thread variant: B, then every power of two below it. */
-static int ladder_create(mt_conv2d_impl *m, int v, const mt_conv2d_shape *s, int has_bias) {
+static int ladder_create(mt_conv2d_impl *m, int v, const mt_conv2d_shape *s, int has_bias,
+                         int blk) {
   const mt_precision prec = m->emulate ? MT_PREC_FP32 : m->prec;
   int p = 1;
   while (p * 2 < s->B) p *= 2;
   int n = 0;
   for (int b = s->B; b >= 1; b = (b == s->B && b != p) ? p : b / 2) {
     MT_CHECK(n < CV_MAX_SETS, MT_ERR_STATE, "conv2d: batch ladder too long");
-    MT_CALL(set_create(&m->set[v][n++], m->eng, s, b, has_bias, prec));
+    MT_CALL(set_create(&m->set[v][n++], m->eng, s, b, has_bias, prec, blk));
   }
   m->nsets = n;
   return 0;
 }
 
-static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias) {
+static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias, int *blk) {
   const int setting = omp_threads(), outer = omp_threads_real();
+  *blk = 0;
+  /* with few input channels a blocked output needs conv_first_bwd_w: oneDNN
+   * 2.6's backward-weights on it (jit:avx2, input padded to the block) gave
+   * a wrong CNN curve (1% off PyTorch by step 47, tests/test_torch_curves.sh)
+   * where its results from the same blocked gradient reordered out of NCHW
+   * had been right (cause not found) */
+  const int first_ok = m->prec == MT_PREC_FP32 && conv_first_fits(s);
+  if (s->dst_any && (!act_plain(s) || first_ok))
+    MT_CALL(dst_probe(m->eng, s, has_bias, m->emulate ? MT_PREC_FP32 : m->prec, blk));
   m->nthr[0] = 1;
   m->nthr[1] = outer;
   m->nvar = outer > 1 ? 2 : 1;
   for (int v = 0; v < m->nvar; v++) {
     omp_threads_set(m->nthr[v]); /* oneDNN sizes its kernels from this */
-    int rc = ladder_create(m, v, s, has_bias);
+    int rc = ladder_create(m, v, s, has_bias, *blk);
     omp_threads_set(setting);
     MT_CALL(rc);
   }
@@ -531,7 +608,8 @@ int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias,
     rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create the oneDNN CPU engine");
   else if (dnnl_stream_create(&m->stream, m->eng, dnnl_stream_default_flags) != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create a oneDNN stream");
-  if (!rc) rc = conv_create(m, &c->s, c->has_bias);
+  if (!rc) rc = conv_create(m, &c->s, c->has_bias, &c->dst_block);
+  m->first_bw = c->dst_block && act_plain(&c->s);
   if (rc) {
     mt_error_push(__FILE__, __LINE__, __func__, rc);
     mt_conv2d_free(c);
@@ -663,24 +741,28 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
     if (dw) MT_CALL(mt_nn_rounded_copy(p, 3, inp, (size_t)(B * in1), &inp));
     if (dinp) MT_CALL(mt_nn_rounded_copy(p, 4, w, (size_t)wn, &w));
   }
-  if (dinp || dw) {
+  const int first = dw && c->impl->first_bw;
+  if (dinp || (dw && !first)) {
     int saved, rc = 0;
     const int v = var_enter(c->impl, &saved);
     for (int b0 = 0; b0 < B && !rc;) {
       cv_set *set = pick(c->impl, v, B - b0);
-      rc = backward_chunk(dinp ? dinp + b0 * in1 : NULL, dw, db, dout + b0 * out1, inp + b0 * in1,
-                          w, set, c->impl->stream, c->has_bias);
+      rc = backward_chunk(dinp ? dinp + b0 * in1 : NULL, first ? NULL : dw, first ? NULL : db,
+                          dout + b0 * out1, inp + b0 * in1, w, set, c->impl->stream, c->has_bias);
       b0 += set->B;
     }
     var_leave(saved);
     MT_CALL(rc);
-  } else if (db) {
-    const int64_t hw = (int64_t)s->OH * s->OW;
+  }
+  if (first) {
+    conv_first_bwd_w(dw, db, dout, inp, B, c);
+  } else if (!dinp && !dw && db) {
+    const int64_t hw = (int64_t)s->OH * s->OW, cb = c->dst_block ? c->dst_block : 1;
     for (int o = 0; o < s->OC; o++) {
       double acc = 0.0;
-      for (int bi = 0; bi < B; bi++) {
-        const float *d = dout + ((int64_t)bi * s->OC + o) * hw;
-        for (int64_t i = 0; i < hw; i++) acc += d[i];
+      for (int bi = 0; bi < B; bi++) { /* plane o of image bi: NCHW when cb is 1 */
+        const float *d = dout + ((int64_t)bi * s->OC + o / cb * cb) * hw + o % cb;
+        for (int64_t i = 0; i < hw; i++) acc += d[i * cb];
       }
       db[o] += (float)acc;
     }

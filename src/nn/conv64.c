@@ -79,6 +79,8 @@ int mt_conv2d_forward_f64(double *out, const double *inp, const double *w, const
           }
         }
     }
+    if (s->relu) /* the fused ReLU of s->relu; the output stays NCHW (dst_block 0) */
+      for (int64_t i = 0; i < ohw; i++) o[i] = o[i] < 0.0 ? 0.0 : o[i];
   }
   return 0;
 }

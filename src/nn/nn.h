@@ -29,6 +29,14 @@ typedef struct {
   int OC, KH, KW;   /* weight (OC, IC/groups, KH, KW), bias (OC)            */
   int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups; /* dil 1 = none */
   int OH, OW;       /* output (B,OC,OH,OW): set by mt_conv2d_shape_init     */
+  /* What the caller lets the convolution do beyond PyTorch's Conv2d (0, 0:
+   * nothing). relu: the output is ReLU(conv), applied inside the kernel (a
+   * oneDNN post-op), so no pass of its own over the output. dst_any: the
+   * output and its gradient may be in the layout the kernels run fastest
+   * in, nChw{b}c (channel blocks of b side by side; b chosen by oneDNN for
+   * this CPU: 8 with AVX2, 16 with AVX-512), instead of NCHW, so they are
+   * not reordered at every call; mt_conv2d.dst_block says which was chosen. */
+  int relu, dst_any;
 } mt_conv2d_shape;
 
 /* Fills s->OH, s->OW; MT_ERR_ARG when a size is out of range (sizes < 1,
@@ -53,6 +61,10 @@ typedef struct mt_conv2d_impl mt_conv2d_impl;
 typedef struct {
   mt_conv2d_shape s;
   int has_bias;
+  /* layout of out and dout: 0 = NCHW; b = nChw{b}c, element (n,c,h,w) at
+   * ((n*OC/b + c/b)*OH*OW + h*OW + w)*b + c%b (set when made; only with
+   * s.dst_any, OC a multiple of b and oneDNN preferring it) */
+  int dst_block;
   mt_conv2d_impl *impl;
 } mt_conv2d;
 
@@ -68,6 +80,10 @@ typedef struct {
   int KH, KW, stride_h, stride_w, pad_h, pad_w;
   int count_include_pad; /* average pooling only: PyTorch's default is 1 */
   int OH, OW;            /* output (B,C,OH,OW): set by mt_pool2d_shape_init */
+  /* layout of the input (and its gradient): 0 = NCHW; b = nChw{b}c as a
+   * convolution's output with dst_block b (C a multiple of b). The output
+   * is NCHW either way: what a linear layer or the next convolution reads. */
+  int cblock;
 } mt_pool2d_shape;
 
 int mt_pool2d_shape_init(mt_pool2d_shape *s);
@@ -114,6 +130,8 @@ uint64_t mt_dropout_key(uint64_t seed, uint64_t step, int rank, int layer);
 #define mt_maxpool2d_forward(out, ...) MT_NN_PICK(out, mt_maxpool2d_forward)(out, __VA_ARGS__)
 #define mt_maxpool2d_backward(dinp, dout, ...) \
   MT_NN_PICK(dout, mt_maxpool2d_backward)(dinp, dout, __VA_ARGS__)
+#define mt_maxpool2d_relu_backward(dinp, dout, ...) \
+  MT_NN_PICK(dout, mt_maxpool2d_relu_backward)(dinp, dout, __VA_ARGS__)
 #define mt_avgpool2d_forward(out, ...) MT_NN_PICK(out, mt_avgpool2d_forward)(out, __VA_ARGS__)
 #define mt_avgpool2d_backward(dinp, dout, ...) \
   MT_NN_PICK(dout, mt_avgpool2d_backward)(dinp, dout, __VA_ARGS__)

@@ -67,6 +67,12 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
 /* dinp (B,C,H,W) += dout scattered to the argmax positions. */
 void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                  const mt_pool2d_shape *s);
+/* The backward of ReLU then max-pool in one pass: dinp += dout scattered
+ * to the argmax positions where the pool's output out (B,C,OH,OW) is > 0
+ * (= mt_maxpool2d_backward into zeros, then mt_relu_backward with the
+ * ReLU's output, whose value at the argmax is out). */
+void MT_T(mt_maxpool2d_relu_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                      const REAL *out, const mt_pool2d_shape *s);
 /* out = mean over each window; the divisor is KH*KW when count_include_pad
  * (windows clipped to the padded input), else the number of real inputs. */
 void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shape *s);

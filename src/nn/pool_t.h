@@ -37,19 +37,59 @@ static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
   }
 }
 
+/* The same on the blocked input nChw{cb}c: the cb channels of a block lie
+ * side by side at each position, so the loop vectorises over them (one
+ * AVX2 vector for cb = 8) with unit-stride loads; the output is NCHW. */
+static void MT_T(maxpool_2x2_blocked)(REAL *out, int32_t *argmax, const REAL *inp,
+                                      const mt_pool2d_shape *s) {
+  const int cb = s->cblock, G = s->C / cb, W = s->W, OW = s->OW;
+  const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
+  const int64_t blocks = (int64_t)s->B * G;
+#pragma omp parallel for schedule(static) if (blocks * cb * ohw > 32768)
+  for (int64_t q = 0; q < blocks; q++) {
+    const REAL *x = inp + q * hw * cb;
+    REAL *o = out + q * cb * ohw; /* planes q*cb .. q*cb+cb-1 of the output */
+    int32_t *am = argmax + q * cb * ohw;
+    for (int oh = 0; oh < s->OH; oh++)
+      for (int ow = 0; ow < OW; ow++) {
+        const int32_t ia = 2 * oh * W + 2 * ow;
+        const REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
+        const int64_t op = (int64_t)oh * OW + ow;
+#pragma omp simd
+        for (int j = 0; j < cb; j++) {
+          const REAL a = r0[j], b = r0[cb + j], c = r1[j], d = r1[cb + j];
+          REAL m = a;
+          int32_t i = ia;
+          int t = (b > m) | (b != b);
+          m = t ? b : m, i = t ? ia + 1 : i;
+          t = (c > m) | (c != c);
+          m = t ? c : m, i = t ? ia + W : i;
+          t = (d > m) | (d != d);
+          m = t ? d : m, i = t ? ia + W + 1 : i;
+          o[j * ohw + op] = m;
+          am[j * ohw + op] = i;
+        }
+      }
+  }
+}
+
 void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
                                 const mt_pool2d_shape *s) {
-  // inp is (B,C,H,W); out and argmax are (B,C,OH,OW)
+  // inp is (B,C,H,W) (blocked when s->cblock); out and argmax are (B,C,OH,OW)
   if (s->KH == 2 && s->KW == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
       s->pad_w == 0) {
-    MT_T(maxpool_2x2)(out, argmax, inp, s);
+    if (s->cblock)
+      MT_T(maxpool_2x2_blocked)(out, argmax, inp, s);
+    else
+      MT_T(maxpool_2x2)(out, argmax, inp, s);
     return;
   }
-  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    const REAL *x = inp + p * hw;
+    int64_t st;
+    const REAL *x = inp + plane_at(s, p, &st);
     REAL *o = out + p * ohw;
     int32_t *am = argmax + p * ohw;
     for (int oh = 0; oh < s->OH; oh++) {
@@ -62,7 +102,7 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
         REAL mx = -INFINITY;
         for (int ih = h0; ih < h1; ih++)
           for (int iw = w0; iw < w1; iw++) {
-            const REAL v = x[ih * s->W + iw];
+            const REAL v = x[(ih * s->W + iw) * st];
             if (v > mx || isnan(v)) {
               mx = v;
               best = ih * s->W + iw;
@@ -75,18 +115,39 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
   }
 }
 
-void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
-                                 const mt_pool2d_shape *s) {
-  // dout and argmax are (B,C,OH,OW); dinp is (B,C,H,W)
-  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+/* The max-pool's backward, through a ReLU before the pool when out (the
+ * pool's output) is given: max-pool of ReLU = ReLU of max-pool, and the
+ * ReLU's output at the argmax is the pooled value, so the gradient passes
+ * where out > 0 and the ReLU needs no pass of its own. */
+static void MT_T(maxpool_bwd)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                              const REAL *out, const mt_pool2d_shape *s) {
+  const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    REAL *dx = dinp + p * hw;
+    int64_t st;
+    REAL *dx = dinp + plane_at(s, p, &st);
     const REAL *d = dout + p * ohw;
     const int32_t *am = argmax + p * ohw;
-    for (int64_t i = 0; i < ohw; i++) dx[am[i]] += d[i];
+    if (out) {
+      const REAL *y = out + p * ohw;
+      for (int64_t i = 0; i < ohw; i++) dx[am[i] * st] += y[i] > (REAL)0 ? d[i] : (REAL)0;
+    } else {
+      for (int64_t i = 0; i < ohw; i++) dx[am[i] * st] += d[i];
+    }
   }
+}
+
+void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                 const mt_pool2d_shape *s) {
+  // dout and argmax are (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  MT_T(maxpool_bwd)(dinp, dout, argmax, NULL, s);
+}
+
+void MT_T(mt_maxpool2d_relu_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                      const REAL *out, const mt_pool2d_shape *s) {
+  // dout, argmax and out are (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  MT_T(maxpool_bwd)(dinp, dout, argmax, out, s);
 }
 
 /* Window [h0,h1) x [w0,w1) clipped to the input and its divisor. */
@@ -104,12 +165,13 @@ static inline void MT_T(avg_window)(const mt_pool2d_shape *s, int oh, int ow, in
 }
 
 void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shape *s) {
-  // inp is (B,C,H,W); out is (B,C,OH,OW)
-  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  // inp is (B,C,H,W) (blocked when s->cblock); out is (B,C,OH,OW)
+  const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    const REAL *x = inp + p * hw;
+    int64_t st;
+    const REAL *x = inp + plane_at(s, p, &st);
     REAL *o = out + p * ohw;
     for (int oh = 0; oh < s->OH; oh++)
       for (int ow = 0; ow < s->OW; ow++) {
@@ -118,19 +180,20 @@ void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shap
         MT_T(avg_window)(s, oh, ow, &h0, &h1, &w0, &w1, &inv);
         REAL acc = (REAL)0;
         for (int ih = h0; ih < h1; ih++)
-          for (int iw = w0; iw < w1; iw++) acc += x[ih * s->W + iw];
+          for (int iw = w0; iw < w1; iw++) acc += x[(ih * s->W + iw) * st];
         o[oh * s->OW + ow] = acc * inv;
       }
   }
 }
 
 void MT_T(mt_avgpool2d_backward)(REAL *dinp, const REAL *dout, const mt_pool2d_shape *s) {
-  // dout is (B,C,OH,OW); dinp is (B,C,H,W)
-  const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
+  // dout is (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    REAL *dx = dinp + p * hw;
+    int64_t st;
+    REAL *dx = dinp + plane_at(s, p, &st);
     const REAL *d = dout + p * ohw;
     for (int oh = 0; oh < s->OH; oh++)
       for (int ow = 0; ow < s->OW; ow++) {
@@ -139,7 +202,7 @@ void MT_T(mt_avgpool2d_backward)(REAL *dinp, const REAL *dout, const mt_pool2d_s
         MT_T(avg_window)(s, oh, ow, &h0, &h1, &w0, &w1, &inv);
         const REAL g = d[oh * s->OW + ow] * inv;
         for (int ih = h0; ih < h1; ih++)
-          for (int iw = w0; iw < w1; iw++) dx[ih * s->W + iw] += g;
+          for (int iw = w0; iw < w1; iw++) dx[(ih * s->W + iw) * st] += g;
       }
   }
 }
