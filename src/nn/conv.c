@@ -48,6 +48,7 @@
  * policy's round_outputs, also kept when made) the outputs and the
  * gradients are rounded to the low precision after each call. */
 #include "nn/conv_first.h"
+#include "nn/dnnl_op.h"
 #include "nn/gemm_log.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
@@ -60,36 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DNNL_CALL(expr)                                                                     \
-  do {                                                                                      \
-    dnnl_status_t dnnl_s_ = (expr);                                                         \
-    MT_CHECK(dnnl_s_ == dnnl_success, MT_ERR_LIB, "%s failed with oneDNN status %d", #expr, \
-             (int)dnnl_s_);                                                                 \
-  } while (0)
-
-enum { ARG_IN, ARG_OUT, ARG_OUT_ADD }; /* data direction of an argument */
-#define CV_MAX_ARGS 4
 #define CV_MAX_SETS 32
-
-/* One argument of a primitive. */
-typedef struct {
-  int arg;                  /* DNNL_ARG_*                                    */
-  int dir;                  /* ARG_IN, ARG_OUT or ARG_OUT_ADD                */
-  dnnl_memory_t user;       /* plain layout; the handle is set per call      */
-  dnnl_memory_t mem;        /* what the primitive sees: user or internal     */
-  dnnl_primitive_t reorder; /* user <-> internal, NULL when mem is user      */
-  size_t off;               /* internal buffer: its offset in the arena      */
-  int skip;                 /* this call: leave the user's buffer alone      */
-  int borrowed;             /* mem belongs to another operation's argument   */
-} cv_arg;
-
-typedef struct {
-  dnnl_primitive_t prim;
-  dnnl_memory_t scratchpad; /* NULL when the primitive needs none          */
-  size_t scratch_off;
-  int nargs;
-  cv_arg a[CV_MAX_ARGS];
-} cv_op;
 
 typedef struct {
   int B; /* images per call of this set */
@@ -187,163 +159,6 @@ int mt_conv2d_shape_init(mt_conv2d_shape *s) {
   return 0;
 }
 
-/* --------------------------------------------------------- primitive setup */
-
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-/* An attribute with the user scratchpad mode and, if accumulate, a sum
- * post-op (dst = op(src) + dst), if relu a ReLU post-op (dst = max(op, 0)). */
-static int make_attr(dnnl_primitive_attr_t *attr, int accumulate, int relu) {
-  DNNL_CALL(dnnl_primitive_attr_create(attr));
-  dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
-  if (st == dnnl_success && (accumulate || relu)) {
-    dnnl_post_ops_t po;
-    st = dnnl_post_ops_create(&po);
-    if (st == dnnl_success) {
-      if (accumulate) st = dnnl_post_ops_append_sum(po, 1.0f);
-      if (st == dnnl_success && relu)
-        st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-      if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(*attr, po);
-      dnnl_post_ops_destroy(po);
-    }
-  }
-  if (st != dnnl_success) {
-    dnnl_primitive_attr_destroy(*attr);
-    *attr = NULL;
-  }
-  MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: setting primitive attributes failed (%d)",
-           (int)st);
-  return 0;
-}
-
-/* A primitive from its descriptor, with its scratchpad placed in the set's
- * arena layout (*bytes grows); the primitive descriptor is released here.
- * scratchpad NULL: the primitive must need none (reorders). */
-static int make_prim(dnnl_primitive_t *prim, dnnl_memory_t *scratchpad, size_t *scratch_off,
-                     size_t *bytes, dnnl_primitive_desc_t pd, dnnl_engine_t eng) {
-  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  const size_t sz = md ? dnnl_memory_desc_get_size(md) : 0;
-  int rc = 0;
-  if (sz > 0 && !scratchpad) {
-    rc = MT_ERR(MT_ERR_LIB, "conv2d: a reorder asks for a scratchpad");
-  } else if (sz > 0) {
-    if (dnnl_memory_create(scratchpad, md, eng, DNNL_MEMORY_NONE) != dnnl_success)
-      rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create a scratchpad memory");
-    *scratch_off = *bytes;
-    *bytes += round64(sz);
-  }
-  if (!rc && dnnl_primitive_create(prim, pd) != dnnl_success)
-    rc = MT_ERR(MT_ERR_LIB, "conv2d: dnnl_primitive_create failed");
-  dnnl_primitive_desc_destroy(pd);
-  return rc;
-}
-
-/* Adds argument `arg` to op: the user's plain md and the md the primitive
- * wants; places an internal buffer in the set's arena layout and creates the
- * reorder when they differ (always for ARG_OUT_ADD, whose reorder carries
- * the sum post-op). */
-static int add_arg(cv_op *op, size_t *bytes, int arg, int dir, const dnnl_memory_desc_t *user_md,
-                   const dnnl_memory_desc_t *want_md, dnnl_engine_t eng) {
-  MT_CHECK(op->nargs < CV_MAX_ARGS, MT_ERR_STATE, "conv2d: too many primitive arguments");
-  MT_CHECK(want_md, MT_ERR_LIB, "conv2d: no memory descriptor for argument %d", arg);
-  cv_arg *a = &op->a[op->nargs++];
-  memset(a, 0, sizeof(*a));
-  a->arg = arg;
-  a->dir = dir;
-  DNNL_CALL(dnnl_memory_create(&a->user, user_md, eng, DNNL_MEMORY_NONE));
-  if (dir != ARG_OUT_ADD && dnnl_memory_desc_equal(user_md, want_md)) {
-    a->mem = a->user;
-    return 0;
-  }
-  DNNL_CALL(dnnl_memory_create(&a->mem, want_md, eng, DNNL_MEMORY_NONE));
-  a->off = *bytes;
-  *bytes += round64(dnnl_memory_desc_get_size(want_md));
-  dnnl_primitive_attr_t attr;
-  MT_CALL(make_attr(&attr, dir == ARG_OUT_ADD, 0));
-  dnnl_primitive_desc_t pd;
-  dnnl_status_t st =
-      dir == ARG_IN ? dnnl_reorder_primitive_desc_create(&pd, user_md, eng, want_md, eng, attr)
-                    : dnnl_reorder_primitive_desc_create(&pd, want_md, eng, user_md, eng, attr);
-  dnnl_primitive_attr_destroy(attr);
-  MT_CHECK(st == dnnl_success, MT_ERR_LIB, "conv2d: no reorder for argument %d (status %d)", arg,
-           (int)st);
-  return make_prim(&a->reorder, NULL, NULL, bytes, pd, eng);
-}
-
-static void op_free(cv_op *op) {
-  for (int i = 0; i < op->nargs; i++) {
-    cv_arg *a = &op->a[i];
-    if (a->reorder) dnnl_primitive_destroy(a->reorder);
-    if (a->mem && a->mem != a->user && !a->borrowed) dnnl_memory_destroy(a->mem);
-    if (a->user) dnnl_memory_destroy(a->user);
-  }
-  if (op->prim) dnnl_primitive_destroy(op->prim);
-  if (op->scratchpad) dnnl_memory_destroy(op->scratchpad);
-  memset(op, 0, sizeof(*op));
-}
-
-/* Points the internal buffers and the scratchpad of op into the arena. */
-static int op_place(cv_op *op, char *arena) {
-  for (int i = 0; i < op->nargs; i++) {
-    cv_arg *a = &op->a[i];
-    if (a->mem != a->user && !a->borrowed)
-      DNNL_CALL(dnnl_memory_set_data_handle(a->mem, arena + a->off));
-  }
-  if (op->scratchpad)
-    DNNL_CALL(dnnl_memory_set_data_handle(op->scratchpad, arena + op->scratch_off));
-  return 0;
-}
-
-/* Points argument `arg` of op at the user's buffer p. */
-static int op_bind(cv_op *op, int arg, const void *p) {
-  for (int i = 0; i < op->nargs; i++)
-    if (op->a[i].arg == arg) {
-      DNNL_CALL(dnnl_memory_set_data_handle(op->a[i].user, (void *)p));
-      return 0;
-    }
-  return MT_ERR(MT_ERR_STATE, "conv2d: argument %d not bound", arg);
-}
-
-/* Copies the user's buffer of an input argument into its internal one. */
-static int arg_reorder_in(cv_arg *a, dnnl_stream_t stream) {
-  dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->mem}};
-  DNNL_CALL(dnnl_primitive_execute(a->reorder, stream, 2, r));
-  return 0;
-}
-
-/* Reorders inputs in, runs the primitive, reorders outputs out. */
-static int op_run(cv_op *op, dnnl_stream_t stream) {
-  dnnl_exec_arg_t args[CV_MAX_ARGS + 1];
-  int n = 0;
-  for (int i = 0; i < op->nargs; i++) {
-    cv_arg *a = &op->a[i];
-    if (a->reorder && !a->skip && a->dir == ARG_IN) MT_CALL(arg_reorder_in(a, stream));
-    args[n].arg = a->arg;
-    args[n++].memory = a->mem;
-  }
-  if (op->scratchpad) {
-    args[n].arg = DNNL_ARG_SCRATCHPAD;
-    args[n++].memory = op->scratchpad;
-  }
-  DNNL_CALL(dnnl_primitive_execute(op->prim, stream, n, args));
-  for (int i = 0; i < op->nargs; i++) {
-    cv_arg *a = &op->a[i];
-    if (a->reorder && !a->skip && a->dir != ARG_IN) {
-      dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->mem}, {DNNL_ARG_TO, a->user}};
-      DNNL_CALL(dnnl_primitive_execute(a->reorder, stream, 2, r));
-    }
-  }
-  DNNL_CALL(dnnl_stream_wait(stream));
-  return 0;
-}
-
-/* Memory descriptor of a tensor in a fixed plain layout or "any". */
-static int md_init(dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims,
-                   dnnl_format_tag_t tag, dnnl_data_type_t dt) {
-  DNNL_CALL(dnnl_memory_desc_init_by_tag(md, ndims, dims, dt, tag));
-  return 0;
-}
-
 /* Whether forward and backward-data keep the activations in plain NCHW
  * (oneDNN then runs its im2col + GEMM kernel): with very few input
  * channels the blocked kernels save less than the reorders of the
@@ -376,10 +191,10 @@ static int dst_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bias,
                     (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 -
                         s->W - s->pad_w};
   dnnl_memory_desc_t src, w, b, dst, blk;
-  MT_CALL(md_init(&src, 4, sd, act_plain(s) ? dnnl_nchw : dnnl_format_tag_any, L));
-  MT_CALL(md_init(&w, G > 1 ? 5 : 4, G > 1 ? wg : w1, dnnl_format_tag_any, L));
-  MT_CALL(md_init(&b, 1, bd, dnnl_x, dnnl_f32));
-  MT_CALL(md_init(&dst, 4, dd, dnnl_format_tag_any, dnnl_f32));
+  MT_CALL(cv_md_init(&src, 4, sd, act_plain(s) ? dnnl_nchw : dnnl_format_tag_any, L));
+  MT_CALL(cv_md_init(&w, G > 1 ? 5 : 4, G > 1 ? wg : w1, dnnl_format_tag_any, L));
+  MT_CALL(cv_md_init(&b, 1, bd, dnnl_x, dnnl_f32));
+  MT_CALL(cv_md_init(&dst, 4, dd, dnnl_format_tag_any, dnnl_f32));
   dnnl_convolution_desc_t d;
   DNNL_CALL(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
                                                        dnnl_convolution_direct, &src, &w,
@@ -390,7 +205,7 @@ static int dst_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bias,
   const dnnl_memory_desc_t *got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
   *block = 0;
   for (int b = 16; b >= 8 && got; b /= 2)
-    if (s->OC % b == 0 && md_init(&blk, 4, dd, dst_tag(b), dnnl_f32) == 0 &&
+    if (s->OC % b == 0 && cv_md_init(&blk, 4, dd, dst_tag(b), dnnl_f32) == 0 &&
         dnnl_memory_desc_equal(got, &blk))
       *block = b;
   dnnl_primitive_desc_destroy(pd);
@@ -419,20 +234,20 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
                         s->W - s->pad_w};
   dnnl_memory_desc_t src_md, dst_md, w_md, b_md, src_any, dst_any, w_any;
   dnnl_memory_desc_t src_pl, dsrc_any, ddst_pl, ddst_any, dw_any; /* by precision */
-  MT_CALL(md_init(&src_md, 4, sd, dnnl_nchw, F));
-  MT_CALL(md_init(&dst_md, 4, dd, dst_tag(blk), F)); /* the caller's out and dout */
-  MT_CALL(md_init(&w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw, F));
-  MT_CALL(md_init(&b_md, 1, bd, dnnl_x, F));
-  MT_CALL(md_init(&src_any, 4, sd, dnnl_format_tag_any, L));
-  MT_CALL(md_init(&dst_any, 4, dd, dnnl_format_tag_any, F));
-  MT_CALL(md_init(&w_any, wn, wdims, dnnl_format_tag_any, L));
-  MT_CALL(md_init(&src_pl, 4, sd, dnnl_nchw, L));
-  MT_CALL(md_init(&dsrc_any, 4, sd, dnnl_format_tag_any, F));
-  MT_CALL(md_init(&ddst_pl, 4, dd, dnnl_nchw, L));
+  MT_CALL(cv_md_init(&src_md, 4, sd, dnnl_nchw, F));
+  MT_CALL(cv_md_init(&dst_md, 4, dd, dst_tag(blk), F)); /* the caller's out and dout */
+  MT_CALL(cv_md_init(&w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw, F));
+  MT_CALL(cv_md_init(&b_md, 1, bd, dnnl_x, F));
+  MT_CALL(cv_md_init(&src_any, 4, sd, dnnl_format_tag_any, L));
+  MT_CALL(cv_md_init(&dst_any, 4, dd, dnnl_format_tag_any, F));
+  MT_CALL(cv_md_init(&w_any, wn, wdims, dnnl_format_tag_any, L));
+  MT_CALL(cv_md_init(&src_pl, 4, sd, dnnl_nchw, L));
+  MT_CALL(cv_md_init(&dsrc_any, 4, sd, dnnl_format_tag_any, F));
+  MT_CALL(cv_md_init(&ddst_pl, 4, dd, dnnl_nchw, L));
   dnnl_memory_desc_t ddst_blk;
-  MT_CALL(md_init(&ddst_blk, 4, dd, dst_tag(blk), L));
-  MT_CALL(md_init(&ddst_any, 4, dd, dnnl_format_tag_any, L));
-  MT_CALL(md_init(&dw_any, wn, wdims, dnnl_format_tag_any, F));
+  MT_CALL(cv_md_init(&ddst_blk, 4, dd, dst_tag(blk), L));
+  MT_CALL(cv_md_init(&ddst_any, 4, dd, dnnl_format_tag_any, L));
+  MT_CALL(cv_md_init(&dw_any, wn, wdims, dnnl_format_tag_any, F));
   /* with a blocked output (blk) the primitives read and write the caller's
    * buffers in it; backward-data on plain activations (act_plain) still
    * wants NCHW and reorders diff_dst */
@@ -450,11 +265,11 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
                                                        dnnl_convolution_direct, src_f, &w_any, bias,
                                                        dst_f, strides, dil, pl, pr));
   dnnl_primitive_attr_t attr, fattr;
-  MT_CALL(make_attr(&fattr, 0, s->relu));
+  MT_CALL(cv_make_attr(&fattr, 0, s->relu));
   dnnl_primitive_desc_t fpd, pd;
   dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &d, fattr, eng, NULL);
   dnnl_primitive_attr_destroy(fattr);
-  if (st == dnnl_success && make_attr(&attr, 0, 0)) {
+  if (st == dnnl_success && cv_make_attr(&attr, 0, 0)) {
     dnnl_primitive_desc_destroy(fpd);
     return MT_ERR(MT_ERR_LIB, "conv2d: no primitive attribute");
   }
@@ -462,12 +277,13 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
            (int)st);
 #define Q(pd, what, i) dnnl_primitive_desc_query_md((pd), (what), (i))
   cv_op *f = &set->fwd;
-  int rc = add_arg(f, bytes, DNNL_ARG_SRC, ARG_IN, &src_md, Q(fpd, dnnl_query_src_md, 0), eng);
+  int rc = cv_add_arg(f, bytes, DNNL_ARG_SRC, ARG_IN, &src_md, Q(fpd, dnnl_query_src_md, 0), eng);
   if (!rc)
-    rc = add_arg(f, bytes, DNNL_ARG_WEIGHTS, ARG_IN, &w_md, Q(fpd, dnnl_query_weights_md, 0), eng);
-  if (!rc && has_bias) rc = add_arg(f, bytes, DNNL_ARG_BIAS, ARG_IN, &b_md, &b_md, eng);
+    rc = cv_add_arg(f, bytes, DNNL_ARG_WEIGHTS, ARG_IN, &w_md, Q(fpd, dnnl_query_weights_md, 0),
+                    eng);
+  if (!rc && has_bias) rc = cv_add_arg(f, bytes, DNNL_ARG_BIAS, ARG_IN, &b_md, &b_md, eng);
   if (!rc)
-    rc = add_arg(f, bytes, DNNL_ARG_DST, ARG_OUT, &dst_md, Q(fpd, dnnl_query_dst_md, 0), eng);
+    rc = cv_add_arg(f, bytes, DNNL_ARG_DST, ARG_OUT, &dst_md, Q(fpd, dnnl_query_dst_md, 0), eng);
 
   /* backward data: diff_src = conv^T(diff_dst, w); fpd is the hint */
   cv_op *bdo = &set->bwd_data;
@@ -478,16 +294,16 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
     if (st != dnnl_success)
       rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-data implementation (status %d)", (int)st);
     else {
-      rc = add_arg(bdo, bytes, DNNL_ARG_DIFF_DST, ARG_IN, &dst_md, Q(pd, dnnl_query_diff_dst_md, 0),
-                   eng);
+      rc = cv_add_arg(bdo, bytes, DNNL_ARG_DIFF_DST, ARG_IN, &dst_md,
+                      Q(pd, dnnl_query_diff_dst_md, 0), eng);
       if (!rc)
-        rc = add_arg(bdo, bytes, DNNL_ARG_WEIGHTS, ARG_IN, &w_md, Q(pd, dnnl_query_weights_md, 0),
-                     eng);
+        rc = cv_add_arg(bdo, bytes, DNNL_ARG_WEIGHTS, ARG_IN, &w_md,
+                        Q(pd, dnnl_query_weights_md, 0), eng);
       if (!rc)
-        rc = add_arg(bdo, bytes, DNNL_ARG_DIFF_SRC, ARG_OUT_ADD, &src_md,
-                     Q(pd, dnnl_query_diff_src_md, 0), eng);
+        rc = cv_add_arg(bdo, bytes, DNNL_ARG_DIFF_SRC, ARG_OUT_ADD, &src_md,
+                        Q(pd, dnnl_query_diff_src_md, 0), eng);
       if (!rc)
-        rc = make_prim(&bdo->prim, &bdo->scratchpad, &bdo->scratch_off, bytes, pd, eng);
+        rc = cv_make_prim(&bdo->prim, &bdo->scratchpad, &bdo->scratch_off, bytes, pd, eng);
       else
         dnnl_primitive_desc_destroy(pd);
     }
@@ -502,18 +318,18 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
     if (st != dnnl_success)
       rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-weights implementation (status %d)", (int)st);
     else {
-      rc = add_arg(bwo, bytes, DNNL_ARG_SRC, ARG_IN, &src_md, Q(pd, dnnl_query_src_md, 0), eng);
+      rc = cv_add_arg(bwo, bytes, DNNL_ARG_SRC, ARG_IN, &src_md, Q(pd, dnnl_query_src_md, 0), eng);
       if (!rc)
-        rc = add_arg(bwo, bytes, DNNL_ARG_DIFF_DST, ARG_IN, &dst_md,
-                     Q(pd, dnnl_query_diff_dst_md, 0), eng);
+        rc = cv_add_arg(bwo, bytes, DNNL_ARG_DIFF_DST, ARG_IN, &dst_md,
+                        Q(pd, dnnl_query_diff_dst_md, 0), eng);
       if (!rc)
-        rc = add_arg(bwo, bytes, DNNL_ARG_DIFF_WEIGHTS, ARG_OUT_ADD, &w_md,
-                     Q(pd, dnnl_query_diff_weights_md, 0), eng);
+        rc = cv_add_arg(bwo, bytes, DNNL_ARG_DIFF_WEIGHTS, ARG_OUT_ADD, &w_md,
+                        Q(pd, dnnl_query_diff_weights_md, 0), eng);
       if (!rc && has_bias) /* the bias gradient is diff_weights number 1 */
-        rc = add_arg(bwo, bytes, DNNL_ARG_DIFF_BIAS, ARG_OUT_ADD, &b_md,
-                     Q(pd, dnnl_query_diff_weights_md, 1), eng);
+        rc = cv_add_arg(bwo, bytes, DNNL_ARG_DIFF_BIAS, ARG_OUT_ADD, &b_md,
+                        Q(pd, dnnl_query_diff_weights_md, 1), eng);
       if (!rc)
-        rc = make_prim(&bwo->prim, &bwo->scratchpad, &bwo->scratch_off, bytes, pd, eng);
+        rc = cv_make_prim(&bwo->prim, &bwo->scratchpad, &bwo->scratch_off, bytes, pd, eng);
       else
         dnnl_primitive_desc_destroy(pd);
     }
@@ -524,7 +340,7 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
     dnnl_primitive_desc_destroy(fpd);
     return rc;
   }
-  MT_CALL(make_prim(&f->prim, &f->scratchpad, &f->scratch_off, bytes, fpd, eng));
+  MT_CALL(cv_make_prim(&f->prim, &f->scratchpad, &f->scratch_off, bytes, fpd, eng));
 
   cv_arg *dd_d = &bdo->a[0], *dd_w = &bwo->a[1]; /* DIFF_DST of each */
   const dnnl_memory_desc_t *md_d = NULL, *md_w = NULL;
@@ -584,9 +400,9 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
   MT_CALL(mt_calloc(&m->arena, bytes, 1, "conv2d internal buffers"));
   for (int v = 0; v < m->nvar; v++)
     for (int i = 0; i < m->nsets; i++) {
-      MT_CALL(op_place(&m->set[v][i].fwd, m->arena));
-      MT_CALL(op_place(&m->set[v][i].bwd_data, m->arena));
-      MT_CALL(op_place(&m->set[v][i].bwd_w, m->arena));
+      MT_CALL(cv_op_place(&m->set[v][i].fwd, m->arena));
+      MT_CALL(cv_op_place(&m->set[v][i].bwd_data, m->arena));
+      MT_CALL(cv_op_place(&m->set[v][i].bwd_w, m->arena));
     }
   return 0;
 }
@@ -622,9 +438,9 @@ void mt_conv2d_free(mt_conv2d *c) {
   mt_conv2d_impl *m = c->impl;
   for (int v = 0; v < 2; v++)
     for (int i = 0; i < CV_MAX_SETS; i++) {
-      op_free(&m->set[v][i].fwd);
-      op_free(&m->set[v][i].bwd_data);
-      op_free(&m->set[v][i].bwd_w);
+      cv_op_free(&m->set[v][i].fwd);
+      cv_op_free(&m->set[v][i].bwd_data);
+      cv_op_free(&m->set[v][i].bwd_w);
     }
   if (m->stream) dnnl_stream_destroy(m->stream);
   if (m->eng) dnnl_engine_destroy(m->eng);
@@ -660,11 +476,11 @@ static cv_set *pick(mt_conv2d_impl *m, int v, int n) {
 
 static int forward_chunk(float *out, const float *inp, const float *w, const float *b, cv_set *set,
                          dnnl_stream_t stream) {
-  MT_CALL(op_bind(&set->fwd, DNNL_ARG_SRC, inp));
-  MT_CALL(op_bind(&set->fwd, DNNL_ARG_WEIGHTS, w));
-  if (b) MT_CALL(op_bind(&set->fwd, DNNL_ARG_BIAS, b));
-  MT_CALL(op_bind(&set->fwd, DNNL_ARG_DST, out));
-  return op_run(&set->fwd, stream);
+  MT_CALL(cv_op_bind(&set->fwd, DNNL_ARG_SRC, inp));
+  MT_CALL(cv_op_bind(&set->fwd, DNNL_ARG_WEIGHTS, w));
+  if (b) MT_CALL(cv_op_bind(&set->fwd, DNNL_ARG_BIAS, b));
+  MT_CALL(cv_op_bind(&set->fwd, DNNL_ARG_DST, out));
+  return cv_op_run(&set->fwd, stream);
 }
 
 int mt_conv2d_forward(float *out, const float *inp, const float *w, const float *b, int B,
@@ -700,27 +516,27 @@ int mt_conv2d_forward(float *out, const float *inp, const float *w, const float 
 static int backward_chunk(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, cv_set *set, dnnl_stream_t stream, int has_bias) {
   if (dinp) {
-    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_DIFF_DST, dout));
-    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_WEIGHTS, w));
-    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_DIFF_SRC, dinp));
-    MT_CALL(op_run(&set->bwd_data, stream));
+    MT_CALL(cv_op_bind(&set->bwd_data, DNNL_ARG_DIFF_DST, dout));
+    MT_CALL(cv_op_bind(&set->bwd_data, DNNL_ARG_WEIGHTS, w));
+    MT_CALL(cv_op_bind(&set->bwd_data, DNNL_ARG_DIFF_SRC, dinp));
+    MT_CALL(cv_op_run(&set->bwd_data, stream));
   }
   if (!dw) return 0;
   if (set->ddst_shared && !dinp) { /* fill the borrowed diff_dst copy */
-    MT_CALL(op_bind(&set->bwd_data, DNNL_ARG_DIFF_DST, dout));
-    MT_CALL(arg_reorder_in(&set->bwd_data.a[0], stream));
+    MT_CALL(cv_op_bind(&set->bwd_data, DNNL_ARG_DIFF_DST, dout));
+    MT_CALL(cv_arg_reorder_in(&set->bwd_data.a[0], stream));
   }
-  MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_SRC, inp));
-  MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_DIFF_DST, dout));
-  MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_DIFF_WEIGHTS, dw));
-  if (!has_bias) return op_run(&set->bwd_w, stream);
+  MT_CALL(cv_op_bind(&set->bwd_w, DNNL_ARG_SRC, inp));
+  MT_CALL(cv_op_bind(&set->bwd_w, DNNL_ARG_DIFF_DST, dout));
+  MT_CALL(cv_op_bind(&set->bwd_w, DNNL_ARG_DIFF_WEIGHTS, dw));
+  if (!has_bias) return cv_op_run(&set->bwd_w, stream);
   /* the bias gradient comes with the weights' (into db, or nowhere) */
   cv_arg *a = &set->bwd_w.a[set->bwd_w.nargs - 1];
   if (db)
-    MT_CALL(op_bind(&set->bwd_w, DNNL_ARG_DIFF_BIAS, db));
+    MT_CALL(cv_op_bind(&set->bwd_w, DNNL_ARG_DIFF_BIAS, db));
   else
     a->skip = 1; /* computed into the internal buffer, not copied out */
-  int rc = op_run(&set->bwd_w, stream);
+  int rc = cv_op_run(&set->bwd_w, stream);
   a->skip = 0;
   return rc;
 }
