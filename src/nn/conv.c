@@ -172,6 +172,34 @@ static dnnl_format_tag_t dst_tag(int block) {
   return block == 8 ? dnnl_aBcd8b : block == 16 ? dnnl_aBcd16b : dnnl_nchw;
 }
 
+/* A convolution's dims at batch B as oneDNN reads them (dnnl_dims_t:
+ * DNNL_MAX_NDIMS entries each), for the layout probe and every set. */
+typedef struct {
+  dnnl_dims_t src, dst, w, bias, strides, dil, pl, pr;
+  int wn; /* the weights' dims: 5 with groups (goihw), else 4 (oihw) */
+} cv_geom;
+
+static void geom_init(cv_geom *g, const mt_conv2d_shape *s, int B) {
+  const int G = s->groups;
+  memset(g, 0, sizeof(*g));
+  g->src[0] = g->dst[0] = B;
+  g->src[1] = s->IC, g->src[2] = s->H, g->src[3] = s->W;
+  g->dst[1] = s->OC, g->dst[2] = s->OH, g->dst[3] = s->OW;
+  g->wn = G > 1 ? 5 : 4;
+  const dnnl_dims_t wg = {G, s->OC / G, s->IC / G, s->KH, s->KW},
+                    w1 = {s->OC, s->IC, s->KH, s->KW};
+  memcpy(g->w, G > 1 ? wg : w1, sizeof(g->w));
+  g->bias[0] = s->OC;
+  g->strides[0] = s->stride_h, g->strides[1] = s->stride_w;
+  g->dil[0] = s->dil_h - 1, g->dil[1] = s->dil_w - 1; /* oneDNN: 0 = none */
+  g->pl[0] = s->pad_h, g->pl[1] = s->pad_w;
+  /* right padding that gives exactly OH, OW (PyTorch's floor mode) */
+  g->pr[0] = (dnnl_dim_t)(s->OH - 1) * s->stride_h + (dnnl_dim_t)s->dil_h * (s->KH - 1) + 1 - s->H -
+             s->pad_h;
+  g->pr[1] = (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 - s->W -
+             s->pad_w;
+}
+
 /* The output layout of a convolution made with dst_any (mt_conv2d
  * dst_block): what oneDNN's forward picks for its output given the input
  * format the convolution will use, kept when it is nChw8c or nChw16c with
@@ -181,31 +209,24 @@ static dnnl_format_tag_t dst_tag(int block) {
 static int dst_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bias,
                      mt_precision prec, int *block) {
   const dnnl_data_type_t L = prec == MT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
-  const int G = s->groups;
-  dnnl_dims_t sd = {s->B, s->IC, s->H, s->W}, dd = {s->B, s->OC, s->OH, s->OW};
-  dnnl_dims_t wg = {G, s->OC / G, s->IC / G, s->KH, s->KW}, w1 = {s->OC, s->IC, s->KH, s->KW};
-  dnnl_dims_t bd = {s->OC}, strides = {s->stride_h, s->stride_w};
-  dnnl_dims_t dil = {s->dil_h - 1, s->dil_w - 1}, pl = {s->pad_h, s->pad_w};
-  dnnl_dims_t pr = {(dnnl_dim_t)(s->OH - 1) * s->stride_h + (dnnl_dim_t)s->dil_h * (s->KH - 1) + 1 -
-                        s->H - s->pad_h,
-                    (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 -
-                        s->W - s->pad_w};
+  cv_geom g;
+  geom_init(&g, s, s->B);
   dnnl_memory_desc_t src, w, b, dst, blk;
-  MT_CALL(cv_md_init(&src, 4, sd, act_plain(s) ? dnnl_nchw : dnnl_format_tag_any, L));
-  MT_CALL(cv_md_init(&w, G > 1 ? 5 : 4, G > 1 ? wg : w1, dnnl_format_tag_any, L));
-  MT_CALL(cv_md_init(&b, 1, bd, dnnl_x, dnnl_f32));
-  MT_CALL(cv_md_init(&dst, 4, dd, dnnl_format_tag_any, dnnl_f32));
+  MT_CALL(cv_md_init(&src, 4, g.src, act_plain(s) ? dnnl_nchw : dnnl_format_tag_any, L));
+  MT_CALL(cv_md_init(&w, g.wn, g.w, dnnl_format_tag_any, L));
+  MT_CALL(cv_md_init(&b, 1, g.bias, dnnl_x, dnnl_f32));
+  MT_CALL(cv_md_init(&dst, 4, g.dst, dnnl_format_tag_any, dnnl_f32));
   dnnl_convolution_desc_t d;
   DNNL_CALL(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
                                                        dnnl_convolution_direct, &src, &w,
-                                                       has_bias ? &b : NULL, &dst, strides, dil,
-                                                       pl, pr));
+                                                       has_bias ? &b : NULL, &dst, g.strides,
+                                                       g.dil, g.pl, g.pr));
   dnnl_primitive_desc_t pd;
   DNNL_CALL(dnnl_primitive_desc_create(&pd, &d, NULL, eng, NULL));
   const dnnl_memory_desc_t *got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
   *block = 0;
   for (int b = 16; b >= 8 && got; b /= 2)
-    if (s->OC % b == 0 && cv_md_init(&blk, 4, dd, dst_tag(b), dnnl_f32) == 0 &&
+    if (s->OC % b == 0 && cv_md_init(&blk, 4, g.dst, dst_tag(b), dnnl_f32) == 0 &&
         dnnl_memory_desc_equal(got, &blk))
       *block = b;
   dnnl_primitive_desc_destroy(pd);
@@ -219,19 +240,11 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   const dnnl_data_type_t F = dnnl_f32, L = prec == MT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
   const int G = s->groups;
   set->B = B;
-  /* oneDNN reads dims as dnnl_dims_t (DNNL_MAX_NDIMS entries) */
-  dnnl_dims_t sd = {B, s->IC, s->H, s->W}, dd = {B, s->OC, s->OH, s->OW};
-  dnnl_dims_t wg = {G, s->OC / G, s->IC / G, s->KH, s->KW}, w1 = {s->OC, s->IC, s->KH, s->KW};
-  dnnl_dims_t bd = {s->OC};
-  const int wn = G > 1 ? 5 : 4;
-  const dnnl_dim_t *wdims = G > 1 ? wg : w1;
-  dnnl_dims_t strides = {s->stride_h, s->stride_w}, dil = {s->dil_h - 1, s->dil_w - 1};
-  dnnl_dims_t pl = {s->pad_h, s->pad_w};
-  /* right padding that gives exactly OH, OW (PyTorch's floor mode) */
-  dnnl_dims_t pr = {(dnnl_dim_t)(s->OH - 1) * s->stride_h + (dnnl_dim_t)s->dil_h * (s->KH - 1) + 1 -
-                        s->H - s->pad_h,
-                    (dnnl_dim_t)(s->OW - 1) * s->stride_w + (dnnl_dim_t)s->dil_w * (s->KW - 1) + 1 -
-                        s->W - s->pad_w};
+  cv_geom g;
+  geom_init(&g, s, B);
+  const dnnl_dim_t *sd = g.src, *dd = g.dst, *wdims = g.w, *bd = g.bias;
+  const dnnl_dim_t *strides = g.strides, *dil = g.dil, *pl = g.pl, *pr = g.pr;
+  const int wn = g.wn;
   dnnl_memory_desc_t src_md, dst_md, w_md, b_md, src_any, dst_any, w_any;
   dnnl_memory_desc_t src_pl, dsrc_any, ddst_pl, ddst_any, dw_any; /* by precision */
   MT_CALL(cv_md_init(&src_md, 4, sd, dnnl_nchw, F));
