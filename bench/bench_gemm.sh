@@ -61,12 +61,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/bench_gemm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 flags=(-std=c11 -O2 -march=native -fopenmp-simd -Wall -Wextra -Werror -I"$here/../src")
 pack="$here/../src/nn/gemm_pack.c"
-xsmm=()
-[ -f /usr/include/libxsmm.h ] && xsmm=(-DHAVE_XSMM)
-xsmm_libs=()
-[ ${#xsmm[@]} -gt 0 ] && xsmm_libs=(-lxsmm -lblas -ldl)
 bins=()
-"$cc" "${flags[@]}" "${xsmm[@]}" "$here/gemm_shapes.c" "$pack" -o "$work/gs2" -ldnnl "${xsmm_libs[@]}" -lpthread -lm ||
+CC=$cc gemm_shapes_build "$work/gs2" ||
 	{ echo "$0: cannot build gemm_shapes against the system oneDNN" >&2; exit 1; }
 bins+=(gs2)
 if [ -n "$dnnl3" ]; then
