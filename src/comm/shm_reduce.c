@@ -85,9 +85,11 @@ int mt_allreduce_option(int *method) {
   return 0;
 }
 
-/* Why shm by default on the CPU (bench/README.md): on 2 ranks it summed
- * 16-64 MiB at 1.3-1.9x MPI_Allreduce's bus bandwidth (medians), and its
- * waits sleep where OpenMPI's poll the core a rank computes on. */
+/* Why shm by default on the CPU (bench/README.md): on 2 ranks of a nearly
+ * free machine it summed 16-64 MiB at 2.1-2.4x MPI_Allreduce's bus
+ * bandwidth in four of six medians (1.2-1.8x in the others), ddp's 4096-wide
+ * MLP moved its gradient at 4.35 GB/s against 2.95, and its waits sleep
+ * where OpenMPI's poll the core a rank computes on. */
 int mt_allreduce_use(int asked, int device, int overlap, int comm_thread) {
   if (asked != MT_ALLREDUCE_AUTO) return asked;
   return device || (overlap && !comm_thread) ? MT_ALLREDUCE_MPI : MT_ALLREDUCE_SHM;
