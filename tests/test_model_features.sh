@@ -11,7 +11,12 @@
 # - mlp regression (/y float (N,K), MSE) trains, ddp equals sp, and the
 #   target kind is checked between training and validation sets;
 # - the smoothed validation loss drives the best model (model_best.h5),
-#   early stopping and -restore_best; -epochs 0 only evaluates.
+#   early stopping and -restore_best; -epochs 0 only evaluates;
+# - the mlp writes its gradients instead of having them zeroed before each
+#   step (mt_model_ops.sets_grads): at batch 1 with 2 threads one thread has
+#   no rows, and its buffer (thread 0's is the rank's, which holds the last
+#   step's sum) must count as zeros: the run equals 1 thread bit for bit,
+#   in fp32 and fp64.
 . "$top_srcdir/tests/lib.sh"
 make_work
 need_bin "$MPITRAIN" "$MT_DATA" "$MKDATA"
@@ -154,4 +159,15 @@ if [ -n "$best" ] && [ "$best" -ge 2 ]; then
 fi
 expect_error "-restore_best needs a validation set" "-restore_best" \
   run_mpi 1 60 "$MPITRAIN" "${dm[@]}" -data_val "" -restore_best -output_dir "$WORK/bad4"
+
+# ---- gradients written, not zeroed first
+"$MKDATA" synth "$WORK/sg.h5" 25 16 4 33 >/dev/null || bail "mkdata synth failed"
+sg=(-model mlp -mlp_hidden 40,24 -data_train "$WORK/sg.h5" -epochs 2 -batch_size 1 -lr 0.05
+  -momentum 0.9 -thread_split batch -log_every 0 -backend sp)
+for p in fp32 fp64; do
+  ok "$p batch 1, 1 thread" 1 "${sg[@]}" -precision "$p" -threads 1 -output_dir "$WORK/sg1-$p"
+  ok "$p batch 1, 2 threads (one without rows)" 1 "${sg[@]}" -precision "$p" -threads 2 \
+    -output_dir "$WORK/sg2-$p"
+  same "$p: a thread without rows adds nothing of the last step" "sg1-$p" "sg2-$p" 0
+done
 finish

@@ -15,6 +15,7 @@
 #include "nn/fastmath.h"
 #include "nn/gemm_pack.h"
 #include "nn/nn.h"
+#include "mpitrain/mpitrain.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -280,6 +281,71 @@ static void test_linear_ref(int B, int IC, int OC) {
   tu_ref_free(&r);
 }
 
+/* What mt_linear_*_ex fuse equals the separate passes bit for bit: the
+ * ReLU after the bias; its mask on dout; and with MT_LINEAR_SET_* the
+ * gradients written over buffers of NaN (an element left unwritten, or a
+ * GEMM with beta 0 that still reads its output, shows as NaN) as when
+ * added to zeros. 8 x 512 x 256 takes the packed kernel for dinp where
+ * it is built (nn/gemm.c). */
+static int same_bits(const float *a, const float *b, size_t n) {
+  return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+static void test_linear_fused(int B, int IC, int OC) {
+  char what[64];
+  snprintf(what, sizeof(what), "fused linear B=%d IC=%d OC=%d", B, IC, OC);
+  const size_t nx = (size_t)B * IC, nw = (size_t)OC * IC, ny = (size_t)B * OC;
+  uint64_t st = 0x5eed + (uint64_t)B * 131 + (uint64_t)IC * 7 + (uint64_t)OC;
+  float *inp = malloc(nx * sizeof(float)), *w = malloc(nw * sizeof(float));
+  float *b = malloc((size_t)OC * sizeof(float)), *g = malloc(ny * sizeof(float));
+  float *y1 = malloc(ny * sizeof(float)), *y2 = malloc(ny * sizeof(float));
+  float *d1 = malloc(ny * sizeof(float)), *d2 = malloc(ny * sizeof(float));
+  float *dx1 = calloc(nx, sizeof(float)), *dx2 = malloc(nx * sizeof(float));
+  float *dw1 = calloc(nw, sizeof(float)), *dw2 = malloc(nw * sizeof(float));
+  float *db1 = calloc((size_t)OC, sizeof(float)), *db2 = malloc((size_t)OC * sizeof(float));
+  tu_fill(inp, nx, &st, 1.0f);
+  tu_fill(w, nw, &st, 1.0f);
+  tu_fill(b, (size_t)OC, &st, 0.5f);
+  tu_fill(g, ny, &st, 1.0f);
+  /* forward: bias + ReLU in one pass, or two */
+  CHECK(mt_linear_forward(y1, inp, w, b, B, IC, OC, NULL) == 0, "%s: forward", what);
+  mt_relu_forward(y1, y1, (int64_t)ny);
+  CHECK(mt_linear_forward_ex(y2, inp, w, b, B, IC, OC, MT_LINEAR_RELU, NULL) == 0,
+        "%s: forward_ex returns 0", what);
+  int neg = 0;
+  for (size_t i = 0; i < ny; i++) neg += y1[i] == 0;
+  CHECK(neg > 0 && neg < (int)ny, "%s: the ReLU cuts some outputs (%d of %zu)", what, neg, ny);
+  CHECK(same_bits(y1, y2, ny), "%s: forward with MT_LINEAR_RELU == forward, relu", what);
+  /* backward: the mask, then the gradients added to zeros */
+  memcpy(d1, g, ny * sizeof(float));
+  mt_relu_backward(d1, d1, y1, (int64_t)ny);
+  CHECK(mt_linear_backward(dx1, dw1, db1, d1, inp, w, B, IC, OC, NULL) == 0, "%s: backward", what);
+  /* fused, written over NaN */
+  memcpy(d2, g, ny * sizeof(float));
+  for (size_t i = 0; i < nx; i++) dx2[i] = NAN;
+  for (size_t i = 0; i < nw; i++) dw2[i] = NAN;
+  for (int i = 0; i < OC; i++) db2[i] = NAN;
+  CHECK(mt_linear_backward_ex(dx2, dw2, db2, d2, y2, inp, w, B, IC, OC,
+                              MT_LINEAR_RELU | MT_LINEAR_SET_GRADS | MT_LINEAR_SET_DINP, NULL) == 0,
+        "%s: backward_ex returns 0", what);
+  CHECK(same_bits(d1, d2, ny), "%s: MT_LINEAR_RELU masks dout in place", what);
+  CHECK(same_bits(dx1, dx2, nx), "%s: MT_LINEAR_SET_DINP writes dinp", what);
+  CHECK(same_bits(dw1, dw2, nw), "%s: MT_LINEAR_SET_GRADS writes dw", what);
+  CHECK(same_bits(db1, db2, (size_t)OC), "%s: MT_LINEAR_SET_GRADS writes db", what);
+  /* without SET_*: added (the mask again changes nothing: d2 is masked) */
+  CHECK(mt_linear_backward_ex(dx2, dw2, db2, d2, y2, inp, w, B, IC, OC, MT_LINEAR_RELU, NULL) == 0,
+        "%s: backward_ex adding returns 0", what);
+  mt_linear_backward(dx1, dw1, db1, d1, inp, w, B, IC, OC, NULL);
+  CHECK(same_bits(dx1, dx2, nx) && same_bits(dw1, dw2, nw) && same_bits(db1, db2, (size_t)OC),
+        "%s: without MT_LINEAR_SET_* it adds, as mt_linear_backward", what);
+  CHECK(mt_linear_backward_ex(NULL, dw2, NULL, d2, NULL, inp, w, B, IC, OC, MT_LINEAR_RELU,
+                              NULL) != 0,
+        "%s: MT_LINEAR_RELU without the output is refused", what);
+  mt_error_clear();
+  free(inp), free(w), free(b), free(g), free(y1), free(y2), free(d1), free(d2);
+  free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+}
+
 typedef struct {
   float *out, *inp, *w, *b, *R;
   int B, IC, OC;
@@ -511,6 +577,8 @@ int main(void) {
   test_linear_ref(1, 3, 2);
   test_linear_ref(16, 33, 17);
   test_linear_ref(3, 1, 4);
+  test_linear_fused(5, 7, 3);
+  test_linear_fused(8, 512, 256);
   test_linear_fd(3, 4, 5, 31);
   test_linear_fd(1, 6, 3, 32);
 

@@ -324,6 +324,12 @@ typedef struct {
    * on every rank. */
   int (*metrics)(mt_model *const *models, int nmodels, MPI_Comm comm, int set, mt_metric *out,
                  int max, int *n);
+  /* Optional: 1 when backward and backward64 honour mt_model.grads_set
+   * (write every element of grads instead of adding to it); the trainer
+   * then leaves a step's gradients unzeroed before its first backward
+   * (PyTorch's zero_grad(set_to_none=True)): a pass over them fewer, and
+   * GEMMs that write their output instead of reading and adding to it. */
+  int sets_grads;
 } mt_model_ops;
 
 struct mt_model {
@@ -352,6 +358,11 @@ struct mt_model {
    * points to (and release units no longer needed). Until then the unit's
    * elements of that buffer may hold anything. unit_ctx is its context. */
   int (*unit_use)(void *ctx, int unit, int pass);
+  /* Set by the trainer before a backward, for a model whose ops->sets_grads
+   * is 1 (0 otherwise): when 1, grads may hold anything and backward must
+   * write the batch's gradient into every element of it (=); when 0 it
+   * adds as documented. */
+  int grads_set;
   mt_data_spec spec;
   int max_batch;
   void *data; /* implementation state                                      */

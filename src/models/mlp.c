@@ -113,6 +113,7 @@ const mt_model_ops mt_mlp_ops = {
     .forward64 = mlp_forward_f64,
     .backward64 = mlp_backward_f64,
     .backward_clipped = mlp_backward_clipped,
+    .sets_grads = 1,
 };
 
 static const char *const mlp_train_only[] = {"-mlp_dropout", NULL};

@@ -82,12 +82,10 @@ static int MT_T(mlp_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   for (int l = 0; l < s->nl; l++) {
     MT_CALL(mt_model_unit_use(m, l, 0));
     const REAL *b = params + m->params.p[2 * l + 1].offset;
-    MT_CALL(mt_linear_forward(s->act[l], in, MT_T(W)(m, params, l), b, B, s->dim[l], s->dim[l + 1],
-                              s->pol));
-    if (l < s->nl - 1) {
-      mt_relu_forward(s->act[l], s->act[l], (int64_t)B * s->dim[l + 1]);
-      if (s->dropped) MT_T(mt_model_dropout)(s->act[l], s->mask[l], s->p, bt, l, s->dim[l + 1]);
-    }
+    const int hidden = l < s->nl - 1; /* ReLU (and dropout) after it */
+    MT_CALL(mt_linear_forward_ex(s->act[l], in, MT_T(W)(m, params, l), b, B, s->dim[l],
+                                 s->dim[l + 1], hidden ? MT_LINEAR_RELU : 0u, s->pol));
+    if (hidden && s->dropped) MT_T(mt_model_dropout)(s->act[l], s->mask[l], s->p, bt, l, s->dim[l + 1]);
     in = s->act[l];
   }
   const REAL *out = s->act[s->nl - 1];
@@ -120,25 +118,29 @@ static int MT_T(mlp_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   MT_T(mlp) *s = m->data;
   MT_CHECK(m->dtype == MT_DT, MT_ERR_STATE, "mlp: backward of another precision than set up");
   MT_CHECK(B == s->B, MT_ERR_STATE, "mlp backward of %d samples after a forward of %d", B, s->B);
-  for (int l = 0; l < s->nl; l++) memset(s->dact[l], 0, (size_t)B * s->dim[l + 1] * sizeof(REAL));
   const int K = s->dim[s->nl];
+  /* the loss adds into its gradient; every other dact is written whole by
+   * the layer above (MT_LINEAR_SET_DINP) */
+  memset(s->dact[s->nl - 1], 0, (size_t)B * K * sizeof(REAL));
   if (s->regression)
     mt_mse_backward(s->dact[s->nl - 1], s->act[s->nl - 1], s->target, scale / (REAL)K, B, K);
   else
     mt_softmax_xent_backward(s->dact[s->nl - 1], s->probs, s->y, scale, B, K);
+  /* every parameter's gradient is one layer's (m->grads_set: written) */
+  const unsigned set = (m->grads_set ? MT_LINEAR_SET_GRADS : 0u) | MT_LINEAR_SET_DINP;
   for (int l = s->nl - 1; l >= 0; l--) {
     REAL *dout = s->dact[l];
-    int64_t n = (int64_t)B * s->dim[l + 1];
-    if (l < s->nl - 1) {
-      /* act is after ReLU and dropout: positive exactly where both kept it */
-      if (s->dropped) MT_T(mt_model_dropout_backward)(dout, s->mask[l], s->p, n);
-      mt_relu_backward(dout, dout, s->act[l], n);
-    }
+    const int hidden = l < s->nl - 1;
+    /* act is after ReLU and dropout: positive exactly where both kept it,
+     * the ReLU's mask (MT_LINEAR_RELU) after dropout's scaling */
+    if (hidden && s->dropped)
+      MT_T(mt_model_dropout_backward)(dout, s->mask[l], s->p, (int64_t)B * s->dim[l + 1]);
     const REAL *in = l ? s->act[l - 1] : s->x;
     MT_CALL(mt_model_unit_use(m, l, 1));
     REAL *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
-    MT_CALL(mt_linear_backward(l ? s->dact[l - 1] : NULL, dw, db, dout, in, MT_T(W)(m, params, l), B,
-                               s->dim[l], s->dim[l + 1], s->pol));
+    MT_CALL(mt_linear_backward_ex(l ? s->dact[l - 1] : NULL, dw, db, dout, s->act[l], in,
+                                  MT_T(W)(m, params, l), B, s->dim[l], s->dim[l + 1],
+                                  set | (hidden ? MT_LINEAR_RELU : 0u), s->pol));
     mt_model_unit_done(m, l);
   }
   return 0;

@@ -1,37 +1,75 @@
 /* Fully connected layer, PyTorch layout (w is (OC, IC)), a template for
  * REAL = float and double (linear.c). */
 
-int MT_T(mt_linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
-                            int IC, int OC, const mt_nn_policy *pol) {
+int MT_T(mt_linear_forward_ex)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
+                               int IC, int OC, unsigned flags, const mt_nn_policy *pol) {
   // inp is (B,IC), w is (OC,IC), b is (OC), out is (B,OC)
   MT_CALL(MT_T(mt_gemm)('N', 'T', B, OC, IC, (REAL)1, inp, IC, w, IC, (REAL)0, out, OC, pol));
-  if (b) {
+  const int relu = (flags & MT_LINEAR_RELU) != 0;
+  if (!b && !relu) return 0;
+  /* bias and ReLU in one pass over the output, a row at a time while the
+   * GEMM's output is in cache; NaN passes the ReLU (x < 0 is false), as in
+   * PyTorch */
+#if !MT_F64
+  const int rounds = mt_nn_rounds(pol); /* O2 (nn/lowp.h): a low-precision output */
+#endif
 #pragma omp parallel for schedule(static) if ((long)B * OC > 65536)
-    for (int i = 0; i < B; i++) {
-      REAL *o = out + (size_t)i * OC;
+  for (int i = 0; i < B; i++) {
+    REAL *o = out + (size_t)i * OC;
+    if (b) {
 #pragma omp simd
       for (int j = 0; j < OC; j++) o[j] += b[j];
-    }
 #if !MT_F64
-    /* O2 (nn/lowp.h): the output is a low-precision tensor, bias included */
-    if (mt_nn_rounds(pol)) mt_round_to(pol->compute, out, (size_t)B * OC);
+      if (rounds) mt_round_to(pol->compute, o, (size_t)OC);
 #endif
+    }
+    if (relu) {
+#pragma omp simd
+      for (int j = 0; j < OC; j++) o[j] = o[j] < (REAL)0 ? (REAL)0 : o[j];
+    }
   }
+  return 0;
+}
+
+int MT_T(mt_linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
+                            int IC, int OC, const mt_nn_policy *pol) {
+  return MT_T(mt_linear_forward_ex)(out, inp, w, b, B, IC, OC, 0, pol);
+}
+
+int MT_T(mt_linear_backward_ex)(REAL *dinp, REAL *dw, REAL *db, REAL *dout, const REAL *out,
+                                const REAL *inp, const REAL *w, int B, int IC, int OC,
+                                unsigned flags, const mt_nn_policy *pol) {
+  // dout is (B,OC); dinp (B,IC) += dout @ w; dw (OC,IC) += dout^T @ inp; db += sum_b dout
+  const int relu = (flags & MT_LINEAR_RELU) != 0, set = (flags & MT_LINEAR_SET_GRADS) != 0;
+  MT_CHECK(!relu || out, MT_ERR_ARG, "mt_linear_backward_ex: MT_LINEAR_RELU without the output");
+  if (db && set)
+    for (int j = 0; j < OC; j++) db[j] = 0; /* then summed in the same order as added */
+  if (relu || db) {
+    /* the ReLU's mask and the bias gradient in one pass over dout, a row at
+     * a time (the order of db's sums is the rows', as without the mask) */
+    for (int i = 0; i < B; i++) {
+      REAL *d = dout + (size_t)i * OC;
+      if (relu) {
+        const REAL *o = out + (size_t)i * OC;
+#pragma omp simd
+        for (int j = 0; j < OC; j++) d[j] = o[j] > (REAL)0 ? d[j] : (REAL)0;
+      }
+      if (db) {
+#pragma omp simd
+        for (int j = 0; j < OC; j++) db[j] += d[j];
+      }
+    }
+  }
+  if (dinp)
+    MT_CALL(MT_T(mt_gemm)('N', 'N', B, IC, OC, (REAL)1, dout, OC, w, IC,
+                          (flags & MT_LINEAR_SET_DINP) ? (REAL)0 : (REAL)1, dinp, IC, pol));
+  MT_CALL(MT_T(mt_gemm)('T', 'N', OC, IC, B, (REAL)1, dout, OC, inp, IC, set ? (REAL)0 : (REAL)1,
+                        dw, IC, pol));
   return 0;
 }
 
 int MT_T(mt_linear_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout, const REAL *inp,
                              const REAL *w, int B, int IC, int OC, const mt_nn_policy *pol) {
-  // dout is (B,OC); dinp (B,IC) += dout @ w; dw (OC,IC) += dout^T @ inp; db += sum_b dout
-  if (dinp)
-    MT_CALL(MT_T(mt_gemm)('N', 'N', B, IC, OC, (REAL)1, dout, OC, w, IC, (REAL)1, dinp, IC, pol));
-  MT_CALL(MT_T(mt_gemm)('T', 'N', OC, IC, B, (REAL)1, dout, OC, inp, IC, (REAL)1, dw, IC, pol));
-  if (db) {
-    for (int i = 0; i < B; i++) {
-      const REAL *d = dout + (size_t)i * OC;
-#pragma omp simd
-      for (int j = 0; j < OC; j++) db[j] += d[j];
-    }
-  }
-  return 0;
+  /* without MT_LINEAR_RELU dout is only read */
+  return MT_T(mt_linear_backward_ex)(dinp, dw, db, (REAL *)dout, NULL, inp, w, B, IC, OC, 0, pol);
 }

@@ -100,6 +100,14 @@ typedef enum { MT_GELU_ERF = 0, MT_GELU_TANH = 1 } mt_gelu_kind;
  * can key with rank 0 and pass the global position of its first element. */
 uint64_t mt_dropout_key(uint64_t seed, uint64_t step, int rank, int layer);
 
+/* What mt_linear_forward_ex and mt_linear_backward_ex fuse (or'ed): the
+ * element-wise passes over a layer's activations that go away. */
+enum {
+  MT_LINEAR_RELU = 1,      /* ReLU after the bias; backward: its mask    */
+  MT_LINEAR_SET_GRADS = 2, /* backward writes dw and db (=), not +=      */
+  MT_LINEAR_SET_DINP = 4   /* backward writes dinp (=), not +=           */
+};
+
 /* ------------------------------------------------- every layer, both types */
 
 #define MT_TEMPLATE "nn/nn_decl_t.h"
@@ -117,6 +125,9 @@ uint64_t mt_dropout_key(uint64_t seed, uint64_t step, int rank, int layer);
 #define mt_linear_forward(out, ...) MT_NN_PICK(out, mt_linear_forward)(out, __VA_ARGS__)
 #define mt_linear_backward(dinp, dw, db, dout, ...) \
   MT_NN_PICK(dout, mt_linear_backward)(dinp, dw, db, dout, __VA_ARGS__)
+#define mt_linear_forward_ex(out, ...) MT_NN_PICK(out, mt_linear_forward_ex)(out, __VA_ARGS__)
+#define mt_linear_backward_ex(dinp, dw, db, dout, ...) \
+  MT_NN_PICK(dout, mt_linear_backward_ex)(dinp, dw, db, dout, __VA_ARGS__)
 #define mt_relu_forward(out, ...) MT_NN_PICK(out, mt_relu_forward)(out, __VA_ARGS__)
 #define mt_relu_backward(dinp, dout, ...) \
   MT_NN_PICK(dout, mt_relu_backward)(dinp, dout, __VA_ARGS__)

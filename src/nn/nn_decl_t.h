@@ -21,6 +21,16 @@ int MT_T(mt_linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REA
 int MT_T(mt_linear_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout, const REAL *inp,
                              const REAL *w, int B, int IC, int OC, const mt_nn_policy *pol);
 
+/* The same with what flags (MT_LINEAR_*, nn.h) fuse: forward, the ReLU of
+ * the output; backward, the ReLU's mask on dout (which it then overwrites;
+ * out is the forward's output, after the ReLU), and writing dw and db, or
+ * dinp, instead of adding to them. */
+int MT_T(mt_linear_forward_ex)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
+                               int IC, int OC, unsigned flags, const mt_nn_policy *pol);
+int MT_T(mt_linear_backward_ex)(REAL *dinp, REAL *dw, REAL *db, REAL *dout, const REAL *out,
+                                const REAL *inp, const REAL *w, int B, int IC, int OC,
+                                unsigned flags, const mt_nn_policy *pol);
+
 /* out = max(inp, 0), n elements; out may equal inp. */
 void MT_T(mt_relu_forward)(REAL *out, const REAL *inp, int64_t n);
 /* dinp += dout where out > 0. dinp may equal dout (then it is overwritten

@@ -10,6 +10,7 @@
 #include "models/models.h"
 #include "trainer/own.h"
 #include "gpu/gpu.h"
+#include "trainer/step.h" /* mt_privacy_none */
 #include "backends/fsdp.h" /* MT_FSDP_NO_SHARD: -fsdp_sharding_strategy */
 
 #include "nn/nn.h"
@@ -37,6 +38,21 @@ int mt_compute_create(mt_trainer *t) {
 int mt_compute_nthr(const mt_trainer *t) { return t->threads->n; }
 mt_model *mt_compute_model(const mt_trainer *t, int i) { return t->threads->model[i]; }
 void *mt_compute_grads(const mt_trainer *t, int i) { return t->threads->grads[i]; }
+
+int mt_compute_sets_grads(const mt_trainer *t) {
+  return t->model->ops->sets_grads && !t->gpu && t->privacy == &mt_privacy_none;
+}
+
+/* A backward into grads (B rows) that writes them when the step's first
+ * backward has not run yet (t->grads_unwritten); with no rows there is
+ * nothing to write them with: zeros then. */
+static int backward_into(const mt_trainer *t, mt_model *m, void *grads, double scale, int B) {
+  if (t->grads_unwritten && B == 0) memset(grads, 0, t->model->params.total * t->esz);
+  m->grads_set = t->grads_unwritten && B > 0;
+  int err = mt_trainer_backward(t, m, grads, scale, B);
+  m->grads_set = 0;
+  return err;
+}
 
 int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, int *split_out) {
   const mt_config *c = t->cfg;
@@ -245,7 +261,8 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       m->unit_done = hook ? unit_done : NULL;
       m->unit_ctx = t;
       t->threads->overlap_err = 0;
-      int err = mt_trainer_backward(t, m, t->grads, scale, rows);
+      int err = backward_into(t, m, t->grads, scale, rows);
+      t->grads_unwritten = 0;
       m->unit_done = NULL;
       MT_CALL(err);
       MT_CALL(t->threads->overlap_err);
@@ -301,8 +318,10 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       omp_set_num_threads(1);
       int i = omp_get_thread_num();
       int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
+      if (r1 == r0 && t->grads_unwritten) /* no rows to write them with */
+        memset(t->threads->grads[i], 0, t->model->params.total * t->esz);
       if (r1 > r0) {
-        err[i] = mt_trainer_backward(t, t->threads->model[i], t->threads->grads[i], scale, r1 - r0);
+        err[i] = backward_into(t, t->threads->model[i], t->threads->grads[i], scale, r1 - r0);
         if (err[i]) {
 #pragma omp critical(mt_compute_err)
           if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
@@ -310,6 +329,7 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
         }
       }
     }
+    t->grads_unwritten = 0;
     log_flops(t, 1, rows);
     mt_ev_end(MT_EV_BACKWARD);
   }
@@ -325,6 +345,8 @@ void mt_compute_sum_grads(mt_trainer *t) {
   const int T = t->threads->n;
   if (T == 1) return;
   const size_t n = t->model->params.total;
+  /* h is zeroed for the next step's backwards to add to, unless they write */
+  const int zero = !t->grads_set_mode;
   if (t->dtype == MT_FP64) { /* the same sums in double: g += h, h = 0 */
 #pragma omp parallel for schedule(static) num_threads(T)
     for (size_t b = 0; b < n; b += 4096) {
@@ -333,7 +355,7 @@ void mt_compute_sum_grads(mt_trainer *t) {
       for (int k = 1; k < T; k++) {
         double *h = (double *)t->threads->grads[k] + b;
         mt_residual_forward_f64(g, g, h, (int64_t)(e - b));
-        memset(h, 0, (e - b) * sizeof(double));
+        if (zero) memset(h, 0, (e - b) * sizeof(double));
       }
     }
     return;
@@ -344,10 +366,15 @@ void mt_compute_sum_grads(mt_trainer *t) {
     size_t e = b + 4096 < n ? b + 4096 : n;
     for (int k = 1; k < T; k++) {
       float *h = t->threads->grads[k];
+      if (zero) {
 #pragma omp simd
-      for (size_t i = b; i < e; i++) {
-        g[i] += h[i];
-        h[i] = 0.0f;
+        for (size_t i = b; i < e; i++) {
+          g[i] += h[i];
+          h[i] = 0.0f;
+        }
+      } else {
+#pragma omp simd
+        for (size_t i = b; i < e; i++) g[i] += h[i];
       }
     }
   }

@@ -14,7 +14,9 @@ static void rep_owned(const mt_trainer *t, mt_owned *o) {
 }
 
 static void rep_step_begin(mt_trainer *t) {
-  memset(t->grads, 0, t->model->params.total * t->esz);
+  /* a model that writes its gradients finds them as the last step left them */
+  t->grads_set_mode = t->grads_unwritten = mt_compute_sets_grads(t);
+  if (!t->grads_set_mode) memset(t->grads, 0, t->model->params.total * t->esz);
 }
 
 static int rep_grad_norm(mt_trainer *t, double *norm) {
@@ -95,7 +97,10 @@ static void sh_owned(const mt_trainer *t, mt_owned *o) {
                   hi - lo};
 }
 
-static void sh_step_begin(mt_trainer *t) { mt_fsdp_step_begin(t->fsdp); /* units start at 0 */ }
+static void sh_step_begin(mt_trainer *t) {
+  t->grads_set_mode = t->grads_unwritten = 0; /* the units' gradients add up */
+  mt_fsdp_step_begin(t->fsdp);                /* units start at 0 */
+}
 
 /* the norm from the shards' squared norms, summed over the sharding group */
 static int sh_grad_norm(mt_trainer *t, double *norm) {

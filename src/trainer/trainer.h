@@ -69,6 +69,10 @@ typedef struct {
   size_t esz;
   struct mt_threads *threads; /* the rank's threads' models (compute.c)   */
   void *params, *grads;
+  /* the step's gradients (t->grads and the threads' own) are written by
+   * its first backward instead of zeroed before it (mt_compute_sets_grads);
+   * grads_unwritten: that backward has not run yet */
+  int grads_set_mode, grads_unwritten;
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
   int64_t *perm, *plan;
@@ -189,6 +193,10 @@ void mt_trainer_destroy(mt_trainer **t);
  * others zero). */
 int mt_compute_create(mt_trainer *t); /* the threads' state, empty         */
 int mt_compute_setup(mt_trainer *t, int max_batch, int nthr);
+/* Whether a step's first backward may write the gradients instead of adding
+ * to zeroed ones: a model that can (mt_model_ops.sets_grads), on the CPU,
+ * without DP-SGD (whose backwards add per-sample parts). */
+int mt_compute_sets_grads(const mt_trainer *t);
 /* Evaluation with one model for the rank (nthr 1: -thread_split gemm) on
  * the CPU: each of its -threads threads gets an evaluation model of one
  * piece (mt_eval_piece) reading t->params, which mt_compute_setup makes;
