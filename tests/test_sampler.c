@@ -106,17 +106,31 @@ static void test_val_blocks(void) {
     }
 }
 
-/* A file whose row i holds the values i*10 + j, label i % 5. */
-static int make_file(const char *path, int64_t n, int d) {
+/* A file whose row i holds the values i*10 + j, label i % 5; /x stored as
+ * `how` says: the ways the loader reads rows straight from the file (plain
+ * contiguous, behind a user block) and those it leaves to HDF5 (chunked and
+ * compressed, big-endian). */
+enum { X_PLAIN, X_USERBLOCK, X_CHUNKED, X_BIGENDIAN, X_KINDS };
+static const char *const x_kind[X_KINDS] = {"contiguous", "contiguous after a 512-byte user block",
+                                            "chunked + deflate", "big-endian"};
+
+static int make_file(const char *path, int64_t n, int d, int how) {
   float *x = malloc((size_t)(n * d) * sizeof(float));
   int32_t *y = malloc((size_t)n * sizeof(int32_t));
   for (int64_t i = 0; i < n; i++) {
     for (int j = 0; j < d; j++) x[i * d + j] = (float)(i * 10 + j);
     y[i] = (int32_t)(i % 5);
   }
-  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  int64_t shape[2] = {n, d};
-  int e = mt_h5_write_floats(f, "x", 2, shape, x);
+  hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (how == X_USERBLOCK) H5Pset_userblock(fcpl, 512);
+  hsize_t xd[2] = {(hsize_t)n, (hsize_t)d}, ck[2] = {16, (hsize_t)d};
+  if (how == X_CHUNKED) H5Pset_chunk(dcpl, 2, ck), H5Pset_deflate(dcpl, 1);
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
+  hid_t xs = H5Screate_simple(2, xd, NULL);
+  hid_t dx = H5Dcreate2(f, "x", how == X_BIGENDIAN ? H5T_IEEE_F32BE : H5T_IEEE_F32LE, xs,
+                        H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  int e = f < 0 || dx < 0 || H5Dwrite(dx, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) < 0;
+  H5Dclose(dx), H5Sclose(xs), H5Pclose(fcpl), H5Pclose(dcpl);
   hsize_t dn = (hsize_t)n;
   hid_t sp = H5Screate_simple(1, &dn, NULL);
   hid_t ds = H5Dcreate2(f, "y", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -126,15 +140,18 @@ static int make_file(const char *path, int64_t n, int d) {
   return e;
 }
 
-static void test_loader(void) {
+static void test_loader(int how) {
   char path[256];
   snprintf(path, sizeof(path), "sampler_test_%d_%d.h5", (int)getpid(), rank_);
   const int64_t n = 97;
   const int d = 3;
-  CHECK(make_file(path, n, d) == 0, "test file written");
+  CHECK(make_file(path, n, d, how) == 0, "test file written (/x %s)", x_kind[how]);
   mt_dataset ds;
   CHECK_OK(mt_dataset_open(&ds, path, MPI_COMM_SELF, NULL, 0, MT_DATA_CHECK_SAMPLE), "dataset opens");
   CHECK(ds.n == n && ds.spec.sample_numel == d && ds.spec.nclasses == 5, "dataset shape and classes");
+  const int direct = how == X_PLAIN || how == X_USERBLOCK;
+  CHECK(ds.direct == direct, "/x %s: rows read %s", x_kind[how],
+        direct ? "straight from the file" : "through HDF5");
   int64_t perm[97];
   mt_sampler_permutation(7, 0, n, perm);
   int counts[] = {10, 1, 30, 17, 0, 39};
@@ -167,7 +184,8 @@ static void test_loader(void) {
         off += counts[b];
       }
     }
-    CHECK(ok, "loader hands out exactly the planned rows, two epochs (prefetch %d)", pf);
+    CHECK(ok, "loader hands out exactly the planned rows, two epochs (prefetch %d, /x %s)", pf,
+          x_kind[how]);
     mt_batch bt;
     mt_error_clear();
     CHECK(mt_loader_next(L, &bt) != 0, "asking past the plan is an error");
@@ -187,7 +205,7 @@ int main(int argc, char **argv) {
   test_permutation();
   test_train_split();
   test_val_blocks();
-  test_loader();
+  for (int how = 0; how < X_KINDS; how++) test_loader(how);
   int fails = tu_nfailed, all = 0;
   MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank_ == 0) printf("test_sampler on %d ranks: %d checks per rank, %d failed on all ranks\n", size_, tu_nchecks, all);

@@ -23,6 +23,10 @@ typedef struct {
   float *targets;  /* all N x K targets, read once (regression)           */
   int window;      /* T (tokens)                                          */
   int unlabelled;  /* opened without /y (mt_dataset_how.unlabelled)       */
+  /* rows of /x read straight from the file (contiguous, unfiltered, of the
+   * memory's byte order): pread at x_offset + row * row bytes, no HDF5 */
+  int direct, fd;
+  int64_t x_offset;
 } mt_dataset;
 
 /* The most classes (or tokens of a vocabulary, or float targets of a sample)
