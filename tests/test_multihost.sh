@@ -13,6 +13,7 @@
 #    (Needs 2 or more cores; skipped on 1.) The shared-memory all-reduce
 #    (test_shm_reduce, and ddp -ddp_allreduce shm == sp) at 2 hosts x 2
 #    ranks: reduce in the host, all-reduce across, read back in the host.
+#    -ddp_overlap auto overlaps the all-reduce with the backward across hosts.
 # 3. 4 hosts, one rank each: ddp equals sp; the hang guard (-comm_timeout 4)
 #    fires when rank 1's host stops (SIGSTOP of that rank), names the step
 #    and rank 1, and the job ends within the timeout + 16 s; nothing is left
@@ -144,6 +145,11 @@ if train_mh mlp2 2 mlp 0; then
     threads_line 2 "$CORES" "2 hosts: the node communicator holds one rank per host (-threads 0 gives all $CORES cores each)"
   fi
   same "mlp: ddp on 2 hosts == sp" sp mlp2
+fi
+# -ddp_overlap auto overlaps across nodes (the network waits, not the cores)
+if train_mh ov2 2 mlp 1; then
+  expect_output "2 hosts, 1 thread: -ddp_overlap auto all-reduces during the backward" \
+    "ddp: gradients all-reduced during the backward (-ddp_overlap auto: several nodes)"
 fi
 if train_mh mlp2x2 4 mlp 0; then
   placed "mlp, 4 ranks on 2 hosts" 4

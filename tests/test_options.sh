@@ -176,6 +176,9 @@ expect_error "np=2 -backend ddp -dp_delta 1e-5" \
 expect_ok "np=1 -backend sp-amp -amp_dtype fp16 -loss_scale dynamic trains" \
   run_mpi 1 "$T" "$MPITRAIN" -backend sp-amp -amp_dtype fp16 -loss_scale dynamic -data_train "$TRAIN" \
   "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
+expect_error "np=2 -ddp_overlap maybe" "option -ddp_overlap: 'maybe' is not auto, 1 or 0" \
+  run_mpi 2 "$T" "$MPITRAIN" -backend ddp -ddp_overlap maybe -data_train "$TRAIN" \
+  "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
 expect_ok "np=2 -backend ddp -ddp_bucket_mb 4 -ddp_overlap 0 trains" \
   run_mpi 2 "$T" "$MPITRAIN" -backend ddp -ddp_bucket_mb 4 -ddp_overlap 0 -sync_module_states 1 \
   -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -output_dir "$(out)"
@@ -205,6 +208,23 @@ if command -v taskset >/dev/null 2>&1 && [ "$n" -ge 2 ]; then
   expect_no_output "np=1 on its own 2 cores: no warning that ranks share cores" "they share cores"
   threads_run "np=2 -threads 0 pinned to core 0" "2 ranks x 1 thread" 2 0
   expect_output "np=2 on one core: a warning that ranks share cores" "they share cores"
+  # -ddp_overlap auto: overlap only with a core no rank computes on (or a
+  # GPU, or several nodes: test_multihost.sh)
+  expect_output "np=2 on one core: -ddp_overlap auto reduces after the backward" \
+    "ddp: gradients all-reduced after the backward (-ddp_overlap auto: one node, no core free: 2 ranks x 1 thread on 1 core)"
+  expect_ok "np=2 -threads 1 pinned to cores 0,1" pinned 0,1 2 "$T" "$MPITRAIN" -backend ddp \
+    -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 1 -output_dir "$(out)"
+  expect_output "np=2 x 1 thread on 2 cores: after the backward" "no core free: 2 ranks x 1 thread on 2 cores"
+  if [ "$n" -ge 3 ]; then
+    expect_ok "np=2 -threads 1 pinned to cores 0-2" pinned 0-2 2 "$T" "$MPITRAIN" -backend ddp \
+      -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 1 -output_dir "$(out)"
+    expect_output "np=2 x 1 thread on 3 cores: during the backward" \
+      "during the backward (-ddp_overlap auto: a core left free)"
+  fi
+  expect_ok "np=2 -threads 1 -ddp_overlap 1 pinned to cores 0,1" pinned 0,1 2 "$T" "$MPITRAIN" \
+    -backend ddp -data_train "$TRAIN" "${SMALL[@]}" -epochs 1 -batch_size 8 -threads 1 \
+    -ddp_overlap 1 -output_dir "$(out)"
+  expect_no_output "an explicit -ddp_overlap 1 is not auto's" "-ddp_overlap auto"
 else
   echo "# SKIP -threads 0 under taskset: no taskset or one core"
 fi

@@ -438,9 +438,23 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
   PetscCall(opt_real(PetscOptionsObject, "-ddp_first_bucket_mb",
                      "ddp: size of the first bucket (the last layers', reduced first) in MiB", 1,
                      0, 1, 4096, &c->ddp_first_bucket_mb));
-  PetscCall(opt_bool(PetscOptionsObject, "-ddp_overlap",
-                     "ddp: start each bucket's all-reduce during the backward pass as soon as "
-                     "its layers are done (0: all after it)", 1, &c->ddp_overlap));
+  {
+    char ov[16];
+    PetscCall(opt_str(PetscOptionsObject, "-ddp_overlap",
+                      "ddp: start each bucket's all-reduce during the backward pass as soon as "
+                      "its layers are done (1), or all after it (0); auto: 1 on a GPU, across "
+                      "nodes, or with a core no rank computes on, else 0 (the in-node all-reduce "
+                      "is then the computing cores' own work; bench/README.md)",
+                      "auto", ov, sizeof(ov), NULL));
+    if (!strcasecmp(ov, "auto")) c->ddp_overlap = -1;
+    else if (!strcasecmp(ov, "1") || !strcasecmp(ov, "true") || !strcasecmp(ov, "yes") ||
+             !strcasecmp(ov, "on"))
+      c->ddp_overlap = 1;
+    else if (!strcasecmp(ov, "0") || !strcasecmp(ov, "false") || !strcasecmp(ov, "no") ||
+             !strcasecmp(ov, "off"))
+      c->ddp_overlap = 0;
+    else bad("option -ddp_overlap: '%s' is not auto, 1 or 0", ov);
+  }
   PetscCall(opt_bool(PetscOptionsObject, "-ddp_comm_thread",
                      "ddp with -ddp_overlap 1: a communication thread per rank runs each "
                      "ready bucket's blocking all-reduce (0: non-blocking all-reduces "
@@ -570,6 +584,8 @@ static void derive(mt_config *c) {
   if (PetscOptionsHasName(NULL, NULL, "-ddp_comm_thread", &thread_given)) thread_given = PETSC_FALSE;
   if (thread_given && c->ddp_comm_thread && !c->ddp_overlap)
     bad("option -ddp_comm_thread: runs the overlapped all-reduce; needs -ddp_overlap 1");
+  /* asking for the thread asks for what it runs */
+  if (thread_given && c->ddp_comm_thread && c->ddp_overlap < 0) c->ddp_overlap = 1;
   /* the thread's MPI calls run beside the main thread's and the loader's */
   if (c->ddp_comm_thread && (MPI_Query_thread(&level) != MPI_SUCCESS || level < MPI_THREAD_MULTIPLE)) {
     if (thread_given)

@@ -79,7 +79,7 @@ typedef struct {
   double signal_grace; /* seconds from SIGTERM to SIGKILL, 0: find out   */
   double peak_gflops;  /* a core's fp32 GEMM peak, for the shares printed */
   double ddp_first_bucket_mb;
-  int ddp_overlap;
+  int ddp_overlap; /* 1, 0, or -1: auto (the trainer decides, trainer.c) */
   int ddp_comm_thread;
   int ddp_allreduce; /* MT_ALLREDUCE_MPI | _SHM (comm/shm_reduce.h)     */
   int prefetch;

@@ -357,7 +357,7 @@ int mt_gpu_step_begin(mt_trainer *t) {
     CU(cudaMemsetAsync(g->grads, 0, g->padded * sizeof(float), g->stream));
   mt_amp_device_step_begin(t); /* the loss scale of this step (fp16) */
   /* ddp: -ddp_overlap; shard_grad_op: -fsdp_prefetch (reduce behind) */
-  g->step_overlap = g->nccl && !g->zero3 && (g->sharded ? c->fsdp_prefetch : c->ddp_overlap);
+  g->step_overlap = g->nccl && !g->zero3 && (g->sharded ? c->fsdp_prefetch : c->ddp_overlap != 0);
   /* O2: forward and backward on the master rounded (norms kept);
    * evaluation runs on the master */
   g->wp = g->params; /* zero3: not read (the units are gathered) */
