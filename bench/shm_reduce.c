@@ -2,16 +2,18 @@
  * -ddp_allreduce shm) against MPI_Allreduce, float sums, by size.
  *   mpirun -np 2 --bind-to none bench/shm_reduce [-reps R] [-sizes MiB,MiB,...]
  * Methods: "mpi" MPI_Allreduce in place; "shm" the window with counters
- * and 1 MiB chunks (ddp's); "shm_bar" the same waiting by MPI_Win_sync +
- * MPI_Barrier; "shm_256k" and "shm_4m" counters with 256 KiB and 4 MiB
- * chunks; "shm_inpl" ddp's case, the buffer in the window already
- * (mt_shm_buffer: summed where it lies, no copy in). Each repetition runs every method once in turn (interleaved, so
- * a slow phase of a busy machine hits all of them); a method's time is the
+ * and 1 MiB chunks (the copy-in path); "shm_bar" the same waiting by
+ * MPI_Win_sync + MPI_Barrier; "shm_256k" and "shm_4m" counters with 256 KiB
+ * and 4 MiB chunks; "shm_inpl" ddp's case since 2026-11-27, the buffer in
+ * the window already (mt_shm_buffer: summed where it lies, no copy in).
+ * Each repetition runs every method once in turn (interleaved, so a slow
+ * phase of a busy machine hits all of them); a method's time is the
  * slowest rank's, the figure its median over the repetitions. Bus bandwidth
  * (NCCL's convention) = 2 (p-1)/p x bytes / time; "shm/mpi" is mpi's time
- * over shm's (> 1: shm is faster), "inpl/shm" shm's over shm_inpl's. A second line per size, "best", gives
- * the fastest repetition of each: on a busy machine the median mostly
- * measures the other jobs, the fastest repetition what the method can do. */
+ * over shm's (> 1: shm is faster), "inpl/shm" shm's over shm_inpl's. A
+ * second line per size, "best", gives the fastest repetition of each: on a
+ * busy machine the median mostly measures the other jobs, the fastest
+ * repetition what the method can do. */
 #include "comm/shm_reduce.h"
 
 #include <stdio.h>

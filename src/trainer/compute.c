@@ -302,7 +302,8 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       int i = omp_get_thread_num();
       int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
       if (r1 > r0) {
-        err[i] = mt_trainer_backward(t, t->threads->model[i], mt_compute_grads(t, i), scale, r1 - r0);
+        err[i] = mt_trainer_backward(t, t->threads->model[i], mt_compute_grads(t, i), scale,
+                                     r1 - r0);
         if (err[i]) {
 #pragma omp critical(mt_compute_err)
           if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());
