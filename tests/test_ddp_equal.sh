@@ -148,6 +148,26 @@ run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -thr
 expect_no_output "shm without the thread: no bucket starts during the backward" "started during the backward"
 expect_output "shm without the thread: in place" "100% of it summed in place in the shared window"
 same "shm without the thread == sp" sp1 shmnt
+# a /dev/shm too small for the gradients (a container's 64 MiB; here 6 MiB
+# for 2 x 4.1 MiB): the window's copy in, said, and the bits of the run
+# that sums them in place (a + b at 2 ranks); needs a mount namespace
+wide=(-mlp_hidden 1024,1024 -max_train_steps_per_epoch 4 -ddp_allreduce shm -threads 1)
+run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${wide[@]}" -backend ddp -output_dir "$WORK/wide"
+expect_output "4 MiB of gradients in the window" "100% of it summed in place in the shared window"
+if unshare -m true 2>/dev/null; then
+  run_logged unshare -m sh -c 'mount -t tmpfs -o size=6m tmpfs /dev/shm && exec timeout -k 10 120 \
+    "$0" -np 2 --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader \
+    --mca btl_vader_single_copy_mechanism none "$@" </dev/null' "$MPIRUN" "$MPITRAIN" \
+    "${common[@]}" "${wide[@]}" -backend ddp -output_dir "$WORK/wide6m"
+  [ "$LAST_RC" = 0 ] && pass "ddp with a 6 MiB /dev/shm" || fail "ddp with a 6 MiB /dev/shm" "exit $LAST_RC"
+  expect_output "a small /dev/shm: said" "/dev/shm has too little room for the buffers of 2 ranks"
+  expect_no_output "a small /dev/shm: copied in, not in place" "summed in place"
+  run_logged "$MKDATA" compare "$WORK/wide/model_final.h5" "$WORK/wide6m/model_final.h5" 0
+  [ "$LAST_RC" = 0 ] && pass "in place == copied in at 2 ranks, bit for bit" ||
+    fail "in place == copied in at 2 ranks, bit for bit" "differ"
+else
+  echo "# skipped: the small /dev/shm (no mount namespace here: not root?)"
+fi
 # -precision fp64: the double gradients in the window too; at 2 ranks
 # MPI_Allreduce's bits, for every bucket boundary of small buckets
 for m in mpi shm; do

@@ -57,6 +57,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,6 +79,7 @@ typedef struct {
 } shwin;
 
 struct mt_shm_reduce {
+  MPI_Comm comm;  /* every rank (a duplicate of the caller's)            */
   MPI_Comm node;  /* the ranks sharing memory                            */
   MPI_Comm cross; /* local index j (< L) of every node; MPI_COMM_NULL past L */
   int lrank, lsize, L, nnodes, sync;
@@ -329,13 +331,14 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
   mt_shm_reduce *s = NULL;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "shared-memory all-reduce"));
   *out = s;
-  s->node = s->cross = MPI_COMM_NULL;
+  s->comm = s->node = s->cross = MPI_COMM_NULL;
   s->w.win = s->b.win = MPI_WIN_NULL;
   s->op_bf16 = s->op_fp16 = MPI_OP_NULL;
   s->sync = sync;
   size_t c = chunk_bytes ? chunk_bytes : DEFAULT_CHUNK;
   s->chunk = (c + ALIGN - 1) / ALIGN * ALIGN;
   int rank;
+  MT_MPI(MPI_Comm_dup(comm, &s->comm));
   MT_MPI(MPI_Comm_rank(comm, &rank));
   MT_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &s->node));
   MT_MPI(MPI_Comm_rank(s->node, &s->lrank));
@@ -368,6 +371,7 @@ void mt_shm_destroy(mt_shm_reduce **sp) {
   if (s->op_fp16 != MPI_OP_NULL) MPI_Op_free(&s->op_fp16);
   if (s->cross != MPI_COMM_NULL) MPI_Comm_free(&s->cross);
   if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
+  if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
   mt_free(&s->w.seg);
   mt_free(&s->b.seg);
   mt_free(&s->src);
@@ -382,11 +386,31 @@ void mt_shm_bytes(const mt_shm_reduce *s, double *in_place, double *copied) {
   *copied = s->bytes_copied;
 }
 
+/* Room for need bytes in /dev/shm, where OpenMPI's shared windows keep
+ * their pages (osc/sm's backing file): a tmpfs too small (a container's
+ * 64 MiB) fails at the first touch of a page (SIGBUS), not at
+ * MPI_Win_allocate_shared. No /dev/shm: nothing to check. */
+static int room(double need) {
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v)) return 1;
+  return (double)v.f_bavail * (double)v.f_frsize >= need;
+}
+
 int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf) {
   *buf = NULL;
   free_window(&s->b);
   s->bbytes = 0;
   if (s->alone || bytes == 0) return 0; /* nothing to read in place */
+  /* the node's buffers, and a quarter more for what else lies there; every
+   * rank alike, or the nodes' paths (and their MPI_Allreduce) would differ */
+  int ok = room(1.25 * (double)s->lsize * (double)(HDR + bytes + ALIGN));
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->comm));
+  if (!ok) {
+    mt_print0("shared-memory all-reduce: /dev/shm has too little room for the buffers of %d "
+              "ranks of %.1f MiB: copied into the window instead\n", s->lsize,
+              (double)bytes / 1048576.0);
+    return 0;
+  }
   MT_CALL(alloc_window(s, &s->b, bytes));
   memset(buf_of(s, s->lrank), 0, bytes); /* the owner's pages, touched by it */
   s->bbytes = bytes;

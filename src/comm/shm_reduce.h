@@ -69,7 +69,8 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t);
  * and only then. Ordinary memory to this process otherwise (any thread, any
  * library; MPI_Win_allocate_shared's memory is the process's own), valid
  * until the next mt_shm_buffer or mt_shm_destroy. *buf NULL when every node
- * has one rank (no window: MPI_Allreduce across only) or bytes is 0. */
+ * has one rank (no window: MPI_Allreduce across only), bytes is 0, or a
+ * node's /dev/shm lacks the room (said on rank 0; the copy in then). */
 int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf);
 /* Bytes summed so far in place (in mt_shm_buffer) and through the slots. */
 void mt_shm_bytes(const mt_shm_reduce *s, double *in_place, double *copied);
