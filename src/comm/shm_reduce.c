@@ -429,12 +429,17 @@ static void slice(const mt_shm_reduce *s, size_t m, size_t esz, int q, size_t *l
   *hi = *lo + per < m ? *lo + per : m;
 }
 
-/* The nodes' sum of a reduced slice (x, k elements), in place. */
+/* The nodes' sum of a reduced slice (x, k elements), in place: in pieces
+ * of an int's count (an in-place slice is a whole bucket's share). */
 static int across(mt_shm_reduce *s, void *x, size_t k, mt_shm_type t) {
   if (s->nnodes == 1 || k == 0) return 0;
   MPI_Datatype dt = t == MT_SHM_F32 ? MPI_FLOAT : t == MT_SHM_F64 ? MPI_DOUBLE : MPI_UINT16_T;
   MPI_Op op = t == MT_SHM_BF16 ? s->op_bf16 : t == MT_SHM_FP16 ? s->op_fp16 : MPI_SUM;
-  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, (int)k, dt, op, s->cross));
+  const size_t most = (size_t)INT_MAX / 2; /* MPI's int count */
+  for (size_t o = 0; o < k; o += most) {
+    const int m = (int)(k - o < most ? k - o : most);
+    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, (char *)x + o * esz_[t], m, dt, op, s->cross));
+  }
   return 0;
 }
 
@@ -500,11 +505,7 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t) {
   /* one rank on every node: the nodes' MPI_Allreduce only. (A node of one
    * rank among larger ones takes the window's path: the nodes' slices and
    * chunks must match for their all-reduces to pair up.) */
-  if (s->alone) {
-    for (size_t o = 0; o < n; o += (size_t)INT_MAX / 2)
-      MT_CALL(across(s, (char *)buf + o * esz, n - o < (size_t)INT_MAX / 2 ? n - o : INT_MAX / 2, t));
-    return 0;
-  }
+  if (s->alone) return across(s, buf, n, t);
   /* a range of this rank's mt_shm_buffer (every rank passes the same) */
   const uintptr_t b0 = s->bbytes ? (uintptr_t)buf_of(s, s->lrank) : 0, p = (uintptr_t)buf;
   if (s->bbytes && p >= b0 && p - b0 <= s->bbytes && n * esz <= s->bbytes - (p - b0)) {
