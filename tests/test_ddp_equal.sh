@@ -99,6 +99,8 @@ run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -thr
   -output_dir "$WORK/ovsplit"
 [ "$LAST_RC" = 0 ] && pass "ddp 2 ranks x 2 threads (batch split)" || fail "ddp 2 ranks x 2 threads" "exit $LAST_RC"
 expect_output "batch split over threads: reduced after the backward" "waiting for the slowest rank"
+expect_output "batch split: thread 0's gradients in the window, summed in place" \
+  "100% of it summed in place in the shared window"
 run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/ovt2/model_final.h5" 0
 [ "$LAST_RC" = 0 ] && pass "communication thread == overlap off at 2 ranks, bit for bit" ||
   fail "communication thread == overlap off at 2 ranks, bit for bit" "differ"
@@ -120,6 +122,9 @@ for ov in 0 1; do
     fail "ddp 2 ranks -ddp_allreduce shm -ddp_overlap $ov" "exit $LAST_RC"
   expect_output "-ddp_allreduce shm: the window sums the buckets" \
     "ddp: gradient buckets summed in a shared-memory window (-ddp_allreduce shm), 2 slices per node"
+  expect_output "shm: the gradients lie in the window" "ddp: the gradients lie in the window"
+  expect_output "shm: every bucket summed in place, none copied in (-ddp_overlap $ov)" \
+    "100% of it summed in place in the shared window (no copy in)"
   [ $ov = 1 ] && expect_output "shm: the thread reduced buckets during the backward" \
     "buckets started during the backward by the communication thread"
   run_logged "$MKDATA" compare "$WORK/ov0/model_final.h5" "$WORK/shm$ov/model_final.h5" 0
@@ -130,6 +135,8 @@ for np in 3 4; do
   run_logged run_mpi $np 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -ddp_allreduce shm \
     -ddp_bucket_mb 0.01 -batch_size 48 -output_dir "$WORK/shm$np"
   [ "$LAST_RC" = 0 ] && pass "ddp $np ranks -ddp_allreduce shm" || fail "ddp $np ranks -ddp_allreduce shm" "exit $LAST_RC"
+  expect_output "shm at $np ranks: every bucket summed in place" \
+    "100% of it summed in place in the shared window (no copy in)"
 done
 run_logged run_mpi 1 120 "$MPITRAIN" "${common[@]}" -backend sp -batch_size 48 -threads 1 -output_dir "$WORK/sp1b48"
 same "shm at 3 ranks == sp" sp1b48 shm3
@@ -139,7 +146,39 @@ run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${bk[@]}" -backend ddp -thr
   -ddp_allreduce shm -output_dir "$WORK/shmnt"
 [ "$LAST_RC" = 0 ] && pass "ddp -ddp_allreduce shm -ddp_comm_thread 0" || fail "ddp -ddp_allreduce shm -ddp_comm_thread 0" "exit $LAST_RC"
 expect_no_output "shm without the thread: no bucket starts during the backward" "started during the backward"
+expect_output "shm without the thread: in place" "100% of it summed in place in the shared window"
 same "shm without the thread == sp" sp1 shmnt
+# a /dev/shm too small for the gradients (a container's 64 MiB; here 6 MiB
+# for 2 x 4.1 MiB): the window's copy in, said, and the bits of the run
+# that sums them in place (a + b at 2 ranks); needs a mount namespace
+wide=(-mlp_hidden 1024,1024 -max_train_steps_per_epoch 4 -ddp_allreduce shm -threads 1)
+run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${wide[@]}" -backend ddp -output_dir "$WORK/wide"
+expect_output "4 MiB of gradients in the window" "100% of it summed in place in the shared window"
+if unshare -m true 2>/dev/null; then
+  run_logged unshare -m sh -c 'mount -t tmpfs -o size=6m tmpfs /dev/shm && exec timeout -k 10 120 \
+    "$0" -np 2 --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader \
+    --mca btl_vader_single_copy_mechanism none "$@" </dev/null' "$MPIRUN" "$MPITRAIN" \
+    "${common[@]}" "${wide[@]}" -backend ddp -output_dir "$WORK/wide6m"
+  [ "$LAST_RC" = 0 ] && pass "ddp with a 6 MiB /dev/shm" || fail "ddp with a 6 MiB /dev/shm" "exit $LAST_RC"
+  expect_output "a small /dev/shm: said" "/dev/shm has too little room for the buffers of 2 ranks"
+  expect_no_output "a small /dev/shm: copied in, not in place" "summed in place"
+  run_logged "$MKDATA" compare "$WORK/wide/model_final.h5" "$WORK/wide6m/model_final.h5" 0
+  [ "$LAST_RC" = 0 ] && pass "in place == copied in at 2 ranks, bit for bit" ||
+    fail "in place == copied in at 2 ranks, bit for bit" "differ"
+else
+  echo "# skipped: the small /dev/shm (no mount namespace here: not root?)"
+fi
+# -precision fp64: the double gradients in the window too; at 2 ranks
+# MPI_Allreduce's bits, for every bucket boundary of small buckets
+for m in mpi shm; do
+  run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" -backend ddp -threads 1 -precision fp64 \
+    -ddp_allreduce $m -ddp_bucket_mb 0.01 -ddp_first_bucket_mb 0.002 -output_dir "$WORK/f64$m"
+  [ "$LAST_RC" = 0 ] && pass "ddp -precision fp64 -ddp_allreduce $m" || fail "ddp -precision fp64 -ddp_allreduce $m" "exit $LAST_RC"
+done
+expect_output "fp64: the gradients summed in place" "100% of it summed in place in the shared window"
+run_logged "$MKDATA" compare "$WORK/f64mpi/model_final.h5" "$WORK/f64shm/model_final.h5" 0
+[ "$LAST_RC" = 0 ] && pass "fp64: shm in place == MPI_Allreduce at 2 ranks, bit for bit" ||
+  fail "fp64: shm in place == MPI_Allreduce at 2 ranks, bit for bit" "differ"
 # -ddp_reduce_dtype bf16 / fp16 (-amp's low-precision all-reduce): the
 # window's sum rounds as the MPI operation does (fp16 compute: the bf16
 # GEMMs need a CPU with bf16 instructions)
@@ -152,6 +191,7 @@ for r in bf16 fp16; do
   done
   expect_output "the $r all-reduce goes through the window" \
     "amp: the $r gradient all-reduce sums in a shared-memory window"
+  expect_no_output "the $r all-reduce converts a copy: copied in, not in place" "summed in place"
   run_logged "$MKDATA" compare "$WORK/${r}mpi/model_final.h5" "$WORK/${r}shm/model_final.h5" 0
   [ "$LAST_RC" = 0 ] && pass "$r all-reduce: shm == MPI at 2 ranks, bit for bit" ||
     fail "$r all-reduce: shm == MPI at 2 ranks, bit for bit" "differ"

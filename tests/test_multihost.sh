@@ -11,7 +11,8 @@
 #    prints "N ranks x T threads": 2 ranks on 2 hosts get all the cores each,
 #    2 ranks on one host (plain mpirun) and 4 ranks on 2 hosts half of them.
 #    (Needs 2 or more cores; skipped on 1.) The shared-memory all-reduce
-#    (test_shm_reduce, and ddp -ddp_allreduce shm == sp) at 2 hosts x 2
+#    (test_shm_reduce, and ddp -ddp_allreduce shm == sp, its gradients
+#    summed in place in the host's window) at 2 hosts x 2
 #    ranks: reduce in the host, all-reduce across, read back in the host.
 #    -ddp_overlap auto overlaps the all-reduce with the backward across hosts.
 # 3. 4 hosts, one rank each: ddp equals sp; the hang guard (-comm_timeout 4)
@@ -190,6 +191,8 @@ fi
 if train_mh shm2x2 4 mlp 1 ddp -ddp_allreduce shm; then
   expect_output "ddp -ddp_allreduce shm on 2 hosts: 2 slices per host" \
     "shared-memory window (-ddp_allreduce shm), 2 slices per node"
+  expect_output "ddp -ddp_allreduce shm on 2 hosts: the gradients summed in place in the host" \
+    "100% of it summed in place in the shared window"
   same "mlp: ddp -ddp_allreduce shm, 4 ranks on 2 hosts == sp" sp shm2x2
 fi
 # hybrid_shard's sharding groups are the hosts (the node communicator)

@@ -10,7 +10,13 @@
  * - every rank holds the same bits, and a second call gives them again;
  * - the waits by counters and by MPI_Barrier give the same bits;
  * - the window grows with the largest buffer and no further than a chunk;
- * - n == 0 does nothing; a bad type is refused. */
+ * - n == 0 does nothing; a bad type is refused;
+ * - a buffer in the window (mt_shm_buffer, ddp's gradients): whole and in
+ *   sub-ranges at odd offsets (buckets), every type and the sizes above,
+ *   both waits: the same bits as the copy-in path's (the reference) on every
+ *   rank, the data outside the range untouched, and the bytes counted as
+ *   summed in place (the path was taken) -- or, with one rank per node, no
+ *   window (NULL) and the copy-in path's MPI sums. */
 #include "comm/shm_reduce.h"
 #include "nn/precision.h"
 #include "testutil.h"
@@ -132,6 +138,74 @@ static void one_size(mt_shm_reduce *s, size_t n, mt_shm_type t, const char *how)
   free(again);
 }
 
+/* The buffer in the window: n elements at element off of a buffer of cap
+ * elements, around them values that must stay; the bits of the copy-in
+ * path's sum (reference) on every rank, counted as summed in place. */
+static void in_window(mt_shm_reduce *s, char *buf, size_t cap, size_t off, size_t n,
+                      mt_shm_type t, const char *how) {
+  const size_t e = esz_[t];
+  const uint64_t seed = n * 17u + off + (uint64_t)t;
+  char *want = tu_xmalloc(n * e), *out = tu_xmalloc(cap * e);
+  for (size_t i = 0; i < cap; i++) put(buf, i, t, value(rank_, i + 5, seed + 1));
+  memcpy(out, buf, cap * e); /* what lies outside the range */
+  for (size_t i = 0; i < n; i++) put(buf + off * e, i, t, value(rank_, i, seed));
+  reference(want, n, t, seed);
+  double ip0, cp0, ip1, cp1;
+  mt_shm_bytes(s, &ip0, &cp0);
+  int rc = mt_shm_allreduce(s, buf + off * e, n, t);
+  mt_shm_bytes(s, &ip1, &cp1);
+  CHECK(all_ranks(rc == 0), "%s, %zu %s at %zu: all-reduce returns 0", how, n, tname_[t], off);
+  CHECK(all_ranks(!memcmp(buf + off * e, want, n * e)),
+        "%s, %zu %s at %zu: the copy-in path's bits (local rank order)", how, n, tname_[t], off);
+  CHECK(same_everywhere(buf + off * e, n * e), "%s, %zu %s at %zu: the same bits on every rank",
+        how, n, tname_[t], off);
+  CHECK(all_ranks(!memcmp(buf, out, off * e) &&
+                  !memcmp(buf + (off + n) * e, out + (off + n) * e, (cap - off - n) * e)),
+        "%s, %zu %s at %zu: nothing outside the range changes", how, n, tname_[t], off);
+  CHECK(all_ranks(ip1 - ip0 == (double)(n * e) && cp1 == cp0),
+        "%s, %zu %s at %zu: summed in place, not copied in (%.0f / %.0f bytes)", how, n,
+        tname_[t], off, ip1 - ip0, cp1 - cp0);
+  free(want);
+  free(out);
+}
+
+/* mt_shm_buffer's path for every type, whole and at odd offsets. */
+static void buffer_checks(size_t chunk, int sync, const char *how) {
+  mt_shm_reduce *s = NULL;
+  CHECK(all_ranks(mt_shm_create(&s, MPI_COMM_WORLD, chunk, sync) == 0), "create (%s)", how);
+  void *b = NULL;
+  const size_t cap = ((size_t)1 << 20) + 64; /* elements of 8 bytes at most */
+  int rc = mt_shm_buffer(s, cap * 8, &b);
+  int alone = lsize_ == 1; /* on every node: no window to read in place */
+  MPI_Allreduce(MPI_IN_PLACE, &alone, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  CHECK(all_ranks(rc == 0 && (alone ? b == NULL : b != NULL && (uintptr_t)b % 64 == 0)),
+        "%s: a buffer in the window (64-byte aligned), none with one rank per node", how);
+  if (b) {
+    int zero = 1;
+    for (size_t i = 0; i < cap * 8 && zero; i++) zero = ((char *)b)[i] == 0;
+    CHECK(all_ranks(zero), "%s: the buffer starts zeroed", how);
+    for (int t = 0; t < 4; t++) {
+      const size_t c = cap * 8 / esz_[t];
+      const size_t n[] = {1, 7, 1023, 3 * 4096 + 5, ((size_t)1 << 20) + 3};
+      const size_t off[] = {0, 3, 1, 4096 + 1, 17};
+      for (int i = 0; i < 5; i++)
+        if (off[i] + n[i] <= c) in_window(s, b, c, off[i], n[i], (mt_shm_type)t, how);
+      in_window(s, b, c, 0, c, (mt_shm_type)t, how); /* the whole buffer */
+    }
+    /* a buffer outside the window still takes the copy in */
+    float *x = tu_xmalloc(1000 * sizeof(float));
+    for (size_t i = 0; i < 1000; i++) x[i] = 1.0f;
+    double ip0, cp0, ip1, cp1;
+    mt_shm_bytes(s, &ip0, &cp0);
+    rc = mt_shm_allreduce(s, x, 1000, MT_SHM_F32);
+    mt_shm_bytes(s, &ip1, &cp1);
+    CHECK(all_ranks(rc == 0 && x[999] == (float)size_ && ip1 == ip0 && cp1 - cp0 == 4000.0),
+          "%s: a buffer outside the window is copied in", how);
+    free(x);
+  }
+  mt_shm_destroy(&s);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -198,6 +272,8 @@ int main(int argc, char **argv) {
           how);
     mt_shm_destroy(&s);
   }
+  buffer_checks(0, MT_SHM_SYNC_FLAGS, "in the window, counters");
+  buffer_checks(192, MT_SHM_SYNC_BARRIER, "in the window, barrier");
   free(node_of_);
   free(local_of_);
   int status = tu_finish("test_shm_reduce");

@@ -482,6 +482,8 @@ struct mt_backend {
                           1 the node's shared-memory window (-ddp_allreduce,
                           comm/shm_reduce.h; set before setup)             */
   double comm_bytes;   /* bytes all-reduced                                */
+  double comm_bytes_in_place; /* of them: summed where the backward wrote
+                          them (ddp's gradients in the shared window)      */
   void *data;
   mt_dtype dtype;      /* the buffers' element type (set before setup)      */
   int reduce_dtype;    /* -amp: the gradient all-reduce's type, 0 fp32, 1

@@ -32,5 +32,13 @@ int mt_backend_sync(mt_backend *b, void *params, size_t n);
 int mt_backend_reduce(mt_backend *b, void *grads, size_t n);
 int mt_backend_unit_ready(mt_backend *b, void *grads, int unit);
 int mt_backend_can_overlap(const mt_backend *b);
+/* Collective over b->comm: *buf = bytes for the gradient buffer inside
+ * ddp's shared-memory window (-ddp_allreduce shm), zeroed, so that its
+ * all-reduce reads the ranks' gradients where the backward writes them
+ * (comm/shm_reduce.h, mt_shm_buffer); the memory is the backend's, freed
+ * by mt_backend_destroy. *buf NULL where the buckets are summed otherwise:
+ * another strategy, MPI_Allreduce, the -amp low-precision all-reduce (it
+ * converts a copy), one rank per node. The host's buffers only. */
+int mt_backend_grads_window(mt_backend *b, size_t bytes, void **buf);
 
 #endif

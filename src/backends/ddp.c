@@ -45,7 +45,10 @@
  * the same call sites, through d->reduce. It has no non-blocking form, so
  * without the communication thread its buckets go after the backward. At 2
  * ranks it gives MPI_Allreduce's bits (a + b); at more, its own fixed
- * order, the same on every rank.
+ * order, the same on every rank. The trainer's gradient buffer then lies
+ * in the window (mt_backend_grads_window): the node's ranks sum each
+ * bucket where the backward wrote it, with no copy in (shm_reduce.c); the
+ * -amp low-precision all-reduce, which converts a copy, keeps the copy in.
  *
  * -precision fp64 (b->dtype): the same on double buffers (the *64 entries),
  * all-reduced as MPI_DOUBLE; bucket sizes stay in MiB, so a bucket holds
@@ -95,6 +98,13 @@ struct ddp {
   MPI_Datatype ttype;
   char tmsg[512];      /* the thread's error message (errors are per thread) */
 };
+
+/* Where a rank's gradient buffer is: the bytes it sums through the window
+ * in place so far (b->comm_bytes_in_place). */
+static void in_place_bytes(mt_backend *b, ddp *d) {
+  double copied;
+  if (d->shm) mt_shm_bytes(d->shm, &b->comm_bytes_in_place, &copied);
+}
 
 static int mpi_bucket(ddp *d, void *buf, size_t n, MPI_Comm comm) {
   MT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, d->ttype, MPI_SUM, comm));
@@ -380,6 +390,18 @@ static int reduce_any(mt_backend *b, void *grads, size_t n) {
   }
   b->comm_seconds += mt_now() - t0;
   b->comm_bytes += (double)n * (double)esz(b);
+  in_place_bytes(b, d); /* the thread's calls are done */
+  return 0;
+}
+
+int mt_backend_grads_window(mt_backend *b, size_t bytes, void **buf) {
+  *buf = NULL;
+  ddp *d = b->ops == &mt_ddp_ops ? b->data : NULL; /* not under the -amp wrapper */
+  if (!d || !d->shm) return 0;
+  MT_CALL(mt_shm_buffer(d->shm, bytes, buf));
+  if (*buf)
+    mt_print0("ddp: the gradients lie in the window: the buckets are summed where the backward "
+              "writes them (no copy in)\n");
   return 0;
 }
 

@@ -25,7 +25,28 @@
  * (MT_SHM_SYNC_BARRIER waits with MPI_Win_sync + MPI_Barrier instead, for
  * the measurement in bench/README.md.) Chunks of 1 MiB by default keep a
  * chunk's copies and sums in the caches, so the data crosses memory once
- * in and once out. */
+ * in and once out.
+ *
+ * A buffer already in a window (mt_shm_buffer: ddp's gradients, where the
+ * backward writes them) needs no copy in, nor chunks: a second window holds
+ * each rank's header line, then its buffer. For a call on [off, off + n) of
+ * it:
+ *   1. arrive 2c+1 (c counts these calls), wait until every rank has: every
+ *      rank's range is final;
+ *   2. rank j < L sums slice j of the range over the ranks' buffers in local
+ *      rank order, a piece of 16 KiB at a time into a scratch piece (it stays
+ *      in the cache), and writes it into every rank's buffer (with several
+ *      nodes: into its own; once the slice is done and all-reduced with
+ *      local index j of the other nodes, from there into the others');
+ *   3. arrive 2c+2, wait until every rank has.
+ * Slice j of any rank's buffer is read and written by rank j alone in step 2,
+ * and rank j reads each piece of it before writing it, so the sums write in
+ * place. After step 3 no rank reads or writes another's buffer: the range is
+ * the caller's again (the next backward may write it) with no third wait.
+ * Per rank that is the buffer read once and written once (pull by the others
+ * and copy-out would be 2.5x; the copy-in path's 4.5x). The element sums are
+ * the copy-in path's, in the same order: the same bits (across more than 2
+ * nodes MPI_Allreduce's order, which may depend on the count, is its own). */
 #define _GNU_SOURCE /* syscall */
 #include "comm/shm_reduce.h"
 #include "core/core.h"
@@ -36,6 +57,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,22 +65,35 @@
 #define HDR 128                      /* a rank's counter, alone on its lines */
 #define ALIGN 64                     /* slices start on cache lines           */
 #define DEFAULT_CHUNK ((size_t)1 << 20)
+#define PIECE ((size_t)16384)         /* the in-place sum's scratch, in L1/L2  */
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the counters must be lock-free atomics: they are "
                "shared between processes");
 
+/* A window: each rank's segment, in this process's address space, starts
+ * with its header line (the counters). */
+typedef struct {
+  MPI_Win win;
+  int locked;     /* MPI_Win_lock_all held                               */
+  char **seg;     /* each rank's segment (lsize)                         */
+} shwin;
+
 struct mt_shm_reduce {
+  MPI_Comm comm;  /* every rank (a duplicate of the caller's)            */
   MPI_Comm node;  /* the ranks sharing memory                            */
   MPI_Comm cross; /* local index j (< L) of every node; MPI_COMM_NULL past L */
   int lrank, lsize, L, nnodes, sync;
   int alone;      /* every node has one rank: no window, MPI across only */
   size_t chunk;   /* the most bytes per slot                              */
   size_t slot;    /* bytes per slot now (0: no window yet)                */
-  MPI_Win win;
-  int locked;     /* MPI_Win_lock_all held                               */
-  char **seg;     /* each rank's segment in this process's address space */
+  shwin w;        /* the slots of the copy-in path                        */
   const void **src; /* the sources of a slice's sum (lsize)             */
   uint64_t seq;   /* chunks done since the window was made               */
+  shwin b;        /* mt_shm_buffer's: the ranks' buffers                   */
+  size_t bbytes;  /* bytes of each rank's buffer (0: none)                */
+  uint64_t bseq;  /* in-place calls since it was made                     */
+  void *piece;    /* the in-place sum's scratch (PIECE bytes)             */
+  double bytes_in_place, bytes_copied; /* summed by each path so far     */
   MPI_Op op_bf16, op_fp16;
 };
 
@@ -106,10 +141,12 @@ typedef struct {
 } header;
 _Static_assert(sizeof(header) <= HDR, "the header fits its lines");
 
-static header *hdr(const mt_shm_reduce *s, int q) { return (header *)(void *)s->seg[q]; }
+static header *hdr(const shwin *w, int q) { return (header *)(void *)w->seg[q]; }
 static char *slot_of(const mt_shm_reduce *s, int q, uint64_t chunk) {
-  return s->seg[q] + HDR + (size_t)(chunk & 1) * s->slot;
+  return s->w.seg[q] + HDR + (size_t)(chunk & 1) * s->slot;
 }
+/* rank q's mt_shm_buffer */
+static char *buf_of(const mt_shm_reduce *s, int q) { return s->b.seg[q] + HDR; }
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *t) {
   return syscall(SYS_futex, (uint32_t *)(void *)addr, op, val, t, NULL, 0);
@@ -141,22 +178,22 @@ static void wait_for(header *h, uint32_t v) {
   }
 }
 
-/* Every rank of the node has reached phase v. */
-static int arrive(mt_shm_reduce *s, uint32_t v) {
+/* Every rank of the node has reached phase v (the counters of window w). */
+static int arrive(mt_shm_reduce *s, shwin *w, uint32_t v) {
   if (s->sync == MT_SHM_SYNC_BARRIER) {
-    MT_MPI(MPI_Win_sync(s->win));
+    MT_MPI(MPI_Win_sync(w->win));
     MT_MPI(MPI_Barrier(s->node));
-    MT_MPI(MPI_Win_sync(s->win));
+    MT_MPI(MPI_Win_sync(w->win));
     return 0;
   }
-  header *me = hdr(s, s->lrank);
+  header *me = hdr(w, s->lrank);
   /* seq_cst store, then the sleepers' count: a sleeper counts itself
    * before it reads the phase, so one of the two sees the other */
   atomic_store_explicit(&me->phase, v, memory_order_seq_cst);
   if (atomic_load_explicit(&me->sleepers, memory_order_seq_cst))
     futex(&me->phase, FUTEX_WAKE, INT32_MAX, NULL);
   for (int q = 0; q < s->lsize; q++)
-    if (q != s->lrank) wait_for(hdr(s, q), v);
+    if (q != s->lrank) wait_for(hdr(w, q), v);
   return 0;
 }
 
@@ -235,17 +272,17 @@ static void sum_any(void *out, const void *const *src, int p, size_t n, mt_shm_t
 
 /* ------------------------------------------------------------- window */
 
-static void free_window(mt_shm_reduce *s) {
-  if (s->win == MPI_WIN_NULL) return;
-  if (s->locked) MPI_Win_unlock_all(s->win);
-  s->locked = 0;
-  MPI_Win_free(&s->win);
-  s->slot = 0;
+static void free_window(shwin *w) {
+  if (w->win == MPI_WIN_NULL) return;
+  if (w->locked) MPI_Win_unlock_all(w->win);
+  w->locked = 0;
+  MPI_Win_free(&w->win);
 }
 
-/* Collective on the node: a window of slot bytes per slot, counters at 0. */
-static int make_window(mt_shm_reduce *s, size_t slot) {
-  free_window(s);
+/* Collective on the node: window w of a header line and bytes per rank,
+ * counters at 0. */
+static int alloc_window(mt_shm_reduce *s, shwin *w, size_t bytes) {
+  free_window(w);
   MPI_Info info;
   MT_MPI(MPI_Info_create(&info));
   /* each rank's segment may lie in its own pages (near its core) */
@@ -254,30 +291,36 @@ static int make_window(mt_shm_reduce *s, size_t slot) {
   /* + ALIGN: MPI places a segment where it likes; we align it ourselves
    * (its pages are mapped page-aligned in every process, so the same
    * offset is aligned in all) */
-  int rc = MPI_Win_allocate_shared((MPI_Aint)(HDR + 2 * slot + ALIGN), 1, info, s->node, &mine,
-                                   &s->win);
+  const size_t want = HDR + bytes + ALIGN;
+  int rc = MPI_Win_allocate_shared((MPI_Aint)want, 1, info, s->node, &mine, &w->win);
   MPI_Info_free(&info);
   if (rc != MPI_SUCCESS) {
-    s->win = MPI_WIN_NULL;
+    w->win = MPI_WIN_NULL;
     return mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Win_allocate_shared");
   }
-  MT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
-  s->locked = 1;
+  MT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win));
+  w->locked = 1;
   for (int q = 0; q < s->lsize; q++) {
     MPI_Aint size;
     int disp;
     char *p = NULL;
-    MT_MPI(MPI_Win_shared_query(s->win, q, &size, &disp, &p));
-    MT_CHECK((size_t)size >= HDR + 2 * slot + ALIGN, MT_ERR_STATE,
-             "shared window: rank %d's segment is %ld bytes (want %zu)", q, (long)size,
-             HDR + 2 * slot + ALIGN);
-    s->seg[q] = p + (ALIGN - (uintptr_t)p % ALIGN) % ALIGN;
+    MT_MPI(MPI_Win_shared_query(w->win, q, &size, &disp, &p));
+    MT_CHECK((size_t)size >= want, MT_ERR_STATE,
+             "shared window: rank %d's segment is %ld bytes (want %zu)", q, (long)size, want);
+    w->seg[q] = p + (ALIGN - (uintptr_t)p % ALIGN) % ALIGN;
   }
-  atomic_store_explicit(&hdr(s, s->lrank)->phase, 0, memory_order_relaxed);
-  atomic_store_explicit(&hdr(s, s->lrank)->sleepers, 0, memory_order_relaxed);
-  MT_MPI(MPI_Win_sync(s->win));
+  atomic_store_explicit(&hdr(w, s->lrank)->phase, 0, memory_order_relaxed);
+  atomic_store_explicit(&hdr(w, s->lrank)->sleepers, 0, memory_order_relaxed);
+  MT_MPI(MPI_Win_sync(w->win));
   MT_MPI(MPI_Barrier(s->node)); /* every counter is 0 before any is waited on */
-  MT_MPI(MPI_Win_sync(s->win));
+  MT_MPI(MPI_Win_sync(w->win));
+  return 0;
+}
+
+/* The copy-in path's window: two slots of slot bytes per rank. */
+static int make_window(mt_shm_reduce *s, size_t slot) {
+  s->slot = 0;
+  MT_CALL(alloc_window(s, &s->w, 2 * slot));
   s->slot = slot;
   s->seq = 0;
   return 0;
@@ -288,13 +331,14 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
   mt_shm_reduce *s = NULL;
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "shared-memory all-reduce"));
   *out = s;
-  s->node = s->cross = MPI_COMM_NULL;
-  s->win = MPI_WIN_NULL;
+  s->comm = s->node = s->cross = MPI_COMM_NULL;
+  s->w.win = s->b.win = MPI_WIN_NULL;
   s->op_bf16 = s->op_fp16 = MPI_OP_NULL;
   s->sync = sync;
   size_t c = chunk_bytes ? chunk_bytes : DEFAULT_CHUNK;
   s->chunk = (c + ALIGN - 1) / ALIGN * ALIGN;
   int rank;
+  MT_MPI(MPI_Comm_dup(comm, &s->comm));
   MT_MPI(MPI_Comm_rank(comm, &rank));
   MT_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &s->node));
   MT_MPI(MPI_Comm_rank(s->node, &s->lrank));
@@ -309,8 +353,10 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
    * (their world rank orders the nodes alike for every j) */
   const int color = s->lrank < s->L ? s->lrank : MPI_UNDEFINED;
   MT_MPI(MPI_Comm_split(comm, color, rank, &s->cross));
-  MT_CALL(mt_calloc(&s->seg, (size_t)s->lsize, sizeof(char *), "shared window segments"));
+  MT_CALL(mt_calloc(&s->w.seg, (size_t)s->lsize, sizeof(char *), "shared window segments"));
+  MT_CALL(mt_calloc(&s->b.seg, (size_t)s->lsize, sizeof(char *), "shared window segments"));
   MT_CALL(mt_calloc(&s->src, (size_t)s->lsize, sizeof(void *), "shared window segments"));
+  MT_CALL(mt_calloc(&s->piece, 1, PIECE, "shared-memory all-reduce scratch"));
   MT_MPI(MPI_Op_create(op_bf16, 1, &s->op_bf16));
   MT_MPI(MPI_Op_create(op_fp16, 1, &s->op_fp16));
   return 0;
@@ -319,18 +365,59 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
 void mt_shm_destroy(mt_shm_reduce **sp) {
   mt_shm_reduce *s = sp ? *sp : NULL;
   if (!s) return;
-  free_window(s);
+  free_window(&s->w);
+  free_window(&s->b);
   if (s->op_bf16 != MPI_OP_NULL) MPI_Op_free(&s->op_bf16);
   if (s->op_fp16 != MPI_OP_NULL) MPI_Op_free(&s->op_fp16);
   if (s->cross != MPI_COMM_NULL) MPI_Comm_free(&s->cross);
   if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
-  mt_free(&s->seg);
+  if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
+  mt_free(&s->w.seg);
+  mt_free(&s->b.seg);
   mt_free(&s->src);
+  mt_free(&s->piece);
   mt_free(sp);
 }
 
 size_t mt_shm_slot_bytes(const mt_shm_reduce *s) { return s->slot; }
 int mt_shm_slices(const mt_shm_reduce *s) { return s->L; }
+void mt_shm_bytes(const mt_shm_reduce *s, double *in_place, double *copied) {
+  *in_place = s->bytes_in_place;
+  *copied = s->bytes_copied;
+}
+
+/* Room for need bytes in /dev/shm, where OpenMPI's shared windows keep
+ * their pages (osc/sm's backing file): a tmpfs too small (a container's
+ * 64 MiB) fails at the first touch of a page (SIGBUS), not at
+ * MPI_Win_allocate_shared. No /dev/shm: nothing to check. */
+static int room(double need) {
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v)) return 1;
+  return (double)v.f_bavail * (double)v.f_frsize >= need;
+}
+
+int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf) {
+  *buf = NULL;
+  free_window(&s->b);
+  s->bbytes = 0;
+  if (s->alone || bytes == 0) return 0; /* nothing to read in place */
+  /* the node's buffers, and a quarter more for what else lies there; every
+   * rank alike, or the nodes' paths (and their MPI_Allreduce) would differ */
+  int ok = room(1.25 * (double)s->lsize * (double)(HDR + bytes + ALIGN));
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->comm));
+  if (!ok) {
+    mt_print0("shared-memory all-reduce: /dev/shm has too little room for the buffers of %d "
+              "ranks of %.1f MiB: copied into the window instead\n", s->lsize,
+              (double)bytes / 1048576.0);
+    return 0;
+  }
+  MT_CALL(alloc_window(s, &s->b, bytes));
+  memset(buf_of(s, s->lrank), 0, bytes); /* the owner's pages, touched by it */
+  s->bbytes = bytes;
+  s->bseq = 0;
+  *buf = buf_of(s, s->lrank);
+  return 0;
+}
 
 /* ------------------------------------------------------------ the reduce */
 
@@ -342,12 +429,17 @@ static void slice(const mt_shm_reduce *s, size_t m, size_t esz, int q, size_t *l
   *hi = *lo + per < m ? *lo + per : m;
 }
 
-/* The nodes' sum of a reduced slice (x, k elements), in place. */
+/* The nodes' sum of a reduced slice (x, k elements), in place: in pieces
+ * of an int's count (an in-place slice is a whole bucket's share). */
 static int across(mt_shm_reduce *s, void *x, size_t k, mt_shm_type t) {
   if (s->nnodes == 1 || k == 0) return 0;
   MPI_Datatype dt = t == MT_SHM_F32 ? MPI_FLOAT : t == MT_SHM_F64 ? MPI_DOUBLE : MPI_UINT16_T;
   MPI_Op op = t == MT_SHM_BF16 ? s->op_bf16 : t == MT_SHM_FP16 ? s->op_fp16 : MPI_SUM;
-  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, (int)k, dt, op, s->cross));
+  const size_t most = (size_t)INT_MAX / 2; /* MPI's int count */
+  for (size_t o = 0; o < k; o += most) {
+    const int m = (int)(k - o < most ? k - o : most);
+    MT_MPI(MPI_Allreduce(MPI_IN_PLACE, (char *)x + o * esz_[t], m, dt, op, s->cross));
+  }
   return 0;
 }
 
@@ -361,18 +453,46 @@ static int chunk(mt_shm_reduce *s, char *x, size_t m, mt_shm_type t) {
   char *my = slot_of(s, me, c);
   memcpy(my, x, lo * esz); /* 1: all but this rank's own slice */
   memcpy(my + hi * esz, x + hi * esz, (m - hi) * esz);
-  MT_CALL(arrive(s, (uint32_t)(2 * c + 1)));
+  MT_CALL(arrive(s, &s->w, (uint32_t)(2 * c + 1)));
   if (me < s->L && hi > lo) { /* 3 */
     for (int q = 0; q < s->lsize; q++) s->src[q] = (q == me ? x : slot_of(s, q, c)) + lo * esz;
     sum_any(my + lo * esz, s->src, s->lsize, hi - lo, t);
     MT_CALL(across(s, my + lo * esz, hi - lo, t));
   }
-  MT_CALL(arrive(s, (uint32_t)(2 * c + 2)));
+  MT_CALL(arrive(s, &s->w, (uint32_t)(2 * c + 2)));
   for (int q = 0; q < s->L; q++) { /* 5 */
     size_t a, b;
     slice(s, m, esz, q, &a, &b);
     memcpy(x + a * esz, slot_of(s, q, c) + a * esz, (b - a) * esz);
   }
+  return 0;
+}
+
+/* n elements at byte off of every rank's mt_shm_buffer, in place (see the
+ * top of the file). */
+static int in_place(mt_shm_reduce *s, size_t off, size_t n, mt_shm_type t) {
+  const size_t esz = esz_[t], per = PIECE / esz;
+  const uint64_t c = s->bseq++;
+  const int me = s->lrank;
+  MT_CALL(arrive(s, &s->b, (uint32_t)(2 * c + 1))); /* 1 */
+  if (me < s->L) { /* 2 */
+    size_t lo, hi;
+    slice(s, n, esz, me, &lo, &hi);
+    char *mine = buf_of(s, me) + off;
+    for (size_t a = lo; a < hi; a += per) {
+      const size_t k = hi - a < per ? hi - a : per;
+      for (int q = 0; q < s->lsize; q++) s->src[q] = buf_of(s, q) + off + a * esz;
+      sum_any(s->piece, s->src, s->lsize, k, t);
+      for (int q = 0; q < s->lsize; q++)
+        if (s->nnodes == 1 || q == me) memcpy(buf_of(s, q) + off + a * esz, s->piece, k * esz);
+    }
+    if (s->nnodes > 1 && hi > lo) {
+      MT_CALL(across(s, mine + lo * esz, hi - lo, t));
+      for (int q = 0; q < s->lsize; q++)
+        if (q != me) memcpy(buf_of(s, q) + off + lo * esz, mine + lo * esz, (hi - lo) * esz);
+    }
+  }
+  MT_CALL(arrive(s, &s->b, (uint32_t)(2 * c + 2))); /* 3 */
   return 0;
 }
 
@@ -385,11 +505,15 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t) {
   /* one rank on every node: the nodes' MPI_Allreduce only. (A node of one
    * rank among larger ones takes the window's path: the nodes' slices and
    * chunks must match for their all-reduces to pair up.) */
-  if (s->alone) {
-    for (size_t o = 0; o < n; o += (size_t)INT_MAX / 2)
-      MT_CALL(across(s, (char *)buf + o * esz, n - o < (size_t)INT_MAX / 2 ? n - o : INT_MAX / 2, t));
+  if (s->alone) return across(s, buf, n, t);
+  /* a range of this rank's mt_shm_buffer (every rank passes the same) */
+  const uintptr_t b0 = s->bbytes ? (uintptr_t)buf_of(s, s->lrank) : 0, p = (uintptr_t)buf;
+  if (s->bbytes && p >= b0 && p - b0 <= s->bbytes && n * esz <= s->bbytes - (p - b0)) {
+    MT_CALL(in_place(s, p - b0, n, t));
+    s->bytes_in_place += (double)(n * esz);
     return 0;
   }
+  s->bytes_copied += (double)(n * esz);
   /* every rank passes the same n: every rank grows the window alike */
   size_t want = n * esz < s->chunk ? (n * esz + ALIGN - 1) / ALIGN * ALIGN : s->chunk;
   if (want > s->slot) MT_CALL(make_window(s, want));

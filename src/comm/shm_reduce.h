@@ -10,7 +10,10 @@
  * themselves before it is read back: reduce in the node, all-reduce
  * across, broadcast in the node -- one code path for one node and many.
  * L is the smallest number of ranks on a node; ranks with a local index
- * past it only contribute and read. */
+ * past it only contribute and read.
+ *
+ * A buffer made by mt_shm_buffer lies in a window already: the ranks sum
+ * it where it lies, with no copy in (ddp's gradients, -ddp_allreduce shm). */
 #ifndef MT_COMM_SHM_REDUCE_H
 #define MT_COMM_SHM_REDUCE_H
 
@@ -56,8 +59,21 @@ int mt_shm_create(mt_shm_reduce **s, MPI_Comm comm, size_t chunk_bytes, int sync
  * thread of a rank uses s at a time. The window grows (collectively, up to
  * the chunk) when a larger buffer comes. The result has the same bits on
  * every rank: in a node the sum is (x[0] + x[1]) + ... in local rank order;
- * across nodes MPI_Allreduce sums the nodes' sums. */
+ * across nodes MPI_Allreduce sums the nodes' sums. A buf inside this rank's
+ * mt_shm_buffer (every rank passing the same offset in its own) is summed
+ * in place there, without the copy in: the same bits. */
 int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t);
+/* Collective over the communicator: *buf = bytes for this rank (zeroed,
+ * 64-byte aligned) in a window of the node's, which mt_shm_allreduce reads
+ * where it lies: the other ranks read and write it during the calls on it,
+ * and only then. Ordinary memory to this process otherwise (any thread, any
+ * library; MPI_Win_allocate_shared's memory is the process's own), valid
+ * until the next mt_shm_buffer or mt_shm_destroy. *buf NULL when every node
+ * has one rank (no window: MPI_Allreduce across only), bytes is 0, or a
+ * node's /dev/shm lacks the room (said on rank 0; the copy in then). */
+int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf);
+/* Bytes summed so far in place (in mt_shm_buffer) and through the slots. */
+void mt_shm_bytes(const mt_shm_reduce *s, double *in_place, double *copied);
 /* The window's bytes per slot now (for tests: it grows, bounded). */
 size_t mt_shm_slot_bytes(const mt_shm_reduce *s);
 /* Ranks that sum a slice on each node (L above). */

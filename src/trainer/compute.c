@@ -23,7 +23,8 @@
 struct mt_threads {
   int n;                           /* threads with a model of their own    */
   mt_model *model[MT_MAX_THREADS]; /* model[0] == t->model                  */
-  void *grads[MT_MAX_THREADS];     /* grads[0] == t->grads at setup         */
+  void *grads[MT_MAX_THREADS];     /* [0] unused: thread 0 writes t->grads,
+                                      which may move (into ddp's window) */
   /* one model for the rank (-thread_split gemm): evaluation's models, one
    * a thread, each for one piece (mt_compute_eval_models) */
   int neval;
@@ -37,7 +38,7 @@ int mt_compute_create(mt_trainer *t) {
 
 int mt_compute_nthr(const mt_trainer *t) { return t->threads->n; }
 mt_model *mt_compute_model(const mt_trainer *t, int i) { return t->threads->model[i]; }
-void *mt_compute_grads(const mt_trainer *t, int i) { return t->threads->grads[i]; }
+void *mt_compute_grads(const mt_trainer *t, int i) { return i ? t->threads->grads[i] : t->grads; }
 
 int mt_compute_sets_grads(const mt_trainer *t) {
   return t->model->ops->sets_grads && !t->gpu && t->privacy == &mt_privacy_none;
@@ -158,7 +159,6 @@ int mt_compute_setup(mt_trainer *t, int max_batch, int nthr) {
   struct mt_threads *th = t->threads;
   th->n = nthr;
   th->model[0] = t->model;
-  th->grads[0] = t->grads;
   int per = (max_batch + th->n - 1) / th->n;
   if (t->device < 0 && per < mt_eval_piece(t)) per = mt_eval_piece(t); /* an evaluation piece */
   size_t n = t->model->params.total;
@@ -319,9 +319,9 @@ int mt_compute(mt_trainer *t, const mt_batch *b, double scale, int backward, voi
       int i = omp_get_thread_num();
       int r0 = (int)((int64_t)rows * i / T), r1 = (int)((int64_t)rows * (i + 1) / T);
       if (r1 == r0 && t->grads_unwritten) /* no rows to write them with */
-        memset(t->threads->grads[i], 0, t->model->params.total * t->esz);
+        memset(mt_compute_grads(t, i), 0, t->model->params.total * t->esz);
       if (r1 > r0) {
-        err[i] = backward_into(t, t->threads->model[i], t->threads->grads[i], scale, r1 - r0);
+        err[i] = backward_into(t, t->threads->model[i], mt_compute_grads(t, i), scale, r1 - r0);
         if (err[i]) {
 #pragma omp critical(mt_compute_err)
           if (!msg[0]) snprintf(msg, sizeof(msg), "%s", mt_error_message());

@@ -140,6 +140,23 @@ int mt_trainer_params_release(mt_trainer *t) {
   return t->owner->release ? t->owner->release(t) : 0;
 }
 
+/* ddp's window all-reduce sums the gradients where the backward writes
+ * them when the buffer lies in the node's shared window: it moves there
+ * (the same bytes per rank, as the forecast has them; zeroed, as calloc's
+ * was). The replicated host buffer only: fsdp's are its shards' views, a
+ * GPU's are on the device. */
+static int grads_to_window(mt_trainer *t) {
+  if (t->owner->sharded || t->device >= 0) return 0;
+  void *w = NULL;
+  const size_t bytes = t->model->params.total * t->esz;
+  MT_CALL(mt_agree(t->comm->world, mt_backend_grads_window(t->backend, bytes, &w)));
+  if (!w) return 0;
+  mt_free(&t->grads);
+  t->grads = w;
+  t->grads_in_window = 1;
+  return 0;
+}
+
 int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm) {
   mt_trainer *t;
   *out = NULL;
@@ -200,6 +217,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   const int f64 = t->dtype == MT_FP64;
   int err = mt_backend_setup(t->backend, f64 ? NULL : t->params, f64 ? NULL : t->grads, n);
   MT_CALL(mt_agree(comm->world, err));
+  MT_CALL(grads_to_window(t));
   if (c->sync_module_states) MT_CALL(mt_backend_sync(t->backend, t->params, n));
   MT_CALL(mt_trainer_sync_buffers(t));
   if (t->owner->setup) MT_CALL(t->owner->setup(t)); /* sharded: the model's shards */
@@ -242,6 +260,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   if (t->privacy && t->privacy->destroy) t->privacy->destroy(t);
   mt_best_destroy(t);
   mt_model_destroy(&t->model);
+  if (t->grads_in_window) t->grads = NULL; /* the backend's, freed with it */
   mt_backend_destroy(&t->backend);
   if (t->owner && t->owner->destroy) t->owner->destroy(t);
   mt_free(&t->params);
@@ -650,6 +669,9 @@ int mt_trainer_run(mt_trainer *t) {
                 b->wait_seconds, share, b->comm_bytes / 1e6,
                 2.0 * (p - 1) / p * b->comm_bytes / moving / 1e9);
     }
+    if (b->comm_bytes_in_place > 0)
+      mt_print0("; %.0f%% of it summed in place in the shared window (no copy in)",
+                100.0 * b->comm_bytes_in_place / b->comm_bytes);
   }
   mt_print0("\nRESULT mpitrain train_samples_per_s=%.1f\n", rate);
   if (t->privacy->report) MT_CALL(t->privacy->report(t));

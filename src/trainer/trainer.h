@@ -73,6 +73,8 @@ typedef struct {
    * its first backward instead of zeroed before it (mt_compute_sets_grads);
    * grads_unwritten: that backward has not run yet */
   int grads_set_mode, grads_unwritten;
+  int grads_in_window; /* grads is ddp's shared window's (trainer.c), freed
+                          with the backend                               */
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
   int64_t *perm, *plan;
@@ -214,8 +216,8 @@ int mt_compute_eval_begin(mt_trainer *t);
 int mt_compute_models(const mt_trainer *t, mt_model **out);
 void mt_compute_destroy(mt_trainer *t);
 /* The threads with a model of their own (1 unless -thread_split batch),
- * thread i's model (0: t->model) and gradient buffer (0: t->grads as set
- * up). */
+ * thread i's model (0: t->model) and gradient buffer (0: t->grads, where
+ * it lies now). */
 int mt_compute_nthr(const mt_trainer *t);
 mt_model *mt_compute_model(const mt_trainer *t, int i);
 void *mt_compute_grads(const mt_trainer *t, int i);
