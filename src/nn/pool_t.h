@@ -48,9 +48,11 @@ static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
 
 /* The same on the blocked input nChw{cb}c: the cb channels of a block lie
  * side by side at each position, so the loop vectorises over them (one
- * AVX2 vector for cb = 8) with unit-stride loads; the output is NCHW. */
-static void MT_T(maxpool_2x2_blocked)(REAL *out, int32_t *argmax, const REAL *inp,
-                                      const mt_pool2d_shape *s) {
+ * AVX2 vector for cb = 8) with unit-stride loads; the output (and argmax)
+ * in NCHW (ob 0: one store per plane) or in the input's nChw{cb}c (ob =
+ * cb: unit-stride stores). ob is a constant after inlining. */
+static inline __attribute__((always_inline)) void MT_T(maxpool_2x2_blk)(
+    REAL *out, int32_t *argmax, const REAL *inp, const mt_pool2d_shape *s, const int ob) {
   const int cb = s->cblock, G = s->C / cb, W = s->W, OW = s->OW;
   const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
   const int64_t blocks = (int64_t)s->B * G;
@@ -67,18 +69,32 @@ static void MT_T(maxpool_2x2_blocked)(REAL *out, int32_t *argmax, const REAL *in
 #pragma omp simd
         for (int j = 0; j < cb; j++) {
           int32_t i;
-          o[j * ohw + op] = MT_T(max4)(r0[j], r0[cb + j], r1[j], r1[cb + j], ia, W, &i);
-          am[j * ohw + op] = i;
+          const int64_t at = ob ? op * cb + j : j * ohw + op;
+          o[at] = MT_T(max4)(r0[j], r0[cb + j], r1[j], r1[cb + j], ia, W, &i);
+          am[at] = i;
         }
       }
   }
 }
 
+static void MT_T(maxpool_2x2_blocked)(REAL *out, int32_t *argmax, const REAL *inp,
+                                      const mt_pool2d_shape *s) {
+  if (s->oblock)
+    MT_T(maxpool_2x2_blk)(out, argmax, inp, s, 1);
+  else
+    MT_T(maxpool_2x2_blk)(out, argmax, inp, s, 0);
+}
+
+/* Whether the 2x2 / stride 2 / no padding kernels serve s. */
+static int MT_T(is_2x2)(const mt_pool2d_shape *s) {
+  return s->KH == 2 && s->KW == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
+         s->pad_w == 0;
+}
+
 void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
                                 const mt_pool2d_shape *s) {
-  // inp is (B,C,H,W) (blocked when s->cblock); out and argmax are (B,C,OH,OW)
-  if (s->KH == 2 && s->KW == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
-      s->pad_w == 0) {
+  // inp is (B,C,H,W) (blocked when s->cblock); out and argmax are (B,C,OH,OW) (when s->oblock)
+  if (MT_T(is_2x2)(s) && (s->cblock ? !s->oblock || s->oblock == s->cblock : !s->oblock)) {
     if (s->cblock)
       MT_T(maxpool_2x2_blocked)(out, argmax, inp, s);
     else
@@ -89,10 +105,11 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     const REAL *x = inp + plane_at(s, p, &st);
-    REAL *o = out + p * ohw;
-    int32_t *am = argmax + p * ohw;
+    const int64_t oat = oplane_at(s, p, &ost);
+    REAL *o = out + oat;
+    int32_t *am = argmax + oat;
     for (int oh = 0; oh < s->OH; oh++) {
       const int h0 = imax(oh * s->stride_h - s->pad_h, 0);
       const int h1 = imin(oh * s->stride_h - s->pad_h + s->KH, s->H);
@@ -109,10 +126,45 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
               best = ih * s->W + iw;
             }
           }
-        o[oh * s->OW + ow] = mx;
-        am[oh * s->OW + ow] = best;
+        o[(oh * s->OW + ow) * ost] = mx;
+        am[(oh * s->OW + ow) * ost] = best;
       }
     }
+  }
+}
+
+/* The 2x2 backward on a blocked input gradient nChw{cb}c, the output
+ * gradient in NCHW (ob 0) or in the same nChw{cb}c (ob = cb): each window's
+ * four inputs get the gradient where the argmax points and 0 elsewhere,
+ * one vector of cb channels at a time (the windows do not overlap), so no
+ * scatter of single lanes; out as in maxpool_bwd. */
+static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
+    REAL *dinp, const REAL *dout, const int32_t *argmax, const REAL *out,
+    const mt_pool2d_shape *s, const int ob, const int relu) {
+  const int cb = s->cblock, G = s->C / cb, W = s->W, OW = s->OW;
+  const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
+  const int64_t blocks = (int64_t)s->B * G;
+#pragma omp parallel for schedule(static) if (blocks * cb * ohw > 32768)
+  for (int64_t q = 0; q < blocks; q++) {
+    REAL *x = dinp + q * hw * cb;
+    const REAL *d = dout + q * cb * ohw, *y = relu ? out + q * cb * ohw : NULL;
+    const int32_t *am = argmax + q * cb * ohw;
+    for (int oh = 0; oh < s->OH; oh++)
+      for (int ow = 0; ow < OW; ow++) {
+        const int32_t ia = 2 * oh * W + 2 * ow;
+        REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
+        const int64_t op = (int64_t)oh * OW + ow;
+#pragma omp simd
+        for (int j = 0; j < cb; j++) {
+          const int64_t at = ob ? op * cb + j : j * ohw + op;
+          const REAL g = relu ? (y[at] > (REAL)0 ? d[at] : (REAL)0) : d[at];
+          const int32_t a = am[at];
+          r0[j] += a == ia ? g : (REAL)0;
+          r0[cb + j] += a == ia + 1 ? g : (REAL)0;
+          r1[j] += a == ia + W ? g : (REAL)0;
+          r1[cb + j] += a == ia + W + 1 ? g : (REAL)0;
+        }
+      }
   }
 }
 
@@ -122,32 +174,45 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
  * where out > 0 and the ReLU needs no pass of its own. */
 static void MT_T(maxpool_bwd)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                               const REAL *out, const mt_pool2d_shape *s) {
+  if (MT_T(is_2x2)(s) && s->cblock && (!s->oblock || s->oblock == s->cblock)) {
+    if (s->oblock && out)
+      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 1, 1);
+    else if (s->oblock)
+      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 1, 0);
+    else if (out)
+      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 0, 1);
+    else
+      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 0, 0);
+    return;
+  }
   const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     REAL *dx = dinp + plane_at(s, p, &st);
-    const REAL *d = dout + p * ohw;
-    const int32_t *am = argmax + p * ohw;
+    const int64_t oat = oplane_at(s, p, &ost);
+    const REAL *d = dout + oat;
+    const int32_t *am = argmax + oat;
     if (out) {
-      const REAL *y = out + p * ohw;
-      for (int64_t i = 0; i < ohw; i++) dx[am[i] * st] += y[i] > (REAL)0 ? d[i] : (REAL)0;
+      const REAL *y = out + oat;
+      for (int64_t i = 0; i < ohw; i++)
+        dx[am[i * ost] * st] += y[i * ost] > (REAL)0 ? d[i * ost] : (REAL)0;
     } else {
-      for (int64_t i = 0; i < ohw; i++) dx[am[i] * st] += d[i];
+      for (int64_t i = 0; i < ohw; i++) dx[am[i * ost] * st] += d[i * ost];
     }
   }
 }
 
 void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                  const mt_pool2d_shape *s) {
-  // dout and argmax are (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  // dout and argmax are (B,C,OH,OW) (blocked when s->oblock); dinp is (B,C,H,W) (s->cblock)
   MT_T(maxpool_bwd)(dinp, dout, argmax, NULL, s);
 }
 
 void MT_T(mt_maxpool2d_relu_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                       const REAL *out, const mt_pool2d_shape *s) {
-  // dout, argmax and out are (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  // dout, argmax and out are (B,C,OH,OW) (s->oblock); dinp is (B,C,H,W) (s->cblock)
   MT_T(maxpool_bwd)(dinp, dout, argmax, out, s);
 }
 
@@ -166,14 +231,14 @@ static inline void MT_T(avg_window)(const mt_pool2d_shape *s, int oh, int ow, in
 }
 
 void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shape *s) {
-  // inp is (B,C,H,W) (blocked when s->cblock); out is (B,C,OH,OW)
+  // inp is (B,C,H,W) (blocked when s->cblock); out is (B,C,OH,OW) (when s->oblock)
   const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     const REAL *x = inp + plane_at(s, p, &st);
-    REAL *o = out + p * ohw;
+    REAL *o = out + oplane_at(s, p, &ost);
     for (int oh = 0; oh < s->OH; oh++)
       for (int ow = 0; ow < s->OW; ow++) {
         int h0, h1, w0, w1;
@@ -182,26 +247,25 @@ void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shap
         REAL acc = (REAL)0;
         for (int ih = h0; ih < h1; ih++)
           for (int iw = w0; iw < w1; iw++) acc += x[(ih * s->W + iw) * st];
-        o[oh * s->OW + ow] = acc * inv;
+        o[(oh * s->OW + ow) * ost] = acc * inv;
       }
   }
 }
 
 void MT_T(mt_avgpool2d_backward)(REAL *dinp, const REAL *dout, const mt_pool2d_shape *s) {
-  // dout is (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  // dout is (B,C,OH,OW) (blocked when s->oblock); dinp is (B,C,H,W) (when s->cblock)
   const int64_t planes = (int64_t)s->B * s->C;
-  const int64_t ohw = (int64_t)s->OH * s->OW;
-#pragma omp parallel for schedule(static) if (planes * ohw > 32768)
+#pragma omp parallel for schedule(static) if (planes * s->OH * s->OW > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     REAL *dx = dinp + plane_at(s, p, &st);
-    const REAL *d = dout + p * ohw;
+    const REAL *d = dout + oplane_at(s, p, &ost);
     for (int oh = 0; oh < s->OH; oh++)
       for (int ow = 0; ow < s->OW; ow++) {
         int h0, h1, w0, w1;
         REAL inv;
         MT_T(avg_window)(s, oh, ow, &h0, &h1, &w0, &w1, &inv);
-        const REAL g = d[oh * s->OW + ow] * inv;
+        const REAL g = d[(oh * s->OW + ow) * ost] * inv;
         for (int ih = h0; ih < h1; ih++)
           for (int iw = w0; iw < w1; iw++) dx[(ih * s->W + iw) * st] += g;
       }
