@@ -196,6 +196,12 @@ int main(void) {
             3); /* one input channel: its input stays NCHW */
   test_conv((mt_conv2d_shape){4, 1, 12, 10, 32, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}, 3, 1, -1,
             4);
+  /* conv_first.c's weight gradient with more taps than one pass holds (32):
+   * 3 input channels x 5x5 = 75, and 7x7 = 49 */
+  test_conv((mt_conv2d_shape){3, 3, 10, 9, 16, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}, 3, 1, 0,
+            21);
+  test_conv((mt_conv2d_shape){2, 1, 11, 12, 8, 7, 7, 1, 1, 3, 3, 1, 1, 1, 0, 0, 0, 0, 0}, 2, 1, -1,
+            22);
   test_conv((mt_conv2d_shape){3, 6, 8, 8, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, 3, 0, 0,
             5); /* 6 channels in, 12 out: no multiple of 8 */
   /* B, C, H, W, KH, KW, stride, pad; input block, output block */

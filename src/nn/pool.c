@@ -8,6 +8,7 @@
 #include "mpitrain/mpitrain.h"
 
 #include <math.h>
+#include <string.h>
 
 int mt_pool2d_shape_init(mt_pool2d_shape *s) {
   MT_CHECK(s->B >= 1 && s->C >= 1 && s->H >= 1 && s->W >= 1 && s->KH >= 1 && s->KW >= 1, MT_ERR_ARG,

@@ -49,40 +49,46 @@ static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
 /* The same on the blocked input nChw{cb}c: the cb channels of a block lie
  * side by side at each position, so the loop vectorises over them (one
  * AVX2 vector for cb = 8) with unit-stride loads; the output (and argmax)
- * in NCHW (ob 0: one store per plane) or in the input's nChw{cb}c (ob =
- * cb: unit-stride stores). ob is a constant after inlining. */
+ * in NCHW (ob 0: one store per plane) or in the input's nChw{cb}c (ob 1:
+ * unit-stride stores). One block q (image, channel block) per call; ob a
+ * constant after inlining (so inside the caller's parallel loop, not
+ * around it: OpenMP's outlined body would get it as a variable). */
 static inline __attribute__((always_inline)) void MT_T(maxpool_2x2_blk)(
-    REAL *out, int32_t *argmax, const REAL *inp, const mt_pool2d_shape *s, const int ob) {
-  const int cb = s->cblock, G = s->C / cb, W = s->W, OW = s->OW;
+    REAL *out, int32_t *argmax, const REAL *inp, const mt_pool2d_shape *s, int64_t q,
+    const int ob) {
+  const int cb = s->cblock, W = s->W, OW = s->OW;
   const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
-  const int64_t blocks = (int64_t)s->B * G;
-#pragma omp parallel for schedule(static) if (blocks * cb * ohw > 32768)
-  for (int64_t q = 0; q < blocks; q++) {
-    const REAL *x = inp + q * hw * cb;
-    REAL *o = out + q * cb * ohw; /* planes q*cb .. q*cb+cb-1 of the output */
-    int32_t *am = argmax + q * cb * ohw;
-    for (int oh = 0; oh < s->OH; oh++)
-      for (int ow = 0; ow < OW; ow++) {
-        const int32_t ia = 2 * oh * W + 2 * ow;
-        const REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
-        const int64_t op = (int64_t)oh * OW + ow;
+  const REAL *x = inp + q * hw * cb;
+  REAL *o = out + q * cb * ohw; /* planes q*cb .. q*cb+cb-1 of the output */
+  int32_t *am = argmax + q * cb * ohw;
+  for (int oh = 0; oh < s->OH; oh++)
+    for (int ow = 0; ow < OW; ow++) {
+      const int32_t ia = 2 * oh * W + 2 * ow;
+      const REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
+      const int64_t op = (int64_t)oh * OW + ow;
+      REAL *oo = ob ? o + op * cb : o + op;
+      int32_t *ao = ob ? am + op * cb : am + op;
+      const int64_t js = ob ? 1 : ohw;
 #pragma omp simd
-        for (int j = 0; j < cb; j++) {
-          int32_t i;
-          const int64_t at = ob ? op * cb + j : j * ohw + op;
-          o[at] = MT_T(max4)(r0[j], r0[cb + j], r1[j], r1[cb + j], ia, W, &i);
-          am[at] = i;
-        }
+      for (int j = 0; j < cb; j++) {
+        int32_t i;
+        oo[j * js] = MT_T(max4)(r0[j], r0[cb + j], r1[j], r1[cb + j], ia, W, &i);
+        ao[j * js] = i;
       }
-  }
+    }
 }
 
 static void MT_T(maxpool_2x2_blocked)(REAL *out, int32_t *argmax, const REAL *inp,
                                       const mt_pool2d_shape *s) {
-  if (s->oblock)
-    MT_T(maxpool_2x2_blk)(out, argmax, inp, s, 1);
-  else
-    MT_T(maxpool_2x2_blk)(out, argmax, inp, s, 0);
+  const int64_t blocks = (int64_t)s->B * (s->C / s->cblock);
+  const int64_t work = (int64_t)s->B * s->C * s->OH * s->OW;
+  if (s->oblock) {
+#pragma omp parallel for schedule(static) if (work > 32768)
+    for (int64_t q = 0; q < blocks; q++) MT_T(maxpool_2x2_blk)(out, argmax, inp, s, q, 1);
+  } else {
+#pragma omp parallel for schedule(static) if (work > 32768)
+    for (int64_t q = 0; q < blocks; q++) MT_T(maxpool_2x2_blk)(out, argmax, inp, s, q, 0);
+  }
 }
 
 /* Whether the 2x2 / stride 2 / no padding kernels serve s. */
@@ -133,39 +139,73 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
   }
 }
 
+/* g when c, else 0, by masking g's bits: GCC 12 vectorises this, where it
+ * turned two or more "+= c ? g : 0" of one loop into branches and left the
+ * loop scalar. */
+static inline __attribute__((always_inline)) REAL MT_T(keep)(int c, REAL g) {
+#if MT_F64
+  uint64_t u;
+  memcpy(&u, &g, sizeof(u));
+  u &= -(uint64_t)c;
+#else
+  uint32_t u;
+  memcpy(&u, &g, sizeof(u));
+  u &= -(uint32_t)c;
+#endif
+  memcpy(&g, &u, sizeof(u));
+  return g;
+}
+
 /* The 2x2 backward on a blocked input gradient nChw{cb}c, the output
- * gradient in NCHW (ob 0) or in the same nChw{cb}c (ob = cb): each window's
+ * gradient in NCHW (ob 0) or in the same nChw{cb}c (ob 1): each window's
  * four inputs get the gradient where the argmax points and 0 elsewhere,
  * one vector of cb channels at a time (the windows do not overlap), so no
- * scatter of single lanes; out as in maxpool_bwd. */
+ * scatter of single lanes; relu (out given) as in maxpool_bwd. One block q
+ * per call, ob and relu constants after inlining (as maxpool_2x2_blk). */
 static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
     REAL *dinp, const REAL *dout, const int32_t *argmax, const REAL *out,
-    const mt_pool2d_shape *s, const int ob, const int relu) {
-  const int cb = s->cblock, G = s->C / cb, W = s->W, OW = s->OW;
+    const mt_pool2d_shape *s, int64_t q, const int ob, const int relu) {
+  const int cb = s->cblock, W = s->W, OW = s->OW;
   const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
-  const int64_t blocks = (int64_t)s->B * G;
-#pragma omp parallel for schedule(static) if (blocks * cb * ohw > 32768)
-  for (int64_t q = 0; q < blocks; q++) {
-    REAL *x = dinp + q * hw * cb;
-    const REAL *d = dout + q * cb * ohw, *y = relu ? out + q * cb * ohw : NULL;
-    const int32_t *am = argmax + q * cb * ohw;
-    for (int oh = 0; oh < s->OH; oh++)
-      for (int ow = 0; ow < OW; ow++) {
-        const int32_t ia = 2 * oh * W + 2 * ow;
-        REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
-        const int64_t op = (int64_t)oh * OW + ow;
+  REAL *x = dinp + q * hw * cb;
+  const REAL *d = dout + q * cb * ohw, *y = relu ? out + q * cb * ohw : NULL;
+  const int32_t *am = argmax + q * cb * ohw;
+  const int64_t js = ob ? 1 : ohw;
+  for (int oh = 0; oh < s->OH; oh++)
+    for (int ow = 0; ow < OW; ow++) {
+      const int32_t ia = 2 * oh * W + 2 * ow;
+      REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
+      const int64_t op = (int64_t)oh * OW + ow, o0 = ob ? op * cb : op;
 #pragma omp simd
-        for (int j = 0; j < cb; j++) {
-          const int64_t at = ob ? op * cb + j : j * ohw + op;
-          const REAL g = relu ? (y[at] > (REAL)0 ? d[at] : (REAL)0) : d[at];
-          const int32_t a = am[at];
-          r0[j] += a == ia ? g : (REAL)0;
-          r0[cb + j] += a == ia + 1 ? g : (REAL)0;
-          r1[j] += a == ia + W ? g : (REAL)0;
-          r1[cb + j] += a == ia + W + 1 ? g : (REAL)0;
-        }
+      for (int j = 0; j < cb; j++) {
+        const REAL dj = d[o0 + j * js];
+        const REAL g = relu ? MT_T(keep)(y[o0 + j * js] > (REAL)0, dj) : dj;
+        const int32_t a = am[o0 + j * js];
+        r0[j] += MT_T(keep)(a == ia, g);
+        r0[cb + j] += MT_T(keep)(a == ia + 1, g);
+        r1[j] += MT_T(keep)(a == ia + W, g);
+        r1[cb + j] += MT_T(keep)(a == ia + W + 1, g);
       }
-  }
+    }
+}
+
+static void MT_T(maxpool_bwd_blocked)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                      const REAL *out, const mt_pool2d_shape *s) {
+  const int64_t blocks = (int64_t)s->B * (s->C / s->cblock);
+  const int64_t work = (int64_t)s->B * s->C * s->OH * s->OW;
+#define MT_POOL_BWD_BLK(ob, relu)                                                  \
+  _Pragma("omp parallel for schedule(static) if (work > 32768)") for (int64_t q = 0; \
+                                                                       q < blocks; q++) \
+      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, q, ob, relu)
+  if (s->oblock && out)
+    MT_POOL_BWD_BLK(1, 1);
+  else if (s->oblock)
+    MT_POOL_BWD_BLK(1, 0);
+  else if (out)
+    MT_POOL_BWD_BLK(0, 1);
+  else
+    MT_POOL_BWD_BLK(0, 0);
+#undef MT_POOL_BWD_BLK
 }
 
 /* The max-pool's backward, through a ReLU before the pool when out (the
@@ -175,14 +215,7 @@ static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
 static void MT_T(maxpool_bwd)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                               const REAL *out, const mt_pool2d_shape *s) {
   if (MT_T(is_2x2)(s) && s->cblock && (!s->oblock || s->oblock == s->cblock)) {
-    if (s->oblock && out)
-      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 1, 1);
-    else if (s->oblock)
-      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 1, 0);
-    else if (out)
-      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 0, 1);
-    else
-      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, 0, 0);
+    MT_T(maxpool_bwd_blocked)(dinp, dout, argmax, out, s);
     return;
   }
   const int64_t planes = (int64_t)s->B * s->C;
