@@ -45,16 +45,21 @@ static inline __attribute__((always_inline)) void block_bwd_w(float *dw, float *
   const int KK = s->KH * s->KW, taps = s->IC * KK;
   /* four partial sums per tap (columns mod 4): one would wait on each add */
   v8 acc[TAPS][4][2];
+  int tdh[TAPS], tdw[TAPS], tic[TAPS]; /* each tap's shift and input channel */
   for (int t0 = 0; t0 < taps; t0 += TAPS) {
     const int nt = taps - t0 < TAPS ? taps - t0 : TAPS;
     memset(acc, 0, sizeof(acc));
+    for (int t = 0; t < nt; t++) {
+      tic[t] = (t0 + t) / KK;
+      tdh[t] = (t0 + t) % KK / s->KW - s->pad_h; /* input = output + (dh, dw) */
+      tdw[t] = (t0 + t) % s->KW - s->pad_w;
+    }
     for (int n = 0; n < B; n++) {
       const float *d = dout + ((int64_t)n * G + g) * ohw * cb;
       for (int oh = 0; oh < OH; oh++) {
         const float *dr = d + (int64_t)oh * OW * cb;
         for (int t = 0; t < nt; t++) {
-          const int ic = (t0 + t) / KK, kh = (t0 + t) % KK / s->KW, kw = (t0 + t) % s->KW;
-          const int dh = kh - s->pad_h, dwc = kw - s->pad_w; /* input = output + (dh, dwc) */
+          const int ic = tic[t], dh = tdh[t], dwc = tdw[t];
           if (oh + dh < 0 || oh + dh >= H) continue;
           const int ow0 = dwc < 0 ? -dwc : 0, ow1 = W - dwc < OW ? W - dwc : OW;
           const float *xr = inp + (((int64_t)n * s->IC + ic) * H + oh + dh) * W + dwc;
