@@ -13,8 +13,9 @@
  * every argument, the user's plain PyTorch-layout memory (NCHW, OIHW/GOIHW,
  * X) and, when the primitive prefers another format, an internal buffer
  * with a reorder between the two. Gradients are always produced in an
- * internal buffer and reordered into the user's buffer with a sum post-op,
- * so the backward ADDS as every layer does. With dst_any (mt_conv2d_shape)
+ * internal buffer and reordered into the user's buffer with a sum post-op
+ * (added by a loop when the layouts agree: dnnl_op.h), so the backward
+ * ADDS as every layer does. With dst_any (mt_conv2d_shape)
  * the user's output and output gradient are in the blocked layout oneDNN
  * picks for the forward's output (layout_probe: nChw8c with AVX2, nChw16c
  * with AVX-512) and the primitives read and write them in place: the CNN

@@ -24,7 +24,7 @@ enum { ARG_IN, ARG_OUT, ARG_OUT_ADD }; /* data direction of an argument */
 typedef struct {
   int arg;                  /* DNNL_ARG_*                                    */
   int dir;                  /* ARG_IN, ARG_OUT or ARG_OUT_ADD                */
-  dnnl_memory_t user;       /* plain layout; the handle is set per call      */
+  dnnl_memory_t user;       /* the caller's layout; handle set per call      */
   dnnl_memory_t mem;        /* what the primitive sees: user or internal     */
   dnnl_primitive_t reorder; /* user <-> internal, NULL when mem is user      */
   size_t off;               /* internal buffer: its offset in the arena      */
