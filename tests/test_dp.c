@@ -1,6 +1,7 @@
 /* DP-SGD building blocks (src/optim/dpsgd.h):
  *  - the batched clipping of a model that finds its per-sample norms (the
- *    mlp: classes, dropout, float targets; the cnn, with dropout; in
+ *    mlp: classes, dropout, float targets; the cnn, with dropout and with
+ *    activations in nChw8c (8 and 16 channels); in
  *    pieces) gives the per-sample path's sum, norms and count;
  *  - the sum of per-sample gradients clipped at a huge norm equals the
  *    gradient of the whole batch (mlp, cnn without batch norm, gpt, and
@@ -192,6 +193,11 @@ static void test_batched(void) {
   check_batched("cnn batched", "cnn", &hp, &img);
   hp = cnn_hp(ch, 2, 3, 10, 0, 0.25);
   check_batched("cnn dropout 0.25 batched", "cnn", &hp, &img);
+  /* channels in blocks of 8: activations in nChw8c between the layers (on
+   * AVX2 / AVX-512), so the per-sample passes take image slices of those */
+  int ch8[2] = {8, 16};
+  hp = cnn_hp(ch8, 2, 3, 10, 0, 0);
+  check_batched("cnn 8,16 channels batched", "cnn", &hp, &img);
   /* models without the op are refused by name */
   mt_data_spec tok = {.ndim = 1, .shape = {6}, .sample_numel = 6, .nclasses = 11, .tokens = 1};
   hp = gpt_hp(1, 2, 8, 6, 1, 0);

@@ -332,7 +332,7 @@ static void conv_fwd(void *p) {
 static void test_conv(const char *tag) {
   mt_conv2d_shape s = {cfg(tag, 0), cfg(tag, 1), cfg(tag, 2), cfg(tag, 3), cfg(tag, 4),
                        cfg(tag, 5), cfg(tag, 6), cfg(tag, 7), cfg(tag, 8), cfg(tag, 9),
-                       cfg(tag, 10), cfg(tag, 11), cfg(tag, 12), cfg(tag, 13), 0, 0, 0, 0};
+                       cfg(tag, 10), cfg(tag, 11), cfg(tag, 12), cfg(tag, 13), 0, 0, 0, 0, 0};
   const int bias = cfg(tag, 14);
   mt_conv2d c;
   CHECK(mt_conv2d_init_f64(&c, &s, bias, NULL) == 0 && c.s.OH == cfg(tag, 15) &&
@@ -408,7 +408,7 @@ static void pool_fwd(void *p) {
 
 static void test_pool(const char *tag) {
   pool_ctx x = {{cfg(tag, 0), cfg(tag, 1), cfg(tag, 2), cfg(tag, 3), cfg(tag, 4), cfg(tag, 5),
-                 cfg(tag, 6), cfg(tag, 7), cfg(tag, 8), cfg(tag, 9), cfg(tag, 10), 0, 0, 0},
+                 cfg(tag, 6), cfg(tag, 7), cfg(tag, 8), cfg(tag, 9), cfg(tag, 10), 0, 0, 0, 0},
                 .is_max = tag[0] == 'm'};
   CHECK(mt_pool2d_shape_init(&x.s) == 0 && x.s.OH == cfg(tag, 11) && x.s.OW == cfg(tag, 12),
         "pool %s: shape %dx%d", tag, x.s.OH, x.s.OW);

@@ -397,7 +397,7 @@ static double cnn_away_from_kinks(const mt_model *m, double *p, const float *xf,
     snprintf(n2, sizeof(n2), "features.%d.bias", 4 * l);
     snprintf(n3, sizeof(n3), "features.%d.weight", 4 * l + 1);
     snprintf(n4, sizeof(n4), "features.%d.bias", 4 * l + 1);
-    mt_conv2d_shape cs = {B, C, H, W, ch[l], 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+    mt_conv2d_shape cs = {B, C, H, W, ch[l], 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
     mt_conv2d cv;
     mt_conv2d_init_f64(&cv, &cs, 1, NULL);
     const int HW = H * W, O = ch[l];
@@ -408,7 +408,7 @@ static double cnn_away_from_kinks(const mt_model *m, double *p, const float *xf,
                            1e-5, 0.1, 1);
     margin = fmin(margin, center_gaps(v, param(m, p, n4), B, O, HW, (int64_t)O * HW, HW));
     mt_relu_forward(v, v, (int64_t)B * O * HW);
-    mt_pool2d_shape ps = {B, O, H, W, 2, 2, 2, 2, 0, 0, 1, 0, 0, 0};
+    mt_pool2d_shape ps = {B, O, H, W, 2, 2, 2, 2, 0, 0, 1, 0, 0, 0, 0};
     mt_pool2d_shape_init(&ps);
     for (int pl = 0; pl < B * O; pl++) /* the windows' two largest values */
       for (int oh = 0; oh < ps.OH; oh++)

@@ -142,6 +142,7 @@ static void test_conv_ref(const char *tag, int extra) {
                        0,
                        0,
                        0,
+                       0,
                        0};
   const int bias = cfg_int(&r, 14), B = s.B;
   mt_conv2d c;
@@ -258,7 +259,7 @@ static int thread_work(float *o, float *p, float *a, mt_conv2d *c, const mt_conv
 
 static void test_in_threads(void) {
   uint64_t rng = 99;
-  mt_conv2d_shape s = {3, 6, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  mt_conv2d_shape s = {3, 6, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
   const int B = 2, T = 6, C = 8, NH = 2;
   const int64_t ni = 3 * 6 * 36, no = 3 * 5 * 36, nw = 5 * 6 * 9, aa = (int64_t)B * NH * T * T;
   const int64_t ai = (int64_t)B * T * 3 * C, n = no + ni + nw + ai / 3 + ai;
@@ -281,9 +282,9 @@ static void test_in_threads(void) {
 }
 
 static void test_conv_args(void) {
-  mt_conv2d_shape bad[3] = {{1, 4, 5, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 3, 0, 0, 0, 0},
-                            {1, 2, 2, 2, 2, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0},
-                            {1, 2, 5, 5, 2, 3, 3, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0}};
+  mt_conv2d_shape bad[3] = {{1, 4, 5, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 3, 0, 0, 0, 0, 0},
+                            {1, 2, 2, 2, 2, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0},
+                            {1, 2, 5, 5, 2, 3, 3, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0}};
   const char *why[3] = {"groups not dividing IC", "kernel larger than input", "stride 0"};
   for (int i = 0; i < 3; i++) {
     mt_conv2d c;
@@ -311,6 +312,7 @@ static void test_pool_ref(const char *tag) {
                        cfg_int(&r, 8),
                        cfg_int(&r, 9),
                        cfg_int(&r, 10),
+                       0,
                        0,
                        0,
                        0};
@@ -361,7 +363,7 @@ static double pool_loss(void *p) {
 
 static void test_pool_fd(int is_max, int cip, uint64_t seed) {
   uint64_t rng = seed;
-  pool_ctx x = {{2, 2, 5, 6, 3, 2, 2, 1, 1, 1, cip, 0, 0, 0}, .is_max = is_max};
+  pool_ctx x = {{2, 2, 5, 6, 3, 2, 2, 1, 1, 1, cip, 0, 0, 0, 0}, .is_max = is_max};
   mt_pool2d_shape_init(&x.s);
   const int64_t ni = (int64_t)x.s.B * x.s.C * x.s.H * x.s.W;
   x.no = (int64_t)x.s.B * x.s.C * x.s.OH * x.s.OW;
@@ -881,9 +883,9 @@ int main(void) {
     test_conv_ref(conv[i], 0);
     test_conv_ref(conv[i], 3);
   }
-  test_conv_fd((mt_conv2d_shape){2, 4, 5, 4, 6, 3, 3, 2, 2, 1, 1, 1, 1, 2, 0, 0, 0, 0}, 1);
-  test_conv_fd((mt_conv2d_shape){1, 6, 6, 5, 3, 3, 2, 1, 1, 2, 1, 2, 2, 1, 0, 0, 0, 0}, 2);
-  test_conv_fd((mt_conv2d_shape){2, 1, 4, 4, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0}, 3);
+  test_conv_fd((mt_conv2d_shape){2, 4, 5, 4, 6, 3, 3, 2, 2, 1, 1, 1, 1, 2, 0, 0, 0, 0, 0}, 1);
+  test_conv_fd((mt_conv2d_shape){1, 6, 6, 5, 3, 3, 2, 1, 1, 2, 1, 2, 2, 1, 0, 0, 0, 0, 0}, 2);
+  test_conv_fd((mt_conv2d_shape){2, 1, 4, 4, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, 3);
   test_conv_args();
   test_in_threads();
 

@@ -11,7 +11,7 @@ typedef struct {
   REAL *z[MAX_BLOCKS], *dz[MAX_BLOCKS];  /* conv outputs before batch norm   */
   REAL *mean[MAX_BLOCKS], *rstd[MAX_BLOCKS];
   REAL *a[MAX_BLOCKS], *da[MAX_BLOCKS];  /* block activations after ReLU     */
-  REAL *p[MAX_BLOCKS], *dp[MAX_BLOCKS];  /* pooled (B,C,H/2,W/2)             */
+  REAL *p[MAX_BLOCKS], *dp[MAX_BLOCKS];  /* pooled (B,C,H/2,W/2), pool oblock */
   int32_t *arg[MAX_BLOCKS];
   REAL *h, *dh, *logits, *dlogits, *probs;
   REAL *xin;                             /* double: the inputs widened       */
@@ -55,9 +55,17 @@ static int MT_T(cnn_setup)(mt_model *m, const mt_cnn_hparams *hp, const mt_data_
                           .groups = 1};
     /* without batch norm the ReLU runs inside the convolution and its
      * output stays in the convolution's layout (nChw8c with AVX2) for the
-     * pool, which reads it and writes NCHW: no reorder and no ReLU pass */
+     * pool, which reads it: no reorder and no ReLU pass; the pool before a
+     * convolution writes that convolution's input layout (src_block), the
+     * last one NCHW for the linear layer (PyTorch's flatten order). With
+     * batch norm (it reads NCHW) everything stays NCHW. */
     cs.relu = cs.dst_any = !s->bn;
+    cs.src_any = l > 0 && !s->bn; /* the data's images are NCHW */
     MT_CALL(MT_T(mt_conv2d_init)(&s->conv[l], &cs, 1, pol)); /* its precision fixed now */
+    if (l > 0) {
+      s->pool[l - 1].oblock = s->conv[l].src_block;
+      MT_CALL(mt_pool2d_shape_init(&s->pool[l - 1]));
+    }
     int64_t w[4] = {hp->channels[l], C, kernel, kernel}, b[1] = {hp->channels[l]};
     s->pconv[l] = m->params.n;
     snprintf(name, sizeof(name), "features.%d.weight", step * l);

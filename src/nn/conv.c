@@ -13,14 +13,19 @@
  * every argument, the user's plain PyTorch-layout memory (NCHW, OIHW/GOIHW,
  * X) and, when the primitive prefers another format, an internal buffer
  * with a reorder between the two. Gradients are always produced in an
- * internal buffer and reordered into the user's buffer with a sum post-op,
- * so the backward ADDS as every layer does. With dst_any (mt_conv2d_shape)
+ * internal buffer and reordered into the user's buffer with a sum post-op
+ * (added by a loop when the layouts agree: dnnl_op.h), so the backward
+ * ADDS as every layer does. With dst_any (mt_conv2d_shape)
  * the user's output and output gradient are in the blocked layout oneDNN
- * picks for the forward's output (dst_probe: nChw8c with AVX2, nChw16c
+ * picks for the forward's output (layout_probe: nChw8c with AVX2, nChw16c
  * with AVX-512) and the primitives read and write them in place: the CNN
  * keeps its activations in it from the convolution through the ReLU (a
- * post-op, shape.relu) to the pool, which writes NCHW, instead of two
- * reorders of the largest tensors each way per step.
+ * post-op, shape.relu) to the pool, instead of two reorders of the
+ * largest tensors each way per step. With src_any the same holds for the
+ * input and its gradient (src_block): the pool before writes the layout
+ * the forward picks for its input, the forward and backward-weights read
+ * it as it is, and the input gradient, still made in an internal buffer
+ * and added, is added without a change of layout.
  *
  * The internal buffers and scratchpads of a set are laid out in one arena;
  * sets run one at a time, so they all share it (its size is the largest
@@ -200,18 +205,34 @@ static void geom_init(cv_geom *g, const mt_conv2d_shape *s, int B) {
              s->pad_w;
 }
 
-/* The output layout of a convolution made with dst_any (mt_conv2d
- * dst_block): what oneDNN's forward picks for its output given the input
- * format the convolution will use, kept when it is nChw8c or nChw16c with
- * OC a multiple of the block (no padded channels in the caller's buffers),
- * else NCHW. Asked once, for the largest batch: every set of the ladder
- * then uses it, so a call's chunks and the caller agree. */
-static int dst_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bias,
-                     mt_precision prec, int *block) {
+/* The blocked layout b (8 or 16) that the primitive descriptor pd keeps
+ * argument `what` (its src or dst md, dims dims, C channels) in, or 0
+ * (NCHW or a layout the caller's buffers cannot hold: C no multiple of b
+ * would pad channels). */
+static int md_block(dnnl_primitive_desc_t pd, dnnl_query_t what, const dnnl_dims_t dims, int C) {
+  const dnnl_memory_desc_t *got = dnnl_primitive_desc_query_md(pd, what, 0);
+  dnnl_memory_desc_t blk;
+  int block = 0;
+  for (int b = 16; b >= 8 && got; b /= 2)
+    if (C % b == 0 && cv_md_init(&blk, 4, dims, dst_tag(b), dnnl_f32) == 0 &&
+        dnnl_memory_desc_equal(got, &blk))
+      block = b;
+  return block;
+}
+
+/* The layouts of a convolution made with dst_any or src_any (mt_conv2d
+ * dst_block, src_block): what oneDNN's forward picks for its output and
+ * input given "any" for both (the input NCHW when act_plain), kept when it
+ * is nChw8c or nChw16c with the channels a multiple of the block, else
+ * NCHW; *dblk only when want_dst, *sblk only when want_src. Asked once,
+ * for the largest batch: every set of the ladder then uses them, so a
+ * call's chunks and the caller agree. */
+static int layout_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bias,
+                        mt_precision prec, int want_dst, int want_src, int *dblk, int *sblk) {
   const dnnl_data_type_t L = prec == MT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
   cv_geom g;
   geom_init(&g, s, s->B);
-  dnnl_memory_desc_t src, w, b, dst, blk;
+  dnnl_memory_desc_t src, w, b, dst;
   MT_CALL(cv_md_init(&src, 4, g.src, act_plain(s) ? dnnl_nchw : dnnl_format_tag_any, L));
   MT_CALL(cv_md_init(&w, g.wn, g.w, dnnl_format_tag_any, L));
   MT_CALL(cv_md_init(&b, 1, g.bias, dnnl_x, dnnl_f32));
@@ -223,19 +244,17 @@ static int dst_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bias,
                                                        g.dil, g.pl, g.pr));
   dnnl_primitive_desc_t pd;
   DNNL_CALL(dnnl_primitive_desc_create(&pd, &d, NULL, eng, NULL));
-  const dnnl_memory_desc_t *got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-  *block = 0;
-  for (int b = 16; b >= 8 && got; b /= 2)
-    if (s->OC % b == 0 && cv_md_init(&blk, 4, g.dst, dst_tag(b), dnnl_f32) == 0 &&
-        dnnl_memory_desc_equal(got, &blk))
-      *block = b;
+  *dblk = want_dst ? md_block(pd, dnnl_query_dst_md, g.dst, s->OC) : 0;
+  /* under bf16 the primitives read a bf16 copy of the input anyway (a
+   * converting reorder): it stays NCHW */
+  *sblk = want_src && L == dnnl_f32 ? md_block(pd, dnnl_query_src_md, g.src, s->IC) : 0;
   dnnl_primitive_desc_destroy(pd);
   return 0;
 }
 
 /* The primitives of one set: the shape s with batch B. */
 static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, int B,
-                      int has_bias, mt_precision prec, int blk) {
+                      int has_bias, mt_precision prec, int blk, int sblk) {
   /* what the primitives read (src, weights, diff_dst): bf16 under bf16 */
   const dnnl_data_type_t F = dnnl_f32, L = prec == MT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
   const int G = s->groups;
@@ -247,7 +266,7 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   const int wn = g.wn;
   dnnl_memory_desc_t src_md, dst_md, w_md, b_md, src_any, dst_any, w_any;
   dnnl_memory_desc_t src_pl, dsrc_any, ddst_pl, ddst_any, dw_any; /* by precision */
-  MT_CALL(cv_md_init(&src_md, 4, sd, dnnl_nchw, F));
+  MT_CALL(cv_md_init(&src_md, 4, sd, dst_tag(sblk), F)); /* the caller's inp and dinp */
   MT_CALL(cv_md_init(&dst_md, 4, dd, dst_tag(blk), F)); /* the caller's out and dout */
   MT_CALL(cv_md_init(&w_md, wn, wdims, G > 1 ? dnnl_goihw : dnnl_oihw, F));
   MT_CALL(cv_md_init(&b_md, 1, bd, dnnl_x, F));
@@ -262,11 +281,12 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   MT_CALL(cv_md_init(&ddst_any, 4, dd, dnnl_format_tag_any, L));
   MT_CALL(cv_md_init(&dw_any, wn, wdims, dnnl_format_tag_any, F));
   /* with a blocked output (blk) the primitives read and write the caller's
-   * buffers in it; backward-data on plain activations (act_plain) still
-   * wants NCHW and reorders diff_dst */
-  const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_pl : &src_any;
+   * buffers in it, with a blocked input (sblk, fp32 only) likewise;
+   * backward-data on plain activations (act_plain) still wants NCHW and
+   * reorders diff_dst */
+  const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_pl : sblk ? &src_md : &src_any;
   const dnnl_memory_desc_t *dst_f = act_plain(s) || blk ? &dst_md : &dst_any;
-  const dnnl_memory_desc_t *dsrc_f = act_plain(s) ? &src_md : &dsrc_any;
+  const dnnl_memory_desc_t *dsrc_f = act_plain(s) || sblk ? &src_md : &dsrc_any;
   const dnnl_memory_desc_t *ddst_f = act_plain(s) ? &ddst_pl : blk ? &ddst_blk : &ddst_any;
   const dnnl_memory_desc_t *ddst_wf = blk ? &ddst_blk : &ddst_any;
   const dnnl_memory_desc_t *bias = has_bias ? &b_md : NULL;
@@ -326,7 +346,8 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   cv_op *bwo = &set->bwd_w;
   if (!rc) {
     st = dnnl_dilated_convolution_backward_weights_desc_init(
-        &d, dnnl_convolution_direct, &src_any, &dw_any, bias, ddst_wf, strides, dil, pl, pr);
+        &d, dnnl_convolution_direct, sblk ? &src_md : &src_any, &dw_any, bias, ddst_wf, strides,
+        dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, eng, fpd);
     if (st != dnnl_success)
       rc = MT_ERR(MT_ERR_LIB, "conv2d: no backward-weights implementation (status %d)", (int)st);
@@ -373,36 +394,40 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
 
 /* The ladder of one thread variant: B, then every power of two below it. */
 static int ladder_create(mt_conv2d_impl *m, int v, const mt_conv2d_shape *s, int has_bias,
-                         int blk) {
+                         int blk, int sblk) {
   const mt_precision prec = m->emulate ? MT_PREC_FP32 : m->prec;
   int p = 1;
   while (p * 2 < s->B) p *= 2;
   int n = 0;
   for (int b = s->B; b >= 1; b = (b == s->B && b != p) ? p : b / 2) {
     MT_CHECK(n < CV_MAX_SETS, MT_ERR_STATE, "conv2d: batch ladder too long");
-    MT_CALL(set_create(&m->set[v][n++], m->eng, s, b, has_bias, prec, blk));
+    MT_CALL(set_create(&m->set[v][n++], m->eng, s, b, has_bias, prec, blk, sblk));
   }
   m->nsets = n;
   return 0;
 }
 
-static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias, int *blk) {
+static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias, int *blk,
+                       int *sblk) {
   const int setting = omp_threads(), outer = omp_threads_real();
-  *blk = 0;
+  *blk = *sblk = 0;
   /* with few input channels a blocked output needs conv_first_bwd_w: oneDNN
    * 2.6's backward-weights on it (jit:avx2, input padded to the block) gave
    * a wrong CNN curve (1% off PyTorch by step 47, tests/test_torch_curves.sh)
    * where its results from the same blocked gradient reordered out of NCHW
    * had been right (cause not found) */
   const int first_ok = m->prec == MT_PREC_FP32 && conv_first_fits(s);
-  if (s->dst_any && (!act_plain(s) || first_ok))
-    MT_CALL(dst_probe(m->eng, s, has_bias, m->emulate ? MT_PREC_FP32 : m->prec, blk));
+  const int want_dst = s->dst_any && (!act_plain(s) || first_ok);
+  const int want_src = s->src_any && !act_plain(s);
+  if (want_dst || want_src)
+    MT_CALL(layout_probe(m->eng, s, has_bias, m->emulate ? MT_PREC_FP32 : m->prec, want_dst,
+                         want_src, blk, sblk));
   m->nthr[0] = 1;
   m->nthr[1] = outer;
   m->nvar = outer > 1 ? 2 : 1;
   for (int v = 0; v < m->nvar; v++) {
     omp_threads_set(m->nthr[v]); /* oneDNN sizes its kernels from this */
-    int rc = ladder_create(m, v, s, has_bias, *blk);
+    int rc = ladder_create(m, v, s, has_bias, *blk, *sblk);
     omp_threads_set(setting);
     MT_CALL(rc);
   }
@@ -437,7 +462,7 @@ int mt_conv2d_init(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias,
     rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create the oneDNN CPU engine");
   else if (dnnl_stream_create(&m->stream, m->eng, dnnl_stream_default_flags) != dnnl_success)
     rc = MT_ERR(MT_ERR_LIB, "conv2d: cannot create a oneDNN stream");
-  if (!rc) rc = conv_create(m, &c->s, c->has_bias, &c->dst_block);
+  if (!rc) rc = conv_create(m, &c->s, c->has_bias, &c->dst_block, &c->src_block);
   m->first_bw = c->dst_block && act_plain(&c->s);
   if (rc) {
     mt_error_push(__FILE__, __LINE__, __func__, rc);

@@ -1,6 +1,7 @@
 /* The oneDNN operations behind the convolutions (nn/dnnl_op.h). */
 #include "nn/dnnl_op.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -72,6 +73,10 @@ int cv_add_arg(cv_op *op, size_t *bytes, int arg, int dir, const dnnl_memory_des
   DNNL_CALL(dnnl_memory_create(&a->mem, want_md, eng, DNNL_MEMORY_NONE));
   a->off = *bytes;
   *bytes += round64(dnnl_memory_desc_get_size(want_md));
+  if (dnnl_memory_desc_equal(user_md, want_md) && user_md->data_type == dnnl_f32) {
+    a->add_n = dnnl_memory_desc_get_size(want_md) / sizeof(float);
+    return 0;
+  }
   dnnl_primitive_attr_t attr;
   MT_CALL(cv_make_attr(&attr, dir == ARG_OUT_ADD, 0));
   dnnl_primitive_desc_t pd;
@@ -148,6 +153,18 @@ int cv_op_run(cv_op *op, dnnl_stream_t stream) {
     }
   }
   DNNL_CALL(dnnl_stream_wait(stream));
+  for (int i = 0; i < op->nargs; i++) {
+    cv_arg *a = &op->a[i];
+    if (!a->add_n || a->skip) continue;
+    void *u, *t;
+    DNNL_CALL(dnnl_memory_get_data_handle(a->user, &u));
+    DNNL_CALL(dnnl_memory_get_data_handle(a->mem, &t));
+    float *restrict dst = u;
+    const float *restrict src = t;
+    const int64_t len = (int64_t)a->add_n;
+#pragma omp parallel for simd schedule(static) if (len > 65536)
+    for (int64_t k = 0; k < len; k++) dst[k] += src[k];
+  }
   return 0;
 }
 

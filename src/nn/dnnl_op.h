@@ -24,12 +24,16 @@ enum { ARG_IN, ARG_OUT, ARG_OUT_ADD }; /* data direction of an argument */
 typedef struct {
   int arg;                  /* DNNL_ARG_*                                    */
   int dir;                  /* ARG_IN, ARG_OUT or ARG_OUT_ADD                */
-  dnnl_memory_t user;       /* plain layout; the handle is set per call      */
+  dnnl_memory_t user;       /* the caller's layout; handle set per call      */
   dnnl_memory_t mem;        /* what the primitive sees: user or internal     */
   dnnl_primitive_t reorder; /* user <-> internal, NULL when mem is user      */
   size_t off;               /* internal buffer: its offset in the arena      */
   int skip;                 /* this call: leave the user's buffer alone      */
   int borrowed;             /* mem belongs to another operation's argument   */
+  /* ARG_OUT_ADD already in the user's layout (fp32): the internal buffer is
+   * added into the user's by a loop, not by a reorder with a sum post-op
+   * (oneDNN 2.6 runs that one as its scalar reference reorder) */
+  size_t add_n;
 } cv_arg;
 
 typedef struct {
@@ -51,10 +55,11 @@ int cv_make_attr(dnnl_primitive_attr_t *attr, int accumulate, int relu);
 int cv_make_prim(dnnl_primitive_t *prim, dnnl_memory_t *scratchpad, size_t *scratch_off,
                  size_t *bytes, dnnl_primitive_desc_t pd, dnnl_engine_t eng);
 
-/* Adds argument `arg` to op: the user's plain md and the md the primitive
+/* Adds argument `arg` to op: the user's md and the md the primitive
  * wants; places an internal buffer in the set's arena layout and creates the
- * reorder when they differ (always for ARG_OUT_ADD, whose reorder carries
- * the sum post-op). */
+ * reorder when they differ (ARG_OUT_ADD always has the internal buffer:
+ * the reorder carries the sum post-op, or with the same fp32 layout a loop
+ * adds it). */
 int cv_add_arg(cv_op *op, size_t *bytes, int arg, int dir, const dnnl_memory_desc_t *user_md,
                const dnnl_memory_desc_t *want_md, dnnl_engine_t eng);
 

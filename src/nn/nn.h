@@ -35,8 +35,13 @@ typedef struct {
    * output and its gradient may be in the layout the kernels run fastest
    * in, nChw{b}c (channel blocks of b side by side; b chosen by oneDNN for
    * this CPU: 8 with AVX2, 16 with AVX-512), instead of NCHW, so they are
-   * not reordered at every call; mt_conv2d.dst_block says which was chosen. */
-  int relu, dst_any;
+   * not reordered at every call; mt_conv2d.dst_block says which was chosen.
+   * src_any: the same for the input and its gradient, in the layout the
+   * forward picks for its input (mt_conv2d.src_block), which the layer
+   * before then writes (a pool's oblock) instead of the convolution
+   * reordering NCHW into it for the forward and backward-weights and its
+   * input gradient back. */
+  int relu, dst_any, src_any;
 } mt_conv2d_shape;
 
 /* Fills s->OH, s->OW; MT_ERR_ARG when a size is out of range (sizes < 1,
@@ -65,6 +70,10 @@ typedef struct {
    * ((n*OC/b + c/b)*OH*OW + h*OW + w)*b + c%b (set when made; only with
    * s.dst_any, OC a multiple of b and oneDNN preferring it) */
   int dst_block;
+  /* layout of inp and dinp, the same way: 0 = NCHW, b = nChw{b}c (only with
+   * s.src_any, IC a multiple of b, and not with few input channels, which
+   * run on NCHW: see conv.c's act_plain) */
+  int src_block;
   mt_conv2d_impl *impl;
 } mt_conv2d;
 
@@ -81,9 +90,11 @@ typedef struct {
   int count_include_pad; /* average pooling only: PyTorch's default is 1 */
   int OH, OW;            /* output (B,C,OH,OW): set by mt_pool2d_shape_init */
   /* layout of the input (and its gradient): 0 = NCHW; b = nChw{b}c as a
-   * convolution's output with dst_block b (C a multiple of b). The output
-   * is NCHW either way: what a linear layer or the next convolution reads. */
-  int cblock;
+   * convolution's output with dst_block b (C a multiple of b). oblock: the
+   * same for the output, its argmax and its gradient: NCHW (0) for a
+   * linear layer, or the next convolution's src_block, so that tensor
+   * reaches it in its own layout. */
+  int cblock, oblock;
 } mt_pool2d_shape;
 
 int mt_pool2d_shape_init(mt_pool2d_shape *s);

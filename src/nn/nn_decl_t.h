@@ -61,7 +61,9 @@ void MT_T(mt_softmax_xent_backward)(REAL *dlogits, const REAL *probs, const int3
 int MT_T(mt_conv2d_init)(mt_conv2d *c, const mt_conv2d_shape *s, int has_bias,
                          const mt_nn_policy *pol);
 /* out (B,OC,OH,OW) = conv(inp (B,IC,H,W), w) + b for 0 <= B <= c->s.B.
- * b must be NULL exactly when the convolution was made without a bias. */
+ * b must be NULL exactly when the convolution was made without a bias.
+ * inp and dinp are in c->src_block's layout, out and dout in
+ * c->dst_block's (NCHW unless made with src_any / dst_any: nn.h). */
 int MT_T(mt_conv2d_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
                             mt_conv2d *c);
 /* dinp += conv^T(dout, w); dw += corr(inp, dout); db += sum over (B,OH,OW)

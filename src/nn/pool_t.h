@@ -48,37 +48,59 @@ static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
 
 /* The same on the blocked input nChw{cb}c: the cb channels of a block lie
  * side by side at each position, so the loop vectorises over them (one
- * AVX2 vector for cb = 8) with unit-stride loads; the output is NCHW. */
+ * AVX2 vector for cb = 8) with unit-stride loads; the output (and argmax)
+ * in NCHW (ob 0: one store per plane) or in the input's nChw{cb}c (ob 1:
+ * unit-stride stores). One block q (image, channel block) per call; ob a
+ * constant after inlining (so inside the caller's parallel loop, not
+ * around it: OpenMP's outlined body would get it as a variable). */
+static inline __attribute__((always_inline)) void MT_T(maxpool_2x2_blk)(
+    REAL *out, int32_t *argmax, const REAL *inp, const mt_pool2d_shape *s, int64_t q,
+    const int ob) {
+  const int cb = s->cblock, W = s->W, OW = s->OW;
+  const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
+  const REAL *x = inp + q * hw * cb;
+  REAL *o = out + q * cb * ohw; /* planes q*cb .. q*cb+cb-1 of the output */
+  int32_t *am = argmax + q * cb * ohw;
+  for (int oh = 0; oh < s->OH; oh++)
+    for (int ow = 0; ow < OW; ow++) {
+      const int32_t ia = 2 * oh * W + 2 * ow;
+      const REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
+      const int64_t op = (int64_t)oh * OW + ow;
+      REAL *oo = ob ? o + op * cb : o + op;
+      int32_t *ao = ob ? am + op * cb : am + op;
+      const int64_t js = ob ? 1 : ohw;
+#pragma omp simd
+      for (int j = 0; j < cb; j++) {
+        int32_t i;
+        oo[j * js] = MT_T(max4)(r0[j], r0[cb + j], r1[j], r1[cb + j], ia, W, &i);
+        ao[j * js] = i;
+      }
+    }
+}
+
 static void MT_T(maxpool_2x2_blocked)(REAL *out, int32_t *argmax, const REAL *inp,
                                       const mt_pool2d_shape *s) {
-  const int cb = s->cblock, G = s->C / cb, W = s->W, OW = s->OW;
-  const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
-  const int64_t blocks = (int64_t)s->B * G;
-#pragma omp parallel for schedule(static) if (blocks * cb * ohw > 32768)
-  for (int64_t q = 0; q < blocks; q++) {
-    const REAL *x = inp + q * hw * cb;
-    REAL *o = out + q * cb * ohw; /* planes q*cb .. q*cb+cb-1 of the output */
-    int32_t *am = argmax + q * cb * ohw;
-    for (int oh = 0; oh < s->OH; oh++)
-      for (int ow = 0; ow < OW; ow++) {
-        const int32_t ia = 2 * oh * W + 2 * ow;
-        const REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
-        const int64_t op = (int64_t)oh * OW + ow;
-#pragma omp simd
-        for (int j = 0; j < cb; j++) {
-          int32_t i;
-          o[j * ohw + op] = MT_T(max4)(r0[j], r0[cb + j], r1[j], r1[cb + j], ia, W, &i);
-          am[j * ohw + op] = i;
-        }
-      }
+  const int64_t blocks = (int64_t)s->B * (s->C / s->cblock);
+  const int64_t work = (int64_t)s->B * s->C * s->OH * s->OW;
+  if (s->oblock) {
+#pragma omp parallel for schedule(static) if (work > 32768)
+    for (int64_t q = 0; q < blocks; q++) MT_T(maxpool_2x2_blk)(out, argmax, inp, s, q, 1);
+  } else {
+#pragma omp parallel for schedule(static) if (work > 32768)
+    for (int64_t q = 0; q < blocks; q++) MT_T(maxpool_2x2_blk)(out, argmax, inp, s, q, 0);
   }
+}
+
+/* Whether the 2x2 / stride 2 / no padding kernels serve s. */
+static int MT_T(is_2x2)(const mt_pool2d_shape *s) {
+  return s->KH == 2 && s->KW == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
+         s->pad_w == 0;
 }
 
 void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
                                 const mt_pool2d_shape *s) {
-  // inp is (B,C,H,W) (blocked when s->cblock); out and argmax are (B,C,OH,OW)
-  if (s->KH == 2 && s->KW == 2 && s->stride_h == 2 && s->stride_w == 2 && s->pad_h == 0 &&
-      s->pad_w == 0) {
+  // inp is (B,C,H,W) (blocked when s->cblock); out and argmax are (B,C,OH,OW) (when s->oblock)
+  if (MT_T(is_2x2)(s) && (s->cblock ? !s->oblock || s->oblock == s->cblock : !s->oblock)) {
     if (s->cblock)
       MT_T(maxpool_2x2_blocked)(out, argmax, inp, s);
     else
@@ -89,10 +111,11 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     const REAL *x = inp + plane_at(s, p, &st);
-    REAL *o = out + p * ohw;
-    int32_t *am = argmax + p * ohw;
+    const int64_t oat = oplane_at(s, p, &ost);
+    REAL *o = out + oat;
+    int32_t *am = argmax + oat;
     for (int oh = 0; oh < s->OH; oh++) {
       const int h0 = imax(oh * s->stride_h - s->pad_h, 0);
       const int h1 = imin(oh * s->stride_h - s->pad_h + s->KH, s->H);
@@ -109,11 +132,80 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
               best = ih * s->W + iw;
             }
           }
-        o[oh * s->OW + ow] = mx;
-        am[oh * s->OW + ow] = best;
+        o[(oh * s->OW + ow) * ost] = mx;
+        am[(oh * s->OW + ow) * ost] = best;
       }
     }
   }
+}
+
+/* g when c, else 0, by masking g's bits: GCC 12 vectorises this, where it
+ * turned two or more "+= c ? g : 0" of one loop into branches and left the
+ * loop scalar. */
+static inline __attribute__((always_inline)) REAL MT_T(keep)(int c, REAL g) {
+#if MT_F64
+  uint64_t u;
+  memcpy(&u, &g, sizeof(u));
+  u &= -(uint64_t)c;
+#else
+  uint32_t u;
+  memcpy(&u, &g, sizeof(u));
+  u &= -(uint32_t)c;
+#endif
+  memcpy(&g, &u, sizeof(u));
+  return g;
+}
+
+/* The 2x2 backward on a blocked input gradient nChw{cb}c, the output
+ * gradient in NCHW (ob 0) or in the same nChw{cb}c (ob 1): each window's
+ * four inputs get the gradient where the argmax points and 0 elsewhere,
+ * one vector of cb channels at a time (the windows do not overlap), so no
+ * scatter of single lanes; relu (out given) as in maxpool_bwd. One block q
+ * per call, ob and relu constants after inlining (as maxpool_2x2_blk). */
+static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
+    REAL *dinp, const REAL *dout, const int32_t *argmax, const REAL *out,
+    const mt_pool2d_shape *s, int64_t q, const int ob, const int relu) {
+  const int cb = s->cblock, W = s->W, OW = s->OW;
+  const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
+  REAL *x = dinp + q * hw * cb;
+  const REAL *d = dout + q * cb * ohw, *y = relu ? out + q * cb * ohw : NULL;
+  const int32_t *am = argmax + q * cb * ohw;
+  const int64_t js = ob ? 1 : ohw;
+  for (int oh = 0; oh < s->OH; oh++)
+    for (int ow = 0; ow < OW; ow++) {
+      const int32_t ia = 2 * oh * W + 2 * ow;
+      REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
+      const int64_t op = (int64_t)oh * OW + ow, o0 = ob ? op * cb : op;
+#pragma omp simd
+      for (int j = 0; j < cb; j++) {
+        const REAL dj = d[o0 + j * js];
+        const REAL g = relu ? MT_T(keep)(y[o0 + j * js] > (REAL)0, dj) : dj;
+        const int32_t a = am[o0 + j * js];
+        r0[j] += MT_T(keep)(a == ia, g);
+        r0[cb + j] += MT_T(keep)(a == ia + 1, g);
+        r1[j] += MT_T(keep)(a == ia + W, g);
+        r1[cb + j] += MT_T(keep)(a == ia + W + 1, g);
+      }
+    }
+}
+
+static void MT_T(maxpool_bwd_blocked)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                      const REAL *out, const mt_pool2d_shape *s) {
+  const int64_t blocks = (int64_t)s->B * (s->C / s->cblock);
+  const int64_t work = (int64_t)s->B * s->C * s->OH * s->OW;
+#define MT_POOL_BWD_BLK(ob, relu)                                                  \
+  _Pragma("omp parallel for schedule(static) if (work > 32768)") for (int64_t q = 0; \
+                                                                       q < blocks; q++) \
+      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, q, ob, relu)
+  if (s->oblock && out)
+    MT_POOL_BWD_BLK(1, 1);
+  else if (s->oblock)
+    MT_POOL_BWD_BLK(1, 0);
+  else if (out)
+    MT_POOL_BWD_BLK(0, 1);
+  else
+    MT_POOL_BWD_BLK(0, 0);
+#undef MT_POOL_BWD_BLK
 }
 
 /* The max-pool's backward, through a ReLU before the pool when out (the
@@ -122,32 +214,38 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
  * where out > 0 and the ReLU needs no pass of its own. */
 static void MT_T(maxpool_bwd)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                               const REAL *out, const mt_pool2d_shape *s) {
+  if (MT_T(is_2x2)(s) && s->cblock && (!s->oblock || s->oblock == s->cblock)) {
+    MT_T(maxpool_bwd_blocked)(dinp, dout, argmax, out, s);
+    return;
+  }
   const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     REAL *dx = dinp + plane_at(s, p, &st);
-    const REAL *d = dout + p * ohw;
-    const int32_t *am = argmax + p * ohw;
+    const int64_t oat = oplane_at(s, p, &ost);
+    const REAL *d = dout + oat;
+    const int32_t *am = argmax + oat;
     if (out) {
-      const REAL *y = out + p * ohw;
-      for (int64_t i = 0; i < ohw; i++) dx[am[i] * st] += y[i] > (REAL)0 ? d[i] : (REAL)0;
+      const REAL *y = out + oat;
+      for (int64_t i = 0; i < ohw; i++)
+        dx[am[i * ost] * st] += y[i * ost] > (REAL)0 ? d[i * ost] : (REAL)0;
     } else {
-      for (int64_t i = 0; i < ohw; i++) dx[am[i] * st] += d[i];
+      for (int64_t i = 0; i < ohw; i++) dx[am[i * ost] * st] += d[i * ost];
     }
   }
 }
 
 void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                  const mt_pool2d_shape *s) {
-  // dout and argmax are (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  // dout and argmax are (B,C,OH,OW) (blocked when s->oblock); dinp is (B,C,H,W) (s->cblock)
   MT_T(maxpool_bwd)(dinp, dout, argmax, NULL, s);
 }
 
 void MT_T(mt_maxpool2d_relu_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                       const REAL *out, const mt_pool2d_shape *s) {
-  // dout, argmax and out are (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  // dout, argmax and out are (B,C,OH,OW) (s->oblock); dinp is (B,C,H,W) (s->cblock)
   MT_T(maxpool_bwd)(dinp, dout, argmax, out, s);
 }
 
@@ -166,14 +264,14 @@ static inline void MT_T(avg_window)(const mt_pool2d_shape *s, int oh, int ow, in
 }
 
 void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shape *s) {
-  // inp is (B,C,H,W) (blocked when s->cblock); out is (B,C,OH,OW)
+  // inp is (B,C,H,W) (blocked when s->cblock); out is (B,C,OH,OW) (when s->oblock)
   const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     const REAL *x = inp + plane_at(s, p, &st);
-    REAL *o = out + p * ohw;
+    REAL *o = out + oplane_at(s, p, &ost);
     for (int oh = 0; oh < s->OH; oh++)
       for (int ow = 0; ow < s->OW; ow++) {
         int h0, h1, w0, w1;
@@ -182,26 +280,25 @@ void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shap
         REAL acc = (REAL)0;
         for (int ih = h0; ih < h1; ih++)
           for (int iw = w0; iw < w1; iw++) acc += x[(ih * s->W + iw) * st];
-        o[oh * s->OW + ow] = acc * inv;
+        o[(oh * s->OW + ow) * ost] = acc * inv;
       }
   }
 }
 
 void MT_T(mt_avgpool2d_backward)(REAL *dinp, const REAL *dout, const mt_pool2d_shape *s) {
-  // dout is (B,C,OH,OW); dinp is (B,C,H,W) (blocked when s->cblock)
+  // dout is (B,C,OH,OW) (blocked when s->oblock); dinp is (B,C,H,W) (when s->cblock)
   const int64_t planes = (int64_t)s->B * s->C;
-  const int64_t ohw = (int64_t)s->OH * s->OW;
-#pragma omp parallel for schedule(static) if (planes * ohw > 32768)
+#pragma omp parallel for schedule(static) if (planes * s->OH * s->OW > 32768)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t st;
+    int64_t st, ost;
     REAL *dx = dinp + plane_at(s, p, &st);
-    const REAL *d = dout + p * ohw;
+    const REAL *d = dout + oplane_at(s, p, &ost);
     for (int oh = 0; oh < s->OH; oh++)
       for (int ow = 0; ow < s->OW; ow++) {
         int h0, h1, w0, w1;
         REAL inv;
         MT_T(avg_window)(s, oh, ow, &h0, &h1, &w0, &w1, &inv);
-        const REAL g = d[oh * s->OW + ow] * inv;
+        const REAL g = d[(oh * s->OW + ow) * ost] * inv;
         for (int ih = h0; ih < h1; ih++)
           for (int iw = w0; iw < w1; iw++) dx[(ih * s->W + iw) * st] += g;
       }
