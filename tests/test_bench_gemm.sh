@@ -41,12 +41,13 @@ same_shapes() { # NAME FILE WANT
     fail "$1" "record differs: $(diff <(printf '%s\n' "$3" | sort) <(shapes "$2" 2>&1) | tr '\n' ' ')"; fi
 }
 # layers 10 -> 16 -> 8 -> 3: forward X W^T ('N','T': B x OC x IC, beta 0),
-# input gradient dY W ('N','N': B x IC x OC, beta 1; none into the input),
-# weight gradient dY^T X ('T','N': OC x IC x B, beta 1)
+# input gradient dY W ('N','N': B x IC x OC, beta 0: the layer writes it;
+# none into the input), weight gradient dY^T X ('T','N': OC x IC x B, beta
+# 0: the mlp writes the step's gradients, mt_model_ops.sets_grads)
 mlp_want() { # B PRECISION COUNT
   printf '%s\n' "gemm N T $1 16 10 0 $2 $3" "gemm N T $1 8 16 0 $2 $3" "gemm N T $1 3 8 0 $2 $3" \
-    "gemm N N $1 8 3 1 $2 $3" "gemm T N 3 8 $1 1 $2 $3" "gemm N N $1 16 8 1 $2 $3" \
-    "gemm T N 8 16 $1 1 $2 $3" "gemm T N 16 10 $1 1 $2 $3"
+    "gemm N N $1 8 3 0 $2 $3" "gemm T N 3 8 $1 0 $2 $3" "gemm N N $1 16 8 0 $2 $3" \
+    "gemm T N 8 16 $1 0 $2 $3" "gemm T N 16 10 $1 0 $2 $3"
 }
 expect_ok "mlp: -log_gemm_shapes runs" run_mpi 1 120 "$MPITRAIN" "${mlp[@]}" -threads 1 \
   -output_dir "$WORK/o1" -log_gemm_shapes "$WORK/mlp.txt"
