@@ -22,12 +22,13 @@
 #endif
 
 #ifdef MT_GEMM_PACK
-/* the rank computes on one thread: one OpenMP thread, or a parallel region
- * of one (under -thread_split batch each of T threads runs its rows' GEMMs
- * in a region of T) */
-static int one_thread(void) {
+/* the GEMM runs on the calling thread alone: inside a parallel region (under
+ * -thread_split batch each of T threads runs its own rows' GEMMs, nested
+ * regions off), or outside one with one OpenMP thread; not a GEMM that
+ * OpenMP threads itself (-thread_split gemm) */
+static int own_thread(void) {
 #ifdef _OPENMP
-  return omp_in_parallel() ? omp_get_num_threads() == 1 : omp_get_max_threads() == 1;
+  return omp_in_parallel() || omp_get_max_threads() == 1;
 #else
   return 1;
 #endif
@@ -46,16 +47,18 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   /* where it was measured to win (bench/README.md): 'N','N' with at most
    * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
    * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
-   * 2048 rows: 0.8x; N 256, K 128: 0.9x). Only where the rank computes on
-   * one thread: at -threads 2 (each thread its rows, our kernel in each)
-   * the MLP ran 0.54x, 0.93x and 0.83x dnnl_sgemm's speed in three runs on
-   * the busy 2-core machine, and a GEMM that OpenMP threads (-thread_split
-   * gemm) stays with dnnl_sgemm, our column split not measured against it.
+   * 2048 rows: 0.8x; N 256, K 128: 0.9x). Where a thread runs the GEMM
+   * alone: at -threads 2 (each thread its rows, our kernel in each) the MLP
+   * ran 1.10-1.19x at batch 128 and 1.08-1.09x at 256 against dnnl_sgemm
+   * in the threads, interleaved on the nearly free 2-core machine
+   * (bench/README.md; busy runs had said 0.54-0.93x); a GEMM that OpenMP
+   * threads (-thread_split gemm) stays with dnnl_sgemm, our column split
+   * not measured against it.
    * alpha 1, beta 0 or 1 is all it does; it declines (-1) without AVX2/FMA
    * at run time: dnnl_sgemm then. */
   if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
       K >= 256 &&
-      M > 0 && lda >= K && ldb >= N && ldc >= N && one_thread() &&
+      M > 0 && lda >= K && ldb >= N && ldc >= N && own_thread() &&
       mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
     return 0;
 #endif
