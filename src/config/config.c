@@ -84,22 +84,26 @@ static PetscErrorCode opt_real(PetscOptionItems *PetscOptionsObject, const char 
   PetscFunctionReturn(0);
 }
 
+/* A boolean option; def -1: also "auto" (its default), read as -1 */
 static PetscErrorCode opt_bool(PetscOptionItems *PetscOptionsObject, const char *name,
                                const char *help, int def, int *out) {
   char s[64];
   PetscBool set;
-  PetscCall(opt_str(PetscOptionsObject, name, help, def ? "1" : "0", s, sizeof(s), &set));
+  PetscCall(opt_str(PetscOptionsObject, name, help, def < 0 ? "auto" : def ? "1" : "0", s,
+                    sizeof(s), &set));
   if (set && (!s[0] || !strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") ||
               !strcasecmp(s, "on")))
     *out = 1;
   else if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") ||
            !strcasecmp(s, "off"))
     *out = 0;
-  else if (!set)
+  else if (!set || (def < 0 && !strcasecmp(s, "auto")))
     *out = def;
   else {
-    bad("option %s: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, on, off)", name,
-        s);
+    if (def < 0) bad("option %s: '%s' is not auto, 1 or 0", name, s);
+    else
+      bad("option %s: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, on, off)",
+          name, s);
     *out = def;
   }
   PetscFunctionReturn(0);
@@ -438,23 +442,12 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
   PetscCall(opt_real(PetscOptionsObject, "-ddp_first_bucket_mb",
                      "ddp: size of the first bucket (the last layers', reduced first) in MiB", 1,
                      0, 1, 4096, &c->ddp_first_bucket_mb));
-  {
-    char ov[16];
-    PetscCall(opt_str(PetscOptionsObject, "-ddp_overlap",
-                      "ddp: start each bucket's all-reduce during the backward pass as soon as "
-                      "its layers are done (1), or all after it (0); auto: 1 on a GPU, across "
-                      "nodes, or with a core no rank computes on, else 0 (the in-node all-reduce "
-                      "is then the computing cores' own work; bench/README.md)",
-                      "auto", ov, sizeof(ov), NULL));
-    if (!strcasecmp(ov, "auto")) c->ddp_overlap = -1;
-    else if (!strcasecmp(ov, "1") || !strcasecmp(ov, "true") || !strcasecmp(ov, "yes") ||
-             !strcasecmp(ov, "on"))
-      c->ddp_overlap = 1;
-    else if (!strcasecmp(ov, "0") || !strcasecmp(ov, "false") || !strcasecmp(ov, "no") ||
-             !strcasecmp(ov, "off"))
-      c->ddp_overlap = 0;
-    else bad("option -ddp_overlap: '%s' is not auto, 1 or 0", ov);
-  }
+  PetscCall(opt_bool(PetscOptionsObject, "-ddp_overlap",
+                     "ddp: start each bucket's all-reduce during the backward pass as soon as "
+                     "its layers are done (1), or all after it (0); auto: 1 on a GPU, across "
+                     "nodes, or with a core no rank computes on, else 0 (the in-node all-reduce "
+                     "is then the computing cores' own work; bench/README.md)",
+                     -1, &c->ddp_overlap));
   PetscCall(opt_bool(PetscOptionsObject, "-ddp_comm_thread",
                      "ddp with -ddp_overlap 1: a communication thread per rank runs each "
                      "ready bucket's blocking all-reduce (0: non-blocking all-reduces "
