@@ -18,7 +18,8 @@
  *    give the plain path's outputs, argmax and added input gradients
  *    exactly (2x2 fast paths and the general windows); the fused ReLU +
  *    max-pool backward equals mt_maxpool2d_backward then mt_relu_backward
- *    exactly.
+ *    exactly; written whole (mt_maxpool2d_backward_ex, MT_POOL_SET_DINP) over
+ *    NaN it equals the pass into zeros (even and odd H, W).
  * Prints one line per check; exits non-zero when any check fails. */
 #include "core/core.h"
 #include "nn/nn.h"
@@ -177,6 +178,24 @@ static void test_pool(mt_pool2d_shape s, int is_max, int cb, int ob, uint64_t se
     memset(dx1, 0, (size_t)ni * sizeof(float));
     mt_maxpool2d_relu_backward(dx1, g, a0, y0, &s);
     CHECK_CLOSE_F(dx1, dx0, (size_t)ni, 0.0, "%s: fused ReLU backward, NCHW", what);
+    /* MT_POOL_SET_DINP over NaN (an element left unwritten, or read, shows):
+     * the same as into zeros, with the ReLU and without, both layouts */
+    for (int relu = 0; relu < 2; relu++) {
+      memset(dx0, 0, (size_t)ni * sizeof(float));
+      if (relu)
+        mt_maxpool2d_relu_backward(dx0, g, a0, y0, &s);
+      else
+        mt_maxpool2d_backward(dx0, g, a0, &s);
+      for (int64_t i = 0; i < ni; i++) dx1[i] = NAN;
+      mt_maxpool2d_backward_ex(dx1, gb, a1, relu ? yb : NULL, &sb, MT_POOL_SET_DINP);
+      to_plain(t, dx1, s.B, s.C, hw, cb);
+      CHECK_CLOSE_F(t, dx0, (size_t)ni, 0.0, "%s: %sbackward written whole over NaN = into zeros",
+                    what, relu ? "fused ReLU " : "");
+      for (int64_t i = 0; i < ni; i++) dx1[i] = NAN;
+      mt_maxpool2d_backward_ex(dx1, g, a0, relu ? y0 : NULL, &s, MT_POOL_SET_DINP);
+      CHECK_CLOSE_F(dx1, dx0, (size_t)ni, 0.0, "%s: %sbackward written whole over NaN, NCHW", what,
+                    relu ? "fused ReLU " : "");
+    }
   }
   free(x), free(g), free(xb), free(t), free(y0), free(y1), free(dx0), free(dx1), free(a0),
       free(a1), free(gb), free(yb), free(ty);

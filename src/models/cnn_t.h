@@ -208,8 +208,7 @@ static int64_t MT_T(block_backward)(MT_T(cnn) *s, int l, int B) {
   mt_pool2d_shape ps = s->pool[l];
   ps.B = B;
   const int64_t na = (int64_t)B * (int64_t)numel(&ps, 0);
-  memset(s->da[l], 0, (size_t)na * sizeof(REAL));
-  mt_maxpool2d_relu_backward(s->da[l], s->dp[l], s->arg[l], s->p[l], &ps);
+  mt_maxpool2d_backward_ex(s->da[l], s->dp[l], s->arg[l], s->p[l], &ps, MT_POOL_SET_DINP);
   return na;
 }
 
@@ -220,21 +219,22 @@ static int MT_T(cnn_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   if (B == 0) return 0;
   const int k = s->pcls;
   memset(s->dlogits, 0, (size_t)B * s->classes * sizeof(REAL));
-  memset(s->dh, 0, (size_t)B * s->hidden * sizeof(REAL));
   mt_softmax_xent_backward(s->dlogits, s->probs, s->y, scale, B, s->classes);
   MT_CALL(mt_model_unit_use(m, s->nb + 1, 1));
   const REAL *last = s->p[s->nb - 1];
   REAL *dlast = s->dp[s->nb - 1];
-  MT_CALL(mt_linear_backward(s->dh, MT_T(G)(m, grads, k + 2), MT_T(G)(m, grads, k + 3), s->dlogits,
-                             s->h, MT_T(P)(m, params, k + 2), B, s->hidden, s->classes, s->pol));
+  /* the input gradients dh and dlast written by their GEMMs: no zeroing */
+  MT_CALL(mt_linear_backward_ex(s->dh, MT_T(G)(m, grads, k + 2), MT_T(G)(m, grads, k + 3),
+                                s->dlogits, NULL, s->h, MT_T(P)(m, params, k + 2), B, s->hidden,
+                                s->classes, MT_LINEAR_SET_DINP, s->pol));
   mt_model_unit_done(m, s->nb + 1);
   /* h is after ReLU and dropout: positive exactly where both kept it */
   if (s->dropped) MT_T(mt_model_dropout_backward)(s->dh, s->mask, s->drop, (int64_t)B * s->hidden);
   mt_relu_backward(s->dh, s->dh, s->h, (int64_t)B * s->hidden);
-  memset(dlast, 0, (size_t)B * s->flat * sizeof(REAL));
   MT_CALL(mt_model_unit_use(m, s->nb, 1));
-  MT_CALL(mt_linear_backward(dlast, MT_T(G)(m, grads, k), MT_T(G)(m, grads, k + 1), s->dh, last,
-                             MT_T(P)(m, params, k), B, s->flat, s->hidden, s->pol));
+  MT_CALL(mt_linear_backward_ex(dlast, MT_T(G)(m, grads, k), MT_T(G)(m, grads, k + 1), s->dh, NULL,
+                                last, MT_T(P)(m, params, k), B, s->flat, s->hidden,
+                                MT_LINEAR_SET_DINP, s->pol));
   mt_model_unit_done(m, s->nb);
   for (int l = s->nb - 1; l >= 0; l--) {
     mt_pool2d_shape ps = s->pool[l];

@@ -119,6 +119,9 @@ enum {
   MT_LINEAR_SET_DINP = 4   /* backward writes dinp (=), not +=           */
 };
 
+/* What mt_maxpool2d_backward_ex does (or'ed). */
+enum { MT_POOL_SET_DINP = 1 /* dinp written whole (=), not += */ };
+
 /* ------------------------------------------------- every layer, both types */
 
 #define MT_TEMPLATE "nn/nn_decl_t.h"
@@ -154,6 +157,8 @@ enum {
   MT_NN_PICK(dout, mt_maxpool2d_backward)(dinp, dout, __VA_ARGS__)
 #define mt_maxpool2d_relu_backward(dinp, dout, ...) \
   MT_NN_PICK(dout, mt_maxpool2d_relu_backward)(dinp, dout, __VA_ARGS__)
+#define mt_maxpool2d_backward_ex(dinp, dout, ...) \
+  MT_NN_PICK(dout, mt_maxpool2d_backward_ex)(dinp, dout, __VA_ARGS__)
 #define mt_avgpool2d_forward(out, ...) MT_NN_PICK(out, mt_avgpool2d_forward)(out, __VA_ARGS__)
 #define mt_avgpool2d_backward(dinp, dout, ...) \
   MT_NN_PICK(dout, mt_avgpool2d_backward)(dinp, dout, __VA_ARGS__)

@@ -85,6 +85,13 @@ void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *ar
  * ReLU's output, whose value at the argmax is out). */
 void MT_T(mt_maxpool2d_relu_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                       const REAL *out, const mt_pool2d_shape *s);
+/* Either of the two (out NULL: mt_maxpool2d_backward; given:
+ * mt_maxpool2d_relu_backward), with flags (MT_POOL_*): MT_POOL_SET_DINP
+ * writes the whole of dinp, 0 where no argmax points, instead of adding
+ * to it (no zeroing pass before; on 2x2 windows over blocked channels with
+ * even H and W, one pass that reads nothing of dinp). */
+void MT_T(mt_maxpool2d_backward_ex)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                    const REAL *out, const mt_pool2d_shape *s, int flags);
 /* out = mean over each window; the divisor is KH*KW when count_include_pad
  * (windows clipped to the padded input), else the number of real inputs. */
 void MT_T(mt_avgpool2d_forward)(REAL *out, const REAL *inp, const mt_pool2d_shape *s);

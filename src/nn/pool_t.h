@@ -160,11 +160,13 @@ static inline __attribute__((always_inline)) REAL MT_T(keep)(int c, REAL g) {
  * gradient in NCHW (ob 0) or in the same nChw{cb}c (ob 1): each window's
  * four inputs get the gradient where the argmax points and 0 elsewhere,
  * one vector of cb channels at a time (the windows do not overlap), so no
- * scatter of single lanes; relu (out given) as in maxpool_bwd. One block q
- * per call, ob and relu constants after inlining (as maxpool_2x2_blk). */
+ * scatter of single lanes; relu (out given) as in maxpool_bwd. With set the
+ * four are written (=), not added to: the caller's whole input gradient
+ * when the windows cover it (even H and W). One block q per call; ob, relu
+ * and set constants after inlining (as maxpool_2x2_blk). */
 static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
     REAL *dinp, const REAL *dout, const int32_t *argmax, const REAL *out,
-    const mt_pool2d_shape *s, int64_t q, const int ob, const int relu) {
+    const mt_pool2d_shape *s, int64_t q, const int ob, const int relu, const int set) {
   const int cb = s->cblock, W = s->W, OW = s->OW;
   const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
   REAL *x = dinp + q * hw * cb;
@@ -181,30 +183,45 @@ static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
         const REAL dj = d[o0 + j * js];
         const REAL g = relu ? MT_T(keep)(y[o0 + j * js] > (REAL)0, dj) : dj;
         const int32_t a = am[o0 + j * js];
-        r0[j] += MT_T(keep)(a == ia, g);
-        r0[cb + j] += MT_T(keep)(a == ia + 1, g);
-        r1[j] += MT_T(keep)(a == ia + W, g);
-        r1[cb + j] += MT_T(keep)(a == ia + W + 1, g);
+        if (set) {
+          r0[j] = MT_T(keep)(a == ia, g);
+          r0[cb + j] = MT_T(keep)(a == ia + 1, g);
+          r1[j] = MT_T(keep)(a == ia + W, g);
+          r1[cb + j] = MT_T(keep)(a == ia + W + 1, g);
+        } else {
+          r0[j] += MT_T(keep)(a == ia, g);
+          r0[cb + j] += MT_T(keep)(a == ia + 1, g);
+          r1[j] += MT_T(keep)(a == ia + W, g);
+          r1[cb + j] += MT_T(keep)(a == ia + W + 1, g);
+        }
       }
     }
 }
 
 static void MT_T(maxpool_bwd_blocked)(REAL *dinp, const REAL *dout, const int32_t *argmax,
-                                      const REAL *out, const mt_pool2d_shape *s) {
+                                      const REAL *out, const mt_pool2d_shape *s, int set) {
   const int64_t blocks = (int64_t)s->B * (s->C / s->cblock);
   const int64_t work = (int64_t)s->B * s->C * s->OH * s->OW;
-#define MT_POOL_BWD_BLK(ob, relu)                                                  \
+#define MT_POOL_BWD_BLK(ob, relu, set)                                             \
   _Pragma("omp parallel for schedule(static) if (work > 32768)") for (int64_t q = 0; \
                                                                        q < blocks; q++) \
-      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, q, ob, relu)
+      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, q, ob, relu, set)
+#define MT_POOL_BWD_SET(ob, relu)                                                  \
+  do {                                                                             \
+    if (set)                                                                       \
+      MT_POOL_BWD_BLK(ob, relu, 1);                                                \
+    else                                                                           \
+      MT_POOL_BWD_BLK(ob, relu, 0);                                                \
+  } while (0)
   if (s->oblock && out)
-    MT_POOL_BWD_BLK(1, 1);
+    MT_POOL_BWD_SET(1, 1);
   else if (s->oblock)
-    MT_POOL_BWD_BLK(1, 0);
+    MT_POOL_BWD_SET(1, 0);
   else if (out)
-    MT_POOL_BWD_BLK(0, 1);
+    MT_POOL_BWD_SET(0, 1);
   else
-    MT_POOL_BWD_BLK(0, 0);
+    MT_POOL_BWD_SET(0, 0);
+#undef MT_POOL_BWD_SET
 #undef MT_POOL_BWD_BLK
 }
 
@@ -213,11 +230,16 @@ static void MT_T(maxpool_bwd_blocked)(REAL *dinp, const REAL *dout, const int32_
  * ReLU's output at the argmax is the pooled value, so the gradient passes
  * where out > 0 and the ReLU needs no pass of its own. */
 static void MT_T(maxpool_bwd)(REAL *dinp, const REAL *dout, const int32_t *argmax,
-                              const REAL *out, const mt_pool2d_shape *s) {
+                              const REAL *out, const mt_pool2d_shape *s, int flags) {
+  const int set = (flags & MT_POOL_SET_DINP) != 0;
   if (MT_T(is_2x2)(s) && s->cblock && (!s->oblock || s->oblock == s->cblock)) {
-    MT_T(maxpool_bwd_blocked)(dinp, dout, argmax, out, s);
+    /* written in the pass where the windows cover the input */
+    const int cover = s->H == 2 * s->OH && s->W == 2 * s->OW;
+    if (set && !cover) memset(dinp, 0, (size_t)s->B * s->C * s->H * s->W * sizeof(REAL));
+    MT_T(maxpool_bwd_blocked)(dinp, dout, argmax, out, s, set && cover);
     return;
   }
+  if (set) memset(dinp, 0, (size_t)s->B * s->C * s->H * s->W * sizeof(REAL));
   const int64_t planes = (int64_t)s->B * s->C;
   const int64_t ohw = (int64_t)s->OH * s->OW;
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
@@ -240,13 +262,18 @@ static void MT_T(maxpool_bwd)(REAL *dinp, const REAL *dout, const int32_t *argma
 void MT_T(mt_maxpool2d_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                  const mt_pool2d_shape *s) {
   // dout and argmax are (B,C,OH,OW) (blocked when s->oblock); dinp is (B,C,H,W) (s->cblock)
-  MT_T(maxpool_bwd)(dinp, dout, argmax, NULL, s);
+  MT_T(maxpool_bwd)(dinp, dout, argmax, NULL, s, 0);
 }
 
 void MT_T(mt_maxpool2d_relu_backward)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                       const REAL *out, const mt_pool2d_shape *s) {
   // dout, argmax and out are (B,C,OH,OW) (s->oblock); dinp is (B,C,H,W) (s->cblock)
-  MT_T(maxpool_bwd)(dinp, dout, argmax, out, s);
+  MT_T(maxpool_bwd)(dinp, dout, argmax, out, s, 0);
+}
+
+void MT_T(mt_maxpool2d_backward_ex)(REAL *dinp, const REAL *dout, const int32_t *argmax,
+                                    const REAL *out, const mt_pool2d_shape *s, int flags) {
+  MT_T(maxpool_bwd)(dinp, dout, argmax, out, s, flags);
 }
 
 /* Window [h0,h1) x [w0,w1) clipped to the input and its divisor. */
