@@ -36,8 +36,17 @@ typedef struct {
   tu_tensor *t;
 } tu_ref;
 
+/* One tally per program. A program of several files defines
+ * TU_SHARED_COUNTS before including this header in each of them, and one
+ * file (the one with main) defines the two counters; a one-file program
+ * keeps them static. */
+#ifdef TU_SHARED_COUNTS
+extern int tu_nchecks;
+extern int tu_nfailed;
+#else
 static int tu_nchecks __attribute__((unused));
 static int tu_nfailed __attribute__((unused));
+#endif
 
 static inline void tu_fatal(const char *what, const char *path) {
   printf("FAIL %s: %s\n", what, path);
