@@ -40,5 +40,11 @@ int mt_backend_can_overlap(const mt_backend *b);
  * another strategy, MPI_Allreduce, the -amp low-precision all-reduce (it
  * converts a copy), one rank per node. The host's buffers only. */
 int mt_backend_grads_window(mt_backend *b, size_t bytes, void **buf);
+/* The bytes at p, a range of this rank's buffer from
+ * mt_backend_grads_window, copied into the same range of the other ranks'
+ * of the node, which then wait for one another (comm/shm_reduce.h,
+ * mt_shm_share; -ddp_shard_optimizer's parameters). Collective on the
+ * node; an error when b has no window. */
+int mt_backend_window_share(mt_backend *b, const void *p, size_t bytes);
 
 #endif

@@ -405,6 +405,12 @@ int mt_backend_grads_window(mt_backend *b, size_t bytes, void **buf) {
   return 0;
 }
 
+int mt_backend_window_share(mt_backend *b, const void *p, size_t bytes) {
+  ddp *d = b->ops == &mt_ddp_ops ? b->data : NULL;
+  MT_CHECK(d && d->shm, MT_ERR_STATE, "ddp: no shared window to share parameters through");
+  return mt_shm_share(d->shm, p, bytes);
+}
+
 static int ddp_sync(mt_backend *b, float *params, size_t n) {
   MT_CALL(check_type(b, MT_FP32));
   return sync_any(b, params, n);

@@ -421,12 +421,16 @@ int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf) {
 
 /* ------------------------------------------------------------ the reduce */
 
-/* Slice q of a chunk of m elements: [*lo, *hi), ALIGN-byte boundaries. */
-static void slice(const mt_shm_reduce *s, size_t m, size_t esz, int q, size_t *lo, size_t *hi) {
-  size_t unit = ALIGN / esz, per = (m + (size_t)s->L - 1) / (size_t)s->L;
+void mt_shm_partition(size_t m, size_t esz, int L, int q, size_t *lo, size_t *hi) {
+  size_t unit = ALIGN / esz, per = (m + (size_t)L - 1) / (size_t)L;
   per = (per + unit - 1) / unit * unit;
   *lo = (size_t)q * per < m ? (size_t)q * per : m;
   *hi = *lo + per < m ? *lo + per : m;
+}
+
+/* Slice q of a chunk of m elements: [*lo, *hi), ALIGN-byte boundaries. */
+static void slice(const mt_shm_reduce *s, size_t m, size_t esz, int q, size_t *lo, size_t *hi) {
+  mt_shm_partition(m, esz, s->L, q, lo, hi);
 }
 
 /* The nodes' sum of a reduced slice (x, k elements), in place: in pieces
@@ -520,5 +524,22 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t) {
   const size_t per = s->slot / esz;
   for (size_t o = 0; o < n; o += per)
     MT_CALL(chunk(s, (char *)buf + o * esz, n - o < per ? n - o : per, t));
+  return 0;
+}
+
+/* A share is one wait: after it every rank's copies into every buffer are
+ * done. The writes cannot meet a reader: rank q writes only its own range
+ * of the others' buffers, which they do not read between the last in-place
+ * reduction (whose final wait every rank passed after its backward) and
+ * this wait; and the next write comes after the next reduction's waits. */
+int mt_shm_share(mt_shm_reduce *s, const void *p, size_t bytes) {
+  MT_CHECK(s->bbytes, MT_ERR_STATE, "shared-memory share: no buffer in the window");
+  const uintptr_t b0 = (uintptr_t)buf_of(s, s->lrank), a = (uintptr_t)p;
+  MT_CHECK(bytes == 0 || (a >= b0 && a - b0 <= s->bbytes && bytes <= s->bbytes - (a - b0)),
+           MT_ERR_ARG, "shared-memory share: the range is not in this rank's buffer");
+  const uint64_t c = s->bseq++;
+  for (int q = 0; q < s->lsize && bytes; q++)
+    if (q != s->lrank) memcpy(buf_of(s, q) + (a - b0), p, bytes);
+  MT_CALL(arrive(s, &s->b, (uint32_t)(2 * c + 2)));
   return 0;
 }

@@ -72,6 +72,16 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t);
  * has one rank (no window: MPI_Allreduce across only), bytes is 0, or a
  * node's /dev/shm lacks the room (said on rank 0; the copy in then). */
 int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf);
+/* Collective on the node: the bytes at p, a range of this rank's
+ * mt_shm_buffer (each rank its own range, possibly empty), are copied to
+ * the same offset of every other rank's buffer of the node, and the node's
+ * ranks wait for one another: after it each rank's buffer holds every
+ * rank's range (ZeRO-1's parameters, trainer/own_zero.c). Nothing crosses
+ * nodes. Calls on s go in the same order on every rank of the node. */
+int mt_shm_share(mt_shm_reduce *s, const void *p, size_t bytes);
+/* Slice q of L of m elements of esz bytes: [*lo, *hi), on 64-byte
+ * boundaries (the in-node sums' partition; empty past the end). */
+void mt_shm_partition(size_t m, size_t esz, int L, int q, size_t *lo, size_t *hi);
 /* Bytes summed so far in place (in mt_shm_buffer) and through the slots. */
 void mt_shm_bytes(const mt_shm_reduce *s, double *in_place, double *copied);
 /* The window's bytes per slot now (for tests: it grows, bounded). */
