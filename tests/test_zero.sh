@@ -11,6 +11,7 @@
 #   and of the resumes of the checkpoint written without it; a checkpoint
 #   written without it resumes with it;
 # - the optimizer state per rank is halved at 2 ranks, forecast = allocated;
+#   (the parameters are one copy per node: without it each rank kept one)
 # - refusals name the option: -backend sp, fsdp, ddp-dp, ddp-amp-apex,
 #   -ddp_allreduce mpi, one rank, auto's choice of mpi.
 # Two simulated hosts x 2 ranks: tests/test_multihost.sh.
@@ -74,8 +75,8 @@ pair sgd3clip 3 mlp ddp "${sgd[@]}" -clip_grad_norm 0.5
 pair adamw3 3 mlp ddp "${adamw[@]}"
 pair fp64 2 mlp ddp "${adamw[@]}" -clip_grad_norm 0.5 -precision fp64
 pair amp2 2 mlp ddp-amp "${sgd[@]}" -clip_grad_norm 0.5 -amp_dtype bf16
-# the best model (epoch 2 of 4 at this lr) put back after training: only
-# the owned slice is written, then shared
+# the best model (an earlier epoch's at this lr) put back after training:
+# each rank writes its slice of the shared copy
 pair best2 2 mlp ddp "${sgd[@]}" -lr 0.5 -epochs 4 -restore_best
 if grep -q "restored the best model: epoch [123]," "$LAST_LOG"; then
   pass "best2: the restored best model is not the last epoch's"
@@ -139,7 +140,7 @@ err "-backend sp" 1 "$O shards the optimizer of -backend ddp (or ddp-amp), not o
 err "-backend fsdp" 2 "$O shards the optimizer of -backend ddp (or ddp-amp), not of -backend fsdp" fsdp
 err "-backend ddp-dp" 2 "$O DP-SGD" ddp-dp -dp_noise_multiplier 1
 err "-backend ddp-amp-apex" 2 "$O not with the O2 policy" ddp-amp-apex
-err "-ddp_allreduce mpi" 2 "$O shares the parameters through the window of -ddp_allreduce shm" ddp -ddp_allreduce mpi
+err "-ddp_allreduce mpi" 2 "$O shares the parameters in the window of -ddp_allreduce shm" ddp -ddp_allreduce mpi
 err "one rank" 1 "$O shards the optimizer among the ranks of a node through ddp's shared-memory window, which this run does not use: the run has one rank" ddp
 err "auto chose mpi" 2 "-ddp_allreduce auto chose mpi" ddp -ddp_overlap 1 -ddp_comm_thread 0
 

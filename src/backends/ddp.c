@@ -405,10 +405,17 @@ int mt_backend_grads_window(mt_backend *b, size_t bytes, void **buf) {
   return 0;
 }
 
-int mt_backend_window_share(mt_backend *b, const void *p, size_t bytes) {
+int mt_backend_params_window(mt_backend *b, size_t bytes, void **buf) {
+  *buf = NULL;
   ddp *d = b->ops == &mt_ddp_ops ? b->data : NULL;
-  MT_CHECK(d && d->shm, MT_ERR_STATE, "ddp: no shared window to share parameters through");
-  return mt_shm_share(d->shm, p, bytes);
+  if (!d || !d->shm) return 0;
+  return mt_shm_shared(d->shm, bytes, buf);
+}
+
+int mt_backend_window_arrive(mt_backend *b) {
+  ddp *d = b->ops == &mt_ddp_ops ? b->data : NULL;
+  MT_CHECK(d && d->shm, MT_ERR_STATE, "ddp: no shared window to wait on");
+  return mt_shm_arrive(d->shm);
 }
 
 static int ddp_sync(mt_backend *b, float *params, size_t n) {

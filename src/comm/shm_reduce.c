@@ -90,12 +90,16 @@ struct mt_shm_reduce {
   const void **src; /* the sources of a slice's sum (lsize)             */
   uint64_t seq;   /* chunks done since the window was made               */
   shwin b;        /* mt_shm_buffer's: the ranks' buffers                   */
+  MPI_Win p;      /* mt_shm_shared's: one buffer of the node's, in local
+                     rank 0's segment (MPI_WIN_NULL: none)               */
   size_t bbytes;  /* bytes of each rank's buffer (0: none)                */
   uint64_t bseq;  /* in-place calls since it was made                     */
   void *piece;    /* the in-place sum's scratch (PIECE bytes)             */
   double bytes_in_place, bytes_copied; /* summed by each path so far     */
   MPI_Op op_bf16, op_fp16;
 };
+
+static void free_shared(mt_shm_reduce *s);
 
 static const size_t esz_[] = {[MT_SHM_F32] = 4, [MT_SHM_F64] = 8, [MT_SHM_BF16] = 2,
                               [MT_SHM_FP16] = 2};
@@ -332,7 +336,7 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "shared-memory all-reduce"));
   *out = s;
   s->comm = s->node = s->cross = MPI_COMM_NULL;
-  s->w.win = s->b.win = MPI_WIN_NULL;
+  s->w.win = s->b.win = s->p = MPI_WIN_NULL;
   s->op_bf16 = s->op_fp16 = MPI_OP_NULL;
   s->sync = sync;
   size_t c = chunk_bytes ? chunk_bytes : DEFAULT_CHUNK;
@@ -367,6 +371,7 @@ void mt_shm_destroy(mt_shm_reduce **sp) {
   if (!s) return;
   free_window(&s->w);
   free_window(&s->b);
+  free_shared(s);
   if (s->op_bf16 != MPI_OP_NULL) MPI_Op_free(&s->op_bf16);
   if (s->op_fp16 != MPI_OP_NULL) MPI_Op_free(&s->op_fp16);
   if (s->cross != MPI_COMM_NULL) MPI_Comm_free(&s->cross);
@@ -527,19 +532,45 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t) {
   return 0;
 }
 
-/* A share is one wait: after it every rank's copies into every buffer are
- * done. The writes cannot meet a reader: rank q writes only its own range
- * of the others' buffers, which they do not read between the last in-place
- * reduction (whose final wait every rank passed after its backward) and
- * this wait; and the next write comes after the next reduction's waits. */
-int mt_shm_share(mt_shm_reduce *s, const void *p, size_t bytes) {
-  MT_CHECK(s->bbytes, MT_ERR_STATE, "shared-memory share: no buffer in the window");
-  const uintptr_t b0 = (uintptr_t)buf_of(s, s->lrank), a = (uintptr_t)p;
-  MT_CHECK(bytes == 0 || (a >= b0 && a - b0 <= s->bbytes && bytes <= s->bbytes - (a - b0)),
-           MT_ERR_ARG, "shared-memory share: the range is not in this rank's buffer");
-  const uint64_t c = s->bseq++;
-  for (int q = 0; q < s->lsize && bytes; q++)
-    if (q != s->lrank) memcpy(buf_of(s, q) + (a - b0), p, bytes);
-  MT_CALL(arrive(s, &s->b, (uint32_t)(2 * c + 2)));
+static void free_shared(mt_shm_reduce *s) {
+  if (s->p == MPI_WIN_NULL) return;
+  MPI_Win_unlock_all(s->p);
+  MPI_Win_free(&s->p);
+}
+
+int mt_shm_shared(mt_shm_reduce *s, size_t bytes, void **buf) {
+  *buf = NULL;
+  free_shared(s);
+  if (s->alone || bytes == 0) return 0;
+  int ok = room(1.25 * (double)(bytes + ALIGN)); /* every node alike, as mt_shm_buffer */
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->comm));
+  if (!ok) {
+    mt_print0("shared-memory window: /dev/shm has too little room for a shared buffer of %.1f "
+              "MiB\n", (double)bytes / 1048576.0);
+    return 0;
+  }
+  char *mine = NULL, *p = NULL;
+  const size_t want = bytes + ALIGN; /* aligned by us, as alloc_window */
+  int rc = MPI_Win_allocate_shared(s->lrank == 0 ? (MPI_Aint)want : 0, 1, MPI_INFO_NULL, s->node,
+                                   &mine, &s->p);
+  if (rc != MPI_SUCCESS) {
+    s->p = MPI_WIN_NULL;
+    return mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Win_allocate_shared");
+  }
+  MT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->p));
+  MPI_Aint size;
+  int disp;
+  MT_MPI(MPI_Win_shared_query(s->p, 0, &size, &disp, &p));
+  MT_CHECK((size_t)size >= want, MT_ERR_STATE,
+           "shared window: the shared buffer is %ld bytes (want %zu)", (long)size, want);
+  *buf = p + (ALIGN - (uintptr_t)p % ALIGN) % ALIGN;
   return 0;
+}
+
+/* One wait on mt_shm_buffer's counters, in the sequence of the in-place
+ * reductions (every rank of the node makes the same calls in order). */
+int mt_shm_arrive(mt_shm_reduce *s) {
+  MT_CHECK(s->bbytes, MT_ERR_STATE, "shared-memory window: no buffer to wait on");
+  const uint64_t c = s->bseq++;
+  return arrive(s, &s->b, (uint32_t)(2 * c + 2));
 }

@@ -100,7 +100,7 @@ int mt_best_restore(mt_trainer *t, int *epoch) {
   mt_owned o;
   mt_trainer_owned(t, &o);
   memcpy(o.params, b->params, o.n * t->esz);
-  if (t->owner->params_done) MT_CALL(t->owner->params_done(t)); /* zero1: the slices */
+  if (t->owner->params_done) MT_CALL(t->owner->params_done(t)); /* zero1: a shared copy */
   if (m->buffers.total) memcpy(mt_trainer_model_buf(t), b->buf, m->buffers.total * t->esz);
   mt_print0("restored the best model: epoch %d, validation loss %.4f\n", b->best_epoch, b->best_loss);
   if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 0)));

@@ -9,19 +9,31 @@
  * the MLP's step. Here rank j of a node owns slice j of the flat layout
  * (the in-node reduction's partition of the whole layout,
  * mt_shm_partition), keeps the optimizer state of that slice only (the
- * state's memory / L) and steps only it; it then writes its stepped slice
- * into the other ranks' parameters, which lie in the node's window behind
- * their gradients (trainer.c grads_to_window), and the node's ranks wait
- * for one another (mt_shm_share) before anyone's next forward.
+ * state's memory / L) and steps only it.
  *
- * Every rank keeps the whole parameters and the whole reduced gradient
- * (ddp's in-place all-reduce is unchanged), so the clipping, the loss
- * scaler's inf check and unscale run on the whole gradient as the
- * replicated owner's do (whole_grads): the slice each rank steps holds the
- * replicated run's bits, and so does the result. Across nodes nothing more
- * is needed: local rank j of every node owns the same slice and steps it
- * from the same reduced gradient (checkpoints: overlapping shards, written
- * once). Every node must run as many ranks (setup refuses another run). */
+ * The parameters themselves lie once per node, in a buffer of the window
+ * that its ranks share (mt_shm_shared): each rank's optimizer writes its
+ * slice there, and the node's ranks wait for one another once
+ * (mt_shm_arrive) before anyone's next forward reads them whole. A first
+ * version kept a copy per rank and copied each stepped slice into the
+ * others' (PyTorch's all-gather, in the window): the copy, 3.6 MB into
+ * lines the other core held, ran at ~7 GB/s and took back what the halved
+ * update saved (0.99x samples/s over 5 pairs); one copy has nothing to
+ * copy, and the parameters' memory per rank is / L too.
+ *
+ * Every rank keeps the whole reduced gradient (ddp's in-place all-reduce
+ * is unchanged), so the clipping, the loss scaler's inf check and unscale
+ * run on the whole gradient as the replicated owner's do (whole_grads):
+ * the slice each rank steps holds the replicated run's bits, and so does
+ * the result. Across nodes nothing more is needed: local rank j of every
+ * node owns the same slice of its node's copy and steps it from the same
+ * reduced gradient (checkpoints: overlapping shards, written once). Every
+ * node must run as many ranks (setup refuses another run). No rank writes
+ * the shared parameters while another reads them: a rank steps its slice
+ * only after the step's in-place reductions, whose waits every rank passes
+ * after its backward, and the forward and evaluations come after the wait;
+ * a checkpoint's restore and -restore_best write a rank's slice between
+ * collectives, and wait too. */
 #include "trainer/own.h"
 #include "backends/backends.h"
 #include "comm/shm_reduce.h"
@@ -55,19 +67,37 @@ static const char *no_window_why(const mt_trainer *t) {
   return "the window could not be made (see the line on /dev/shm above)";
 }
 
+/* The parameters move into the buffer the node's ranks share, after they
+ * were initialised and agreed (every rank holds rank 0's): local rank 0
+ * copies them in, and nobody reads them before the wait. */
+static int to_shared(mt_trainer *t) {
+  void *w = NULL;
+  const size_t bytes = t->model->params.total * t->esz;
+  int err = t->grads_in_window ? mt_backend_params_window(t->backend, bytes, &w) : 0;
+  MT_CALL(mt_agree(t->comm->world, err));
+  int none = w == NULL; /* the same on every rank: the room was agreed */
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &none, 1, MPI_INT, MPI_MAX, t->comm->world));
+  MT_CALL(mt_agree(t->comm->world,
+                   !none ? 0 : MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: shards the optimizer "
+                                      "among the ranks of a node through ddp's shared-memory "
+                                      "window, which this run does not use: %s",
+                                      no_window_why(t))));
+  if (t->comm->local_rank == 0) memcpy(w, t->params, bytes);
+  MT_CALL(mt_agree(t->comm->world, mt_backend_window_arrive(t->backend)));
+  mt_free(&t->params);
+  t->params = w;
+  t->params_in_window = 1;
+  return 0;
+}
+
 static int z_setup(mt_trainer *t) {
   const mt_comm *m = t->comm;
-  int err = 0;
-  if (!t->params_in_window)
-    err = MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: shards the optimizer among the ranks of a "
-                 "node through ddp's shared-memory window, which this run does not use: %s",
-                 no_window_why(t));
-  else if (m->node_min != m->node_max)
-    err = MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: the nodes run %d to %d ranks; it needs the "
-                 "same number on every node", m->node_min, m->node_max);
-  MT_CALL(mt_agree(m->world, err));
+  MT_CALL(mt_agree(m->world, m->node_min == m->node_max ? 0
+                   : MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: the nodes run %d to %d ranks; "
+                            "it needs the same number on every node", m->node_min, m->node_max)));
+  MT_CALL(to_shared(t));
   struct mt_zero *z = NULL;
-  err = mt_calloc(&z, 1, sizeof(*z), "zero1 slice");
+  int err = mt_calloc(&z, 1, sizeof(*z), "zero1 slice");
   t->zero = z;
   if (!err) {
     slice_of(t, t->model->params.total, &z->lo, &z->hi);
@@ -75,8 +105,8 @@ static int z_setup(mt_trainer *t) {
   }
   MT_CALL(mt_agree(m->world, err));
   mt_print0("ddp: optimizer sharded over the %d ranks of each node (" OPTION " 1): rank 0 "
-            "steps elements [%zu, %zu) of %zu\n", m->node_min, z->lo, z->hi,
-            t->model->params.total);
+            "steps elements [%zu, %zu) of %zu of the parameters the node's ranks share\n",
+            m->node_min, z->lo, z->hi, t->model->params.total);
   return 0;
 }
 
@@ -92,12 +122,9 @@ static void z_owned(const mt_trainer *t, mt_owned *o) {
                   (char *)t->grads + z->lo * t->esz, z->lo, z->hi - z->lo};
 }
 
-/* the whole parameters again: this rank's slice into the node's others */
-static int z_params_done(mt_trainer *t) {
-  const struct mt_zero *z = t->zero;
-  return mt_backend_window_share(t->backend, (char *)t->params + z->lo * t->esz,
-                                 (z->hi - z->lo) * t->esz);
-}
+/* every rank stepped its slice of the shared parameters: the node's ranks
+ * wait for one another before anyone reads them whole */
+static int z_params_done(mt_trainer *t) { return mt_backend_window_arrive(t->backend); }
 
 /* the replicated owner's: the whole gradient, zeroed or written */
 static void z_step_begin(mt_trainer *t) { mt_owner_replicated.step_begin(t); }
@@ -112,17 +139,17 @@ static int z_pinned(const mt_trainer *t) {
 
 static double z_comm_seconds(const mt_trainer *t) { return t->backend->comm_seconds; }
 
-/* The owned slice, and beyond it the rest of the whole parameters and
- * gradient every rank holds (as "gathered" parameters and "unit"
- * gradients: the memory lines' columns for what lies past the owned part);
- * forecast and measured alike, from the same partition. */
+/* The owned slice of the parameters (the node's one copy over its L
+ * ranks), of the optimizer state and of the gradient, and beyond it the
+ * rest of the whole gradient every rank holds (the "unit gradients"
+ * column: what lies past the owned part); forecast and measured alike. */
 static void z_memory(const mt_trainer *t, const mt_param_table *tab, int measured,
                      mt_owner_memory *m) {
   (void)measured;
   size_t lo, hi;
   slice_of(t, tab->total, &lo, &hi);
   const double rest = (double)(tab->total - (hi - lo)) * (double)t->esz;
-  *m = (mt_owner_memory){rest, rest, 0, 1, hi - lo};
+  *m = (mt_owner_memory){0, rest, 0, 1, hi - lo};
 }
 
 const mt_owner_ops mt_owner_zero1 = {.name = "zero1",

@@ -95,7 +95,7 @@ static int cpu_optim(mt_trainer *t, double lr, long step, int all_decay) {
   mt_owned o;
   mt_trainer_owned(t, &o);
   MT_CALL(mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, step, all_decay));
-  /* zero1: the slices stepped by the node's ranks make everyone's whole */
+  /* zero1: the node's ranks stepped their slices of the shared copy */
   return t->owner->params_done ? t->owner->params_done(t) : 0;
 }
 

@@ -150,20 +150,12 @@ int mt_trainer_params_release(mt_trainer *t) {
 static int grads_to_window(mt_trainer *t) {
   if ((t->owner->sharded && !t->owner->whole_grads) || t->device >= 0) return 0;
   void *w = NULL;
-  /* zero1: the parameters follow, on a cache line, for the node's ranks
-   * to write their stepped slices into one another's (own_zero.c) */
-  const size_t bytes = t->model->params.total * t->esz, at = (bytes + 63) / 64 * 64;
-  const size_t all = t->owner->whole_grads ? at + bytes : bytes;
-  MT_CALL(mt_agree(t->comm->world, mt_backend_grads_window(t->backend, all, &w)));
+  const size_t bytes = t->model->params.total * t->esz;
+  MT_CALL(mt_agree(t->comm->world, mt_backend_grads_window(t->backend, bytes, &w)));
   if (!w) return 0;
   mt_free(&t->grads);
   t->grads = w;
   t->grads_in_window = 1;
-  if (all == bytes) return 0;
-  memcpy((char *)w + at, t->params, bytes);
-  mt_free(&t->params);
-  t->params = (char *)w + at;
-  t->params_in_window = 1;
   return 0;
 }
 

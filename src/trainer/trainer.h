@@ -75,7 +75,8 @@ typedef struct {
   int grads_set_mode, grads_unwritten;
   int grads_in_window; /* grads is ddp's shared window's (trainer.c), freed
                           with the backend                               */
-  int params_in_window; /* so is params (zero1, own_zero.c)               */
+  int params_in_window; /* params is the node's shared copy in the window
+                           (zero1, own_zero.c), freed with the backend    */
   struct mt_zero *zero; /* zero1's slice (own_zero.c)                      */
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
