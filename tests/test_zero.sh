@@ -3,6 +3,7 @@
 # gives the bits of the same run without it:
 # - the final parameters (model_final.h5's datasets, tests/h5digest) at 2 and
 #   3 ranks, the MLP with SGD (momentum, Nesterov, weight decay) and AdamW,
+#   the all-reduce after the backward and overlapped with it,
 #   with and without -clip_grad_norm (and -clip_grad_value), -precision
 #   fp64, ddp-amp (bf16 autocast), -restore_best, and the CNN;
 # - checkpoints: one written mid-epoch at 2 ranks with it holds the tensors
@@ -69,6 +70,10 @@ pair() {
 }
 
 pair sgd2 2 mlp ddp "${sgd[@]}"
+# the buckets summed by the communication thread during the backward
+pair overlap2 2 mlp ddp "${sgd[@]}" -ddp_overlap 1 -ddp_comm_thread 1
+expect_output "overlap2: with the option, buckets started during the backward" \
+  "started during the backward by the communication thread"
 pair sgd2clip 2 mlp ddp "${sgd[@]}" -clip_grad_norm 0.5 -clip_grad_value 0.2
 pair adamw2clip 2 mlp ddp "${adamw[@]}" -clip_grad_norm 0.5
 pair sgd3clip 3 mlp ddp "${sgd[@]}" -clip_grad_norm 0.5
