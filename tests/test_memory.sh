@@ -64,6 +64,8 @@ check mlp-sp 1 mlp sp
 check mlp-sp-split 1 mlp sp -threads 2 -thread_split batch
 check mlp-ddp 2 mlp ddp -restore_best -data_val "$WORK/train.h5"
 check mlp-fsdp 2 mlp fsdp
+check mlp-zero 2 mlp ddp -ddp_shard_optimizer 1 -restore_best -data_val "$WORK/train.h5"
+check cnn-zero 2 cnn ddp -ddp_shard_optimizer 1
 check cnn-sp 1 cnn sp
 check cnn-ddp 2 cnn ddp
 check cnn-fsdp 2 cnn fsdp

@@ -14,7 +14,9 @@
 #    (test_shm_reduce, and ddp -ddp_allreduce shm == sp, its gradients
 #    summed in place in the host's window) at 2 hosts x 2
 #    ranks: reduce in the host, all-reduce across, read back in the host.
-#    -ddp_overlap auto overlaps the all-reduce with the backward across hosts.
+#    -ddp_overlap auto overlaps the all-reduce with the backward across hosts;
+#    -ddp_shard_optimizer 1 at 2 hosts x 2 ranks gives the bits of the run
+#    without it.
 # 3. 4 hosts, one rank each: ddp equals sp; the hang guard (-comm_timeout 4)
 #    fires when rank 1's host stops (SIGSTOP of that rank), names the step
 #    and rank 1, and the job ends within the timeout + 16 s; nothing is left
@@ -194,6 +196,20 @@ if train_mh shm2x2 4 mlp 1 ddp -ddp_allreduce shm; then
   expect_output "ddp -ddp_allreduce shm on 2 hosts: the gradients summed in place in the host" \
     "100% of it summed in place in the shared window"
   same "mlp: ddp -ddp_allreduce shm, 4 ranks on 2 hosts == sp" sp shm2x2
+fi
+# -ddp_shard_optimizer 1: a host's 2 ranks step a slice each and share it
+# through the host's window; local rank j of each host steps the same slice
+# (src/trainer/own_zero.c): the bits of the run without it
+if train_mh zero2x2 4 mlp 1 ddp -ddp_allreduce shm -ddp_shard_optimizer 1; then
+  expect_output "ddp -ddp_shard_optimizer 1 on 2 hosts: the optimizer sharded over a host's 2 ranks" \
+    "optimizer sharded over the 2 ranks of each node"
+  if [ -x "${H5DIGEST:=$top_builddir/tests/h5digest}" ] &&
+    [ "$("$H5DIGEST" "$WORK/shm2x2/model_final.h5")" = "$("$H5DIGEST" "$WORK/zero2x2/model_final.h5")" ]; then
+    pass "mlp: ddp -ddp_shard_optimizer 1, 4 ranks on 2 hosts == without, bit for bit"
+  else
+    fail "mlp: ddp -ddp_shard_optimizer 1, 4 ranks on 2 hosts == without, bit for bit" \
+      "model_final.h5 differs from shm2x2's (or no $H5DIGEST)"
+  fi
 fi
 # hybrid_shard's sharding groups are the hosts (the node communicator)
 if train_mh hybrid2x2 4 mlp 1 fsdp -fsdp_sharding_strategy hybrid_shard; then

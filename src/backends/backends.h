@@ -40,5 +40,13 @@ int mt_backend_can_overlap(const mt_backend *b);
  * another strategy, MPI_Allreduce, the -amp low-precision all-reduce (it
  * converts a copy), one rank per node. The host's buffers only. */
 int mt_backend_grads_window(mt_backend *b, size_t bytes, void **buf);
+/* Collective over b->comm: *buf = bytes that the ranks of a node share
+ * (the same memory in each; comm/shm_reduce.h, mt_shm_shared), where ddp
+ * has the window of mt_backend_grads_window (else NULL). The backend's,
+ * freed with it. -ddp_shard_optimizer's parameters (trainer/own_zero.c). */
+int mt_backend_params_window(mt_backend *b, size_t bytes, void **buf);
+/* Collective on the node: its ranks wait for one another, in the sequence
+ * of the window's in-place sums (mt_shm_arrive); an error without one. */
+int mt_backend_window_arrive(mt_backend *b);
 
 #endif

@@ -405,6 +405,19 @@ int mt_backend_grads_window(mt_backend *b, size_t bytes, void **buf) {
   return 0;
 }
 
+int mt_backend_params_window(mt_backend *b, size_t bytes, void **buf) {
+  *buf = NULL;
+  ddp *d = b->ops == &mt_ddp_ops ? b->data : NULL;
+  if (!d || !d->shm) return 0;
+  return mt_shm_shared(d->shm, bytes, buf);
+}
+
+int mt_backend_window_arrive(mt_backend *b) {
+  ddp *d = b->ops == &mt_ddp_ops ? b->data : NULL;
+  MT_CHECK(d && d->shm, MT_ERR_STATE, "ddp: no shared window to wait on");
+  return mt_shm_arrive(d->shm);
+}
+
 static int ddp_sync(mt_backend *b, float *params, size_t n) {
   MT_CALL(check_type(b, MT_FP32));
   return sync_any(b, params, n);

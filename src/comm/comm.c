@@ -22,6 +22,8 @@ int mt_comm_create(mt_comm *c) {
   c->node_id = before;
   MT_MPI(MPI_Bcast(&c->node_id, 1, MPI_INT, 0, c->node));
   MT_MPI(MPI_Allreduce(&leader, &c->nnodes, 1, MPI_INT, MPI_SUM, c->world));
+  MT_MPI(MPI_Allreduce(&c->local_size, &c->node_min, 1, MPI_INT, MPI_MIN, c->world));
+  MT_MPI(MPI_Allreduce(&c->local_size, &c->node_max, 1, MPI_INT, MPI_MAX, c->world));
   /* the cores this job may use here: sched_getaffinity, so that a Slurm
    * allocation of 4 cores on a 64-core node counts 4 (sysconf counts 64,
    * and 16 threads on each core poll one another to a crawl) */

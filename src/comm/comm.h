@@ -10,6 +10,7 @@ typedef struct {
   int rank, size;
   int local_rank, local_size; /* within the node                           */
   int nnodes, node_id;
+  int node_min, node_max; /* the fewest and the most ranks on a node       */
   int node_cores;  /* cores the node's ranks may run on: the union of their
                    * affinity masks (a Slurm allocation's cpuset, not the
                    * machine's online cores)                               */

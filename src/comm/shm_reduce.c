@@ -90,12 +90,16 @@ struct mt_shm_reduce {
   const void **src; /* the sources of a slice's sum (lsize)             */
   uint64_t seq;   /* chunks done since the window was made               */
   shwin b;        /* mt_shm_buffer's: the ranks' buffers                   */
+  MPI_Win p;      /* mt_shm_shared's: one buffer of the node's, in local
+                     rank 0's segment (MPI_WIN_NULL: none)               */
   size_t bbytes;  /* bytes of each rank's buffer (0: none)                */
   uint64_t bseq;  /* in-place calls since it was made                     */
   void *piece;    /* the in-place sum's scratch (PIECE bytes)             */
   double bytes_in_place, bytes_copied; /* summed by each path so far     */
   MPI_Op op_bf16, op_fp16;
 };
+
+static void free_shared(mt_shm_reduce *s);
 
 static const size_t esz_[] = {[MT_SHM_F32] = 4, [MT_SHM_F64] = 8, [MT_SHM_BF16] = 2,
                               [MT_SHM_FP16] = 2};
@@ -332,7 +336,7 @@ int mt_shm_create(mt_shm_reduce **out, MPI_Comm comm, size_t chunk_bytes, int sy
   MT_CALL(mt_calloc(&s, 1, sizeof(*s), "shared-memory all-reduce"));
   *out = s;
   s->comm = s->node = s->cross = MPI_COMM_NULL;
-  s->w.win = s->b.win = MPI_WIN_NULL;
+  s->w.win = s->b.win = s->p = MPI_WIN_NULL;
   s->op_bf16 = s->op_fp16 = MPI_OP_NULL;
   s->sync = sync;
   size_t c = chunk_bytes ? chunk_bytes : DEFAULT_CHUNK;
@@ -367,6 +371,7 @@ void mt_shm_destroy(mt_shm_reduce **sp) {
   if (!s) return;
   free_window(&s->w);
   free_window(&s->b);
+  free_shared(s);
   if (s->op_bf16 != MPI_OP_NULL) MPI_Op_free(&s->op_bf16);
   if (s->op_fp16 != MPI_OP_NULL) MPI_Op_free(&s->op_fp16);
   if (s->cross != MPI_COMM_NULL) MPI_Comm_free(&s->cross);
@@ -421,12 +426,16 @@ int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf) {
 
 /* ------------------------------------------------------------ the reduce */
 
-/* Slice q of a chunk of m elements: [*lo, *hi), ALIGN-byte boundaries. */
-static void slice(const mt_shm_reduce *s, size_t m, size_t esz, int q, size_t *lo, size_t *hi) {
-  size_t unit = ALIGN / esz, per = (m + (size_t)s->L - 1) / (size_t)s->L;
+void mt_shm_partition(size_t m, size_t esz, int L, int q, size_t *lo, size_t *hi) {
+  size_t unit = ALIGN / esz, per = (m + (size_t)L - 1) / (size_t)L;
   per = (per + unit - 1) / unit * unit;
   *lo = (size_t)q * per < m ? (size_t)q * per : m;
   *hi = *lo + per < m ? *lo + per : m;
+}
+
+/* Slice q of a chunk of m elements: [*lo, *hi), ALIGN-byte boundaries. */
+static void slice(const mt_shm_reduce *s, size_t m, size_t esz, int q, size_t *lo, size_t *hi) {
+  mt_shm_partition(m, esz, s->L, q, lo, hi);
 }
 
 /* The nodes' sum of a reduced slice (x, k elements), in place: in pieces
@@ -521,4 +530,47 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t) {
   for (size_t o = 0; o < n; o += per)
     MT_CALL(chunk(s, (char *)buf + o * esz, n - o < per ? n - o : per, t));
   return 0;
+}
+
+static void free_shared(mt_shm_reduce *s) {
+  if (s->p == MPI_WIN_NULL) return;
+  MPI_Win_unlock_all(s->p);
+  MPI_Win_free(&s->p);
+}
+
+int mt_shm_shared(mt_shm_reduce *s, size_t bytes, void **buf) {
+  *buf = NULL;
+  free_shared(s);
+  if (s->alone || bytes == 0) return 0;
+  int ok = room(1.25 * (double)(bytes + ALIGN)); /* every node alike, as mt_shm_buffer */
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->comm));
+  if (!ok) {
+    mt_print0("shared-memory window: /dev/shm has too little room for a shared buffer of %.1f "
+              "MiB\n", (double)bytes / 1048576.0);
+    return 0;
+  }
+  char *mine = NULL, *p = NULL;
+  const size_t want = bytes + ALIGN; /* aligned by us, as alloc_window */
+  int rc = MPI_Win_allocate_shared(s->lrank == 0 ? (MPI_Aint)want : 0, 1, MPI_INFO_NULL, s->node,
+                                   &mine, &s->p);
+  if (rc != MPI_SUCCESS) {
+    s->p = MPI_WIN_NULL;
+    return mt_mpi_error(__FILE__, __LINE__, __func__, rc, "MPI_Win_allocate_shared");
+  }
+  MT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->p));
+  MPI_Aint size;
+  int disp;
+  MT_MPI(MPI_Win_shared_query(s->p, 0, &size, &disp, &p));
+  MT_CHECK((size_t)size >= want, MT_ERR_STATE,
+           "shared window: the shared buffer is %ld bytes (want %zu)", (long)size, want);
+  *buf = p + (ALIGN - (uintptr_t)p % ALIGN) % ALIGN;
+  return 0;
+}
+
+/* One wait on mt_shm_buffer's counters, in the sequence of the in-place
+ * reductions (every rank of the node makes the same calls in order). */
+int mt_shm_arrive(mt_shm_reduce *s) {
+  MT_CHECK(s->bbytes, MT_ERR_STATE, "shared-memory window: no buffer to wait on");
+  const uint64_t c = s->bseq++;
+  return arrive(s, &s->b, (uint32_t)(2 * c + 2));
 }

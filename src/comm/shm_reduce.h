@@ -72,6 +72,21 @@ int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t);
  * has one rank (no window: MPI_Allreduce across only), bytes is 0, or a
  * node's /dev/shm lacks the room (said on rank 0; the copy in then). */
 int mt_shm_buffer(mt_shm_reduce *s, size_t bytes, void **buf);
+/* Collective over the communicator: *buf = bytes that every rank of the
+ * node shares (the same memory in each, in local rank 0's segment of a
+ * window, 64-byte aligned; not zeroed): ZeRO-1's parameters
+ * (trainer/own_zero.c), which each rank steps a slice of. Valid until the
+ * next mt_shm_shared or mt_shm_destroy. *buf NULL as for mt_shm_buffer
+ * (every node one rank, bytes 0, too little room in /dev/shm). */
+int mt_shm_shared(mt_shm_reduce *s, size_t bytes, void **buf);
+/* Collective on the node: its ranks wait for one another (after each has
+ * written its part of a mt_shm_shared buffer, before any reads the whole);
+ * needs the mt_shm_buffer, on whose counters it waits, in the sequence of
+ * the in-place sums. Nothing crosses nodes. */
+int mt_shm_arrive(mt_shm_reduce *s);
+/* Slice q of L of m elements of esz bytes: [*lo, *hi), on 64-byte
+ * boundaries (the in-node sums' partition; empty past the end). */
+void mt_shm_partition(size_t m, size_t esz, int L, int q, size_t *lo, size_t *hi);
 /* Bytes summed so far in place (in mt_shm_buffer) and through the slots. */
 void mt_shm_bytes(const mt_shm_reduce *s, double *in_place, double *copied);
 /* The window's bytes per slot now (for tests: it grows, bounded). */

@@ -609,6 +609,14 @@ static const char *model_file(char *path, size_t len) {
   return NULL;
 }
 
+/* The option groups read after the others are derived, in this order
+ * (each checks against the ones before it). */
+static int read_allreduce(mt_config *c) { return mt_allreduce_option(&c->ddp_allreduce); }
+static int (*const later_[])(mt_config *) = {read_allreduce, mt_config_amp, mt_config_dp,
+                                             mt_config_fsdp, mt_config_precision,
+                                             mt_config_device, mt_config_zero};
+#define NLATER ((int)(sizeof(later_) / sizeof(later_[0])))
+
 int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   PetscBool h = PETSC_FALSE;
   int size;
@@ -632,18 +640,10 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
       mo->options();
       mt_error_clear();
     }
-    mt_config_dp(cfg);
-    mt_error_clear();
-    mt_config_amp(cfg);
-    mt_error_clear();
-    mt_config_fsdp(cfg);
-    mt_error_clear();
-    mt_config_precision(cfg);
-    mt_error_clear();
-    mt_config_device(cfg);
-    mt_error_clear();
-    mt_allreduce_option(&cfg->ddp_allreduce);
-    mt_error_clear();
+    for (int i = 0; i < NLATER; i++) { /* their options' help lines */
+      later_[i](cfg);
+      mt_error_clear();
+    }
     return 0;
   }
   derive(cfg);
@@ -655,12 +655,7 @@ int mt_config_from_options(MPI_Comm comm, mt_config *cfg, int *help) {
   if (!err && !strcmp(cfg->mode, "train")) err = mt_config_applies(cfg);
   if (!err) err = mt_model_read_options(cfg->model);
   if (!err && mopt) err = mt_model_file_check(mfile, mopt); /* the user's against the file's */
-  if (!err) err = mt_allreduce_option(&cfg->ddp_allreduce);
-  if (!err) err = mt_config_amp(cfg);
-  if (!err) err = mt_config_dp(cfg);
-  if (!err) err = mt_config_fsdp(cfg);
-  if (!err) err = mt_config_precision(cfg);
-  if (!err) err = mt_config_device(cfg);
+  for (int i = 0; !err && i < NLATER; i++) err = later_[i](cfg);
   if (!err) {
     check_unused();
     if (bad_[0]) err = mt_error_set(__FILE__, __LINE__, __func__, MT_ERR_OPTION, "%s", bad_);

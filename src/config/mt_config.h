@@ -82,6 +82,7 @@ typedef struct {
   int ddp_overlap; /* 1, 0, or -1: auto (the trainer decides, trainer.c) */
   int ddp_comm_thread;
   int ddp_allreduce; /* MT_ALLREDUCE_MPI | _SHM (comm/shm_reduce.h)     */
+  int ddp_shard_optimizer; /* ZeRO-1 in a node (config_zero.c, own_zero.c) */
   int prefetch;
   /* mixed precision (backends *-amp, *-amp-apex; read by config_amp.c) */
   int amp;              /* the policy: 0 fp32; 1 autocast-style (-amp, O1);
@@ -144,6 +145,9 @@ void mt_config_dp_print(const mt_config *cfg, FILE *f);
 /* The sharding options (config_fsdp.c), read after the others are derived
  * and checked against the backend; the fsdp line of mt_config_print. */
 int mt_config_fsdp(mt_config *cfg);
+/* -ddp_shard_optimizer (config_zero.c), read last: it checks the backend,
+ * -amp, -dp, -ddp_allreduce and -device. */
+int mt_config_zero(mt_config *cfg);
 void mt_config_fsdp_print(const mt_config *cfg, FILE *f);
 /* -device (config_device.c): read and checked against what the trainer's
  * device path supports, after every other option; mt_config_device_why

@@ -52,8 +52,9 @@ int mt_amp_setup(mt_trainer *t) {
   const mt_param_table *tab = &t->model->params;
   size_t n = tab->total;
   /* sharded (own.h): the weights are gathered unit by unit, so no cast of
-   * the whole buffer; the GEMMs round their weight operands themselves */
-  if (!t->owner->sharded)
+   * the whole buffer; the GEMMs round their weight operands themselves
+   * (zero1 holds them whole, as the replicated owner) */
+  if (!t->owner->sharded || t->owner->whole_grads)
     MT_CALL(mt_calloc(&a->cache, n, mt_nn_weight_cache_elem(a->dtype), "weight cast cache"));
   if (a->level == 2) {
     MT_CALL(mt_calloc(&a->work, n, sizeof(float), "O2 working copy"));
@@ -159,10 +160,10 @@ int mt_amp_after_reduce(mt_trainer *t, int *skip) {
   struct mt_amp *a = t->amp;
   *skip = 0;
   if (!a) return 0;
-  mt_owned o; /* the whole gradient, or this rank's shard when sharded */
-  mt_trainer_owned(t, &o);
-  const size_t n = o.n;
-  float *g = o.grads;
+  void *gv; /* the whole gradient, or this rank's shard when sharded */
+  size_t n;
+  mt_trainer_step_grads(t, &gv, &n);
+  float *g = gv;
   /* O2: the reduced gradients of the low-precision tensors are low-precision
    * tensors (rounded once, after the sum: sp's thread sum and ddp's rank sum
    * then give the same bits) */

@@ -2,7 +2,7 @@
  * rank holds the same validation loss (an all-reduced sum), so every rank
  * takes the same decisions without communication; only writing
  * model_best.h5 (rank 0) is agreed. */
-#include "trainer/trainer.h"
+#include "trainer/own.h"
 #include "gpu/gpu.h"
 
 #include <math.h>
@@ -100,6 +100,7 @@ int mt_best_restore(mt_trainer *t, int *epoch) {
   mt_owned o;
   mt_trainer_owned(t, &o);
   memcpy(o.params, b->params, o.n * t->esz);
+  if (t->owner->params_done) MT_CALL(t->owner->params_done(t)); /* zero1: a shared copy */
   if (m->buffers.total) memcpy(mt_trainer_model_buf(t), b->buf, m->buffers.total * t->esz);
   mt_print0("restored the best model: epoch %d, validation loss %.4f\n", b->best_epoch, b->best_loss);
   if (t->gpu) MT_CALL(mt_agree(t->comm->world, mt_gpu_upload(t, 0)));

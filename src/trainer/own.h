@@ -5,7 +5,11 @@
  *    strategy; fsdp's no_shard; the GPU's host copy);
  *  sharded: fsdp's units gathered into a view while a pass uses them and
  *    this rank's flat shard of the layout (backends/fsdp.h) is what its
- *    optimizer steps and its checkpoints write.
+ *    optimizer steps and its checkpoints write;
+ *  zero1 (own_zero.c, -ddp_shard_optimizer 1): one copy of the parameters
+ *    per node, shared by its ranks, and every rank's whole gradient; each
+ *    rank of a node owns a slice of the layout: the optimizer's state and
+ *    step, and its checkpoints' shard.
  * Nothing else in the trainer asks which one runs. */
 #ifndef MT_TRAINER_OWN_H
 #define MT_TRAINER_OWN_H
@@ -25,11 +29,20 @@ typedef struct {
 typedef struct mt_owner_ops {
   const char *name;
   int sharded; /* 1: a rank owns a range of the layout                     */
+  /* 1: every rank reads the whole parameters (the node's shared copy)
+   * and holds the whole reduced gradient, which clipping and the loss
+   * scaler read whole (zero1) */
+  int whole_grads;
   /* After the parameters are initialised and agreed (collective). */
   int (*setup)(mt_trainer *t);
   void (*destroy)(mt_trainer *t);
   /* What this rank's optimizer steps and its checkpoints hold. */
   void (*owned)(const mt_trainer *t, mt_owned *o);
+  /* After only the owned part of the parameters was written (the
+   * optimizer's step, a checkpoint's restore, the best model's): the whole
+   * parameters readable again (zero1: the node's ranks wait for one
+   * another; collective; NULL: nothing to do). */
+  int (*params_done)(mt_trainer *t);
   /* The step's gradient zeroed. */
   void (*step_begin)(mt_trainer *t);
   /* The global gradient norm when the owned part is not the whole gradient
@@ -56,6 +69,6 @@ typedef struct mt_owner_ops {
   int (*report)(const mt_trainer *t, double share);
 } mt_owner_ops;
 
-extern const mt_owner_ops mt_owner_replicated, mt_owner_sharded;
+extern const mt_owner_ops mt_owner_replicated, mt_owner_sharded, mt_owner_zero1;
 
 #endif

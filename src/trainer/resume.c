@@ -478,6 +478,8 @@ int mt_trainer_restart(mt_trainer *t) {
   t->run_id[0] = '\0';
   int err = restore(t, path);
   MT_CALL(mt_agree(t->comm->world, err));
+  /* zero1: each rank read its slice of the node's shared parameters */
+  if (t->owner->params_done) MT_CALL(t->owner->params_done(t));
   /* a checkpoint without a run_id: this run gets a new identity, and the
    * older checkpoints count as another run's (never pruned) */
   if (!t->run_id[0]) {

@@ -53,6 +53,13 @@ int mt_trainer_clip(const mt_trainer *t, void *g, size_t n, double max_value, do
 
 void mt_trainer_owned(const mt_trainer *t, mt_owned *o) { t->owner->owned(t, o); }
 
+void mt_trainer_step_grads(const mt_trainer *t, void **g, size_t *n) {
+  mt_owned o;
+  t->owner->owned(t, &o);
+  *g = t->owner->whole_grads ? t->grads : o.grads;
+  *n = t->owner->whole_grads ? t->model->params.total : o.n;
+}
+
 /* Model buffers (batch norm's running statistics): rank 0's win, as in
  * PyTorch DDP with broadcast_buffers=True (there before every forward;
  * here after every step and at start, which every later forward sees). */

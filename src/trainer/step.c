@@ -49,10 +49,10 @@ const mt_privacy_ops mt_privacy_none = {.name = "none",
 
 /* Clipping by the global norm: of the whole gradient, or of the owned part
  * with the norm the owner finds (the shards' squared norms summed). */
-static int clip_norm(mt_trainer *t, const mt_owned *o) {
+static int clip_norm(mt_trainer *t, void *g, size_t n) {
   double norm; /* < 0: computed by mt_trainer_clip */
   MT_CALL(t->owner->grad_norm(t, &norm));
-  return mt_trainer_clip(t, o->grads, o->n, 0, t->cfg->clip_grad_norm, norm);
+  return mt_trainer_clip(t, g, n, 0, t->cfg->clip_grad_norm, norm);
 }
 
 /* ------------------------------------------------- where it computes */
@@ -83,17 +83,20 @@ static int cpu_reduce(mt_trainer *t) {
 
 static int cpu_clip(mt_trainer *t) {
   const mt_config *c = t->cfg;
-  mt_owned o; /* the whole gradient, or this rank's shard of it */
-  mt_trainer_owned(t, &o);
-  if (c->clip_grad_value > 0) MT_CALL(mt_trainer_clip(t, o.grads, o.n, c->clip_grad_value, 0, -1));
-  if (c->clip_grad_norm > 0) MT_CALL(clip_norm(t, &o));
+  void *g; /* the whole gradient, or this rank's shard of it */
+  size_t n;
+  mt_trainer_step_grads(t, &g, &n);
+  if (c->clip_grad_value > 0) MT_CALL(mt_trainer_clip(t, g, n, c->clip_grad_value, 0, -1));
+  if (c->clip_grad_norm > 0) MT_CALL(clip_norm(t, g, n));
   return 0;
 }
 
 static int cpu_optim(mt_trainer *t, double lr, long step, int all_decay) {
   mt_owned o;
   mt_trainer_owned(t, &o);
-  return mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, step, all_decay);
+  MT_CALL(mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, step, all_decay));
+  /* zero1: the node's ranks stepped their slices of the shared copy */
+  return t->owner->params_done ? t->owner->params_done(t) : 0;
 }
 
 

@@ -148,7 +148,7 @@ int mt_trainer_params_release(mt_trainer *t) {
  * was). The replicated host buffer only: fsdp's are its shards' views, a
  * GPU's are on the device. */
 static int grads_to_window(mt_trainer *t) {
-  if (t->owner->sharded || t->device >= 0) return 0;
+  if ((t->owner->sharded && !t->owner->whole_grads) || t->device >= 0) return 0;
   void *w = NULL;
   const size_t bytes = t->model->params.total * t->esz;
   MT_CALL(mt_agree(t->comm->world, mt_backend_grads_window(t->backend, bytes, &w)));
@@ -179,6 +179,7 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   const int sharded = c->fsdp && /* the strategy's MT_TRAIT_SHARDED */
                       c->fsdp_strategy != MT_FSDP_NO_SHARD && t->device < 0;
   if (sharded) t->owner = &mt_owner_sharded;
+  if (c->ddp_shard_optimizer) t->owner = &mt_owner_zero1; /* ddp's window (config_zero.c) */
 
   /* the same on every rank (same options, same data shape): agreed */
   MT_CALL(mt_amp_policy(t)); /* before the model: convolutions fix their precision */
@@ -263,6 +264,7 @@ void mt_trainer_destroy(mt_trainer **pt) {
   mt_best_destroy(t);
   mt_model_destroy(&t->model);
   if (t->grads_in_window) t->grads = NULL; /* the backend's, freed with it */
+  if (t->params_in_window) t->params = NULL;
   mt_backend_destroy(&t->backend);
   if (t->owner && t->owner->destroy) t->owner->destroy(t);
   mt_free(&t->params);

@@ -75,6 +75,9 @@ typedef struct {
   int grads_set_mode, grads_unwritten;
   int grads_in_window; /* grads is ddp's shared window's (trainer.c), freed
                           with the backend                               */
+  int params_in_window; /* params is the node's shared copy in the window
+                           (zero1, own_zero.c), freed with the backend    */
+  struct mt_zero *zero; /* zero1's slice (own_zero.c)                      */
   mt_loader *train_loader;
   mt_loader *val_loader[MT_MAX_VAL];
   int64_t *perm, *plan;
@@ -161,6 +164,9 @@ typedef struct {
   size_t lo, n;
 } mt_owned;
 void mt_trainer_owned(const mt_trainer *t, mt_owned *o);
+/* The gradient the step's clipping and loss scaler work on: the owned
+ * part's, or the whole when the owner keeps it whole (own.h, zero1). */
+void mt_trainer_step_grads(const mt_trainer *t, void **g, size_t *n);
 /* The evaluation piece of t's data (trainer.h, mt_eval_piece_of). */
 static inline int mt_eval_piece(const mt_trainer *t) {
   return mt_eval_piece_of(&t->train.spec, t->window);

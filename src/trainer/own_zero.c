@@ -1,0 +1,166 @@
+/* The third owner of the parameters (own.h): zero1, -ddp_shard_optimizer 1,
+ * DeepSpeed's ZeRO stage 1 (PyTorch's ZeroRedundancyOptimizer) inside a
+ * node, over ddp's shared-memory window.
+ *
+ * Why: with every rank running the whole optimizer step, the step reads
+ * and writes the parameters, the gradient and the state (SGD's momentum,
+ * AdamW's two moments) on every rank at once, a memory-bound pass that the
+ * node's ranks repeat identically; at 2 ranks x 1 thread it was 11-13% of
+ * the MLP's step. Here rank j of a node owns slice j of the flat layout
+ * (the in-node reduction's partition of the whole layout,
+ * mt_shm_partition), keeps the optimizer state of that slice only (the
+ * state's memory / L) and steps only it.
+ *
+ * The parameters themselves lie once per node, in a buffer of the window
+ * that its ranks share (mt_shm_shared): each rank's optimizer writes its
+ * slice there, and the node's ranks wait for one another once
+ * (mt_shm_arrive) before anyone's next forward reads them whole. A first
+ * version kept a copy per rank and copied each stepped slice into the
+ * others' (PyTorch's all-gather, in the window): the copy, 3.6 MB into
+ * lines the other core held, ran at ~7 GB/s and took back what the halved
+ * update saved (0.99x samples/s over 5 pairs); one copy has nothing to
+ * copy, and the parameters' memory per rank is / L too.
+ *
+ * Every rank keeps the whole reduced gradient (ddp's in-place all-reduce
+ * is unchanged), so the clipping, the loss scaler's inf check and unscale
+ * run on the whole gradient as the replicated owner's do (whole_grads):
+ * the slice each rank steps holds the replicated run's bits, and so does
+ * the result. Across nodes nothing more is needed: local rank j of every
+ * node owns the same slice of its node's copy and steps it from the same
+ * reduced gradient (checkpoints: overlapping shards, written once). Every
+ * node must run as many ranks (setup refuses another run). No rank writes
+ * the shared parameters while another reads them: a rank steps its slice
+ * only after the step's in-place reductions, whose waits every rank passes
+ * after its backward, and the forward and evaluations come after the wait;
+ * a checkpoint's restore and -restore_best write a rank's slice between
+ * collectives, and wait too. */
+#include "trainer/own.h"
+#include "backends/backends.h"
+#include "comm/shm_reduce.h"
+
+#include <string.h>
+
+#define OPTION "-ddp_shard_optimizer"
+
+struct mt_zero {
+  size_t lo, hi;       /* this rank's slice of the layout                 */
+  mt_param_table table; /* the optimizer's view of it (offsets from lo)  */
+};
+
+/* This rank's slice of a layout of n elements: node index j of L. */
+static void slice_of(const mt_trainer *t, size_t n, size_t *lo, size_t *hi) {
+  const mt_comm *m = t->comm;
+  mt_shm_partition(n, t->esz, m->node_min, m->local_rank, lo, hi);
+}
+
+/* Why the run has no shared window (trainer.c put nothing there). */
+static const char *no_window_why(const mt_trainer *t) {
+  const mt_config *c = t->cfg;
+  if (t->device >= 0) return "this rank computes on a GPU (-device auto chose cuda)";
+  if (t->comm->size == 1) return "the run has one rank: nothing to shard";
+  if (t->comm->node_max == 1) return "every node runs one rank: nothing to share a window with";
+  if (t->backend->allreduce != MT_ALLREDUCE_SHM)
+    return c->ddp_allreduce == MT_ALLREDUCE_AUTO
+               ? "-ddp_allreduce auto chose mpi (the overlap without the communication "
+                 "thread); give -ddp_allreduce shm or -ddp_overlap 0"
+               : "it needs -ddp_allreduce shm (or auto)";
+  return "the window could not be made (see the line on /dev/shm above)";
+}
+
+/* The parameters move into the buffer the node's ranks share, after they
+ * were initialised and agreed (every rank holds rank 0's): local rank 0
+ * copies them in, and nobody reads them before the wait. */
+static int to_shared(mt_trainer *t) {
+  void *w = NULL;
+  const size_t bytes = t->model->params.total * t->esz;
+  int err = t->grads_in_window ? mt_backend_params_window(t->backend, bytes, &w) : 0;
+  MT_CALL(mt_agree(t->comm->world, err));
+  int none = w == NULL; /* the same on every rank: the room was agreed */
+  MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &none, 1, MPI_INT, MPI_MAX, t->comm->world));
+  MT_CALL(mt_agree(t->comm->world,
+                   !none ? 0 : MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: shards the optimizer "
+                                      "among the ranks of a node through ddp's shared-memory "
+                                      "window, which this run does not use: %s",
+                                      no_window_why(t))));
+  if (t->comm->local_rank == 0) memcpy(w, t->params, bytes);
+  MT_CALL(mt_agree(t->comm->world, mt_backend_window_arrive(t->backend)));
+  mt_free(&t->params);
+  t->params = w;
+  t->params_in_window = 1;
+  return 0;
+}
+
+static int z_setup(mt_trainer *t) {
+  const mt_comm *m = t->comm;
+  MT_CALL(mt_agree(m->world, m->node_min == m->node_max ? 0
+                   : MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: the nodes run %d to %d ranks; "
+                            "it needs the same number on every node", m->node_min, m->node_max)));
+  MT_CALL(to_shared(t));
+  struct mt_zero *z = NULL;
+  int err = mt_calloc(&z, 1, sizeof(*z), "zero1 slice");
+  t->zero = z;
+  if (!err) {
+    slice_of(t, t->model->params.total, &z->lo, &z->hi);
+    err = mt_param_table_slice(&t->model->params, z->lo, z->hi, &z->table);
+  }
+  MT_CALL(mt_agree(m->world, err));
+  mt_print0("ddp: optimizer sharded over the %d ranks of each node (" OPTION " 1): rank 0 "
+            "steps elements [%zu, %zu) of %zu of the parameters the node's ranks share\n",
+            m->node_min, z->lo, z->hi, t->model->params.total);
+  return 0;
+}
+
+static void z_destroy(mt_trainer *t) {
+  if (!t->zero) return;
+  mt_param_table_free(&t->zero->table);
+  mt_free(&t->zero);
+}
+
+static void z_owned(const mt_trainer *t, mt_owned *o) {
+  const struct mt_zero *z = t->zero;
+  *o = (mt_owned){&z->table, (char *)t->params + z->lo * t->esz,
+                  (char *)t->grads + z->lo * t->esz, z->lo, z->hi - z->lo};
+}
+
+/* every rank stepped its slice of the shared parameters: the node's ranks
+ * wait for one another before anyone reads them whole */
+static int z_params_done(mt_trainer *t) { return mt_backend_window_arrive(t->backend); }
+
+/* the replicated owner's: the whole gradient, zeroed or written */
+static void z_step_begin(mt_trainer *t) { mt_owner_replicated.step_begin(t); }
+
+/* clipping computes the norm of the whole gradient it clips (whole_grads) */
+static int z_grad_norm(mt_trainer *t, double *norm) { return mt_owner_replicated.grad_norm(t, norm); }
+
+static int z_pinned(const mt_trainer *t) {
+  (void)t;
+  return 1;
+}
+
+static double z_comm_seconds(const mt_trainer *t) { return t->backend->comm_seconds; }
+
+/* The owned slice of the parameters (the node's one copy over its L
+ * ranks), of the optimizer state and of the gradient, and beyond it the
+ * rest of the whole gradient every rank holds (the "unit gradients"
+ * column: what lies past the owned part); forecast and measured alike. */
+static void z_memory(const mt_trainer *t, const mt_param_table *tab, int measured,
+                     mt_owner_memory *m) {
+  (void)measured;
+  size_t lo, hi;
+  slice_of(t, tab->total, &lo, &hi);
+  const double rest = (double)(tab->total - (hi - lo)) * (double)t->esz;
+  *m = (mt_owner_memory){0, rest, 0, 1, hi - lo};
+}
+
+const mt_owner_ops mt_owner_zero1 = {.name = "zero1",
+                                     .sharded = 1,
+                                     .whole_grads = 1,
+                                     .setup = z_setup,
+                                     .destroy = z_destroy,
+                                     .owned = z_owned,
+                                     .params_done = z_params_done,
+                                     .step_begin = z_step_begin,
+                                     .grad_norm = z_grad_norm,
+                                     .pinned = z_pinned,
+                                     .comm_seconds = z_comm_seconds,
+                                     .memory = z_memory};
