@@ -72,8 +72,8 @@ expect_ok "cnn: -log_gemm_shapes runs" run_mpi 1 120 "$MPITRAIN" -model cnn -cnn
   -output_dir "$WORK/o5" -log_gemm_shapes "$WORK/cnn.txt"
 same_shapes "cnn: convolutions as their im2col GEMMs, derived by hand" "$WORK/cnn.txt" \
   "$(printf '%s\n' "conv_fwd N T 512 4 9 0 fp32 1" "conv_fwd N T 128 6 36 0 fp32 1" \
-    "gemm N T 8 16 24 0 fp32 1" "gemm N T 8 3 16 0 fp32 1" "gemm N N 8 16 3 1 fp32 1" \
-    "gemm T N 3 16 8 1 fp32 1" "gemm N N 8 24 16 1 fp32 1" "gemm T N 16 24 8 1 fp32 1" \
+    "gemm N T 8 16 24 0 fp32 1" "gemm N T 8 3 16 0 fp32 1" "gemm N N 8 16 3 0 fp32 1" \
+    "gemm T N 3 16 8 1 fp32 1" "gemm N N 8 24 16 0 fp32 1" "gemm T N 16 24 8 1 fp32 1" \
     "conv_bwd_data N N 128 36 6 0 fp32 1" "conv_bwd_w T N 6 36 128 1 fp32 1" \
     "conv_bwd_w T N 4 9 512 1 fp32 1")"
 expect_error "a run of one step has no second to record" "-log_gemm_shapes" \
