@@ -92,8 +92,9 @@ int mt_amp_setup(mt_trainer *t) {
             mt_precision_name(a->dtype), mt_precision_name((mt_precision)c->ddp_reduce_dtype),
             !a->scaling ? "off" : o.dynamic ? "dynamic" : "static");
   if (a->dtype == MT_PREC_BF16 && !mt_gemm_bf16_native())
-    mt_print0("amp: note: this CPU has no bf16 GEMM in oneDNN (it needs AVX-512): bf16 products "
-              "are computed in fp32 from bf16 operands, the same numbers without the speed-up\n");
+    mt_print0("amp: note: this CPU has no bf16 instructions (AVX512_BF16 or AMX; oneDNN's "
+              "ISA here: %s): bf16 products are computed in fp32 from bf16 operands, the same "
+              "numbers, slower than fp32 (a backend without -amp; bench/README.md)\n", mt_dnnl_isa_name());
   return 0;
 }
 
