@@ -20,8 +20,11 @@ static inline __attribute__((always_inline)) REAL MT_T(max4)(REAL a, REAL b, REA
   return m;
 }
 
-/* 2x2 windows, stride 2, no padding (the CNN's pool), vectorised over a
- * row. */
+/* 2x2 windows, stride 2, no padding (the CNN's pool) on an NCHW input,
+ * vectorised over a row; the output (and argmax) NCHW, or blocked
+ * nChw{ob}c for the convolution after it (a store every ob elements: the
+ * first convolution's output is NCHW under bf16, where the next one takes
+ * blocks; the branchy general loop took a fifth of that CNN step). */
 static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
                               const mt_pool2d_shape *s) {
   const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
@@ -30,17 +33,19 @@ static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
 #pragma omp parallel for schedule(static) if (planes * ohw > 32768)
   for (int64_t p = 0; p < planes; p++) {
     const REAL *x = inp + p * hw;
-    REAL *o = out + p * ohw;
-    int32_t *am = argmax + p * ohw;
+    int64_t st;
+    const int64_t at = oplane_at(s, p, &st);
+    REAL *o = out + at;
+    int32_t *am = argmax + at;
     for (int oh = 0; oh < s->OH; oh++) {
       const REAL *r0 = x + 2 * oh * W, *r1 = r0 + W;
       const int32_t base = 2 * oh * W;
 #pragma omp simd
       for (int ow = 0; ow < OW; ow++) {
         int32_t i;
-        o[oh * OW + ow] = MT_T(max4)(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1],
-                                     base + 2 * ow, W, &i);
-        am[oh * OW + ow] = i;
+        o[(oh * OW + ow) * st] = MT_T(max4)(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow],
+                                            r1[2 * ow + 1], base + 2 * ow, W, &i);
+        am[(oh * OW + ow) * st] = i;
       }
     }
   }
@@ -100,7 +105,7 @@ static int MT_T(is_2x2)(const mt_pool2d_shape *s) {
 void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
                                 const mt_pool2d_shape *s) {
   // inp is (B,C,H,W) (blocked when s->cblock); out and argmax are (B,C,OH,OW) (when s->oblock)
-  if (MT_T(is_2x2)(s) && (s->cblock ? !s->oblock || s->oblock == s->cblock : !s->oblock)) {
+  if (MT_T(is_2x2)(s) && (!s->cblock || !s->oblock || s->oblock == s->cblock)) {
     if (s->cblock)
       MT_T(maxpool_2x2_blocked)(out, argmax, inp, s);
     else
