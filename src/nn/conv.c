@@ -416,7 +416,8 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
    * a wrong CNN curve (1% off PyTorch by step 47, tests/test_torch_curves.sh)
    * where its results from the same blocked gradient reordered out of NCHW
    * had been right (cause not found) */
-  const int first_ok = m->prec == MT_PREC_FP32 && conv_first_fits(s);
+  /* (its kernel is fp32: fp32, or bf16 and fp16 emulated on rounded values) */
+  const int first_ok = (m->prec == MT_PREC_FP32 || m->emulate) && conv_first_fits(s);
   const int want_dst = s->dst_any && (!act_plain(s) || first_ok);
   const int want_src = s->src_any && !act_plain(s);
   if (want_dst || want_src)
