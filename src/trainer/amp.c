@@ -94,7 +94,8 @@ int mt_amp_setup(mt_trainer *t) {
   if (a->dtype == MT_PREC_BF16 && !mt_gemm_bf16_native())
     mt_print0("amp: note: this CPU has no bf16 instructions (AVX512_BF16 or AMX; oneDNN's "
               "ISA here: %s): bf16 products are computed in fp32 from bf16 operands, the same "
-              "numbers, slower than fp32 (a backend without -amp; bench/README.md)\n", mt_dnnl_isa_name());
+              "numbers, slower than fp32 (a backend without -amp; bench/README.md)\n",
+              mt_dnnl_isa_name());
   return 0;
 }
 
