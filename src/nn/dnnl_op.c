@@ -162,7 +162,7 @@ int cv_op_run(cv_op *op, dnnl_stream_t stream) {
     float *restrict dst = u;
     const float *restrict src = t;
     const int64_t len = (int64_t)a->add_n;
-#pragma omp parallel for simd schedule(static) if (len > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : len > 65536)
     for (int64_t k = 0; k < len; k++) dst[k] += src[k];
   }
   return 0;

@@ -17,13 +17,13 @@
 
 void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind kind) {
   if (kind == MT_GELU_TANH) {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
       const REAL x = inp[i];
       out[i] = (REAL)0.5 * x * ((REAL)1 + MT_TANH(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
     }
   } else {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
       const REAL x = inp[i];
       out[i] = (REAL)0.5 * x * ((REAL)1 + MT_ERF(x * INV_SQRT2));
@@ -34,7 +34,7 @@ void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind k
 void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
                             mt_gelu_kind kind) {
   if (kind == MT_GELU_TANH) {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
       const REAL x = inp[i];
       const REAL th = MT_TANH(GELU_BETA * (x + GELU_KAPPA * x * x * x));
@@ -42,7 +42,7 @@ void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64
       dinp[i] += dout[i] * ((REAL)0.5 * ((REAL)1 + th) + (REAL)0.5 * x * ((REAL)1 - th * th) * dinner);
     }
   } else {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
       const REAL x = inp[i];
       const REAL cdf = (REAL)0.5 * ((REAL)1 + MT_ERF(x * INV_SQRT2));
@@ -55,17 +55,17 @@ void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64
 /* -------------------------------------------------------------- residual */
 
 void MT_T(mt_residual_forward)(REAL *out, const REAL *a, const REAL *b, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
   for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void MT_T(mt_residual_backward)(REAL *da, REAL *db, const REAL *dout, int64_t n) {
   if (da) {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) da[i] += dout[i];
   }
   if (db) {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) db[i] += dout[i];
   }
 }
@@ -96,13 +96,13 @@ void MT_T(mt_dropout_forward)(REAL *out, uint8_t *mask, const REAL *inp, REAL p,
 void MT_T(mt_dropout_backward)(REAL *dinp, const REAL *dout, const uint8_t *mask, REAL p,
                                int64_t n) {
   if (!mask || p <= (REAL)0) {
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) dinp[i] += dout[i];
     return;
   }
   if (p >= (REAL)1) return;
   const REAL scale = (REAL)1 / ((REAL)1 - p);
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
   for (int64_t i = 0; i < n; i++) dinp[i] += mask[i] ? dout[i] * scale : (REAL)0;
 }
 
@@ -182,7 +182,7 @@ void MT_T(mt_mse_backward)(REAL *dpred, const REAL *pred, const REAL *target, RE
                            int K) {
   const int64_t n = (int64_t)B * K;
   const REAL s2 = (REAL)2 * scale;
-#pragma omp parallel for simd schedule(static) if (n > EW_PAR)
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
   for (int64_t i = 0; i < n; i++) dpred[i] += s2 * (pred[i] - target[i]);
 }
 

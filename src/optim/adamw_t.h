@@ -41,7 +41,7 @@ static void MT_T(adamw_tensor)(REAL *restrict p, const REAL *restrict g, REAL *r
                                REAL *restrict v, size_t n, REAL decay, const MT_T(adamw_coef) *c) {
   const REAL b1 = c->beta1, b2 = c->beta2, a1 = c->one_minus_beta1, a2 = c->one_minus_beta2;
   const REAL step_size = c->step_size, bc2 = c->bc2_sqrt, eps = c->eps;
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
   for (size_t i = 0; i < n; i++) {
     const REAL gi = g[i];
     const REAL mi = b1 * m[i] + a1 * gi;
@@ -58,7 +58,7 @@ static void MT_T(adamw_tensor_amsgrad)(REAL *restrict p, const REAL *restrict g,
                                        const MT_T(adamw_coef) *c) {
   const REAL b1 = c->beta1, b2 = c->beta2, a1 = c->one_minus_beta1, a2 = c->one_minus_beta2;
   const REAL step_size = c->step_size, bc2 = c->bc2_sqrt, eps = c->eps;
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
   for (size_t i = 0; i < n; i++) {
     const REAL gi = g[i];
     const REAL mi = b1 * m[i] + a1 * gi;

@@ -3,7 +3,7 @@
 
 double MT_T(mt_l2_norm)(const REAL *g, size_t n) {
   double s = 0.0;
-#pragma omp parallel for simd reduction(+ : s) schedule(static) if (n > 262144)
+#pragma omp parallel for simd reduction(+ : s) schedule(static) if (parallel : n > 262144)
   for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
   return sqrt(s);
 }
@@ -16,7 +16,7 @@ double MT_T(mt_clip_grad_norm_given)(REAL *g, size_t n, double norm, double max_
   double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
     const REAL c = (REAL)coef;
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
     for (size_t i = 0; i < n; i++) g[i] *= c;
   }
   return norm;
@@ -26,7 +26,7 @@ int MT_T(mt_clip_grad_value)(REAL *g, size_t n, double clip_value) {
   MT_CHECK(clip_value > 0.0, MT_ERR_ARG, "clip_grad_value %g: must be > 0", clip_value);
   const REAL hi = (REAL)clip_value, lo = -hi;
   /* comparisons, not fminf/fmaxf: a NaN gradient must stay NaN (clamp_) */
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
   for (size_t i = 0; i < n; i++) {
     const REAL x = g[i];
     g[i] = x < lo ? lo : (x > hi ? hi : x);

@@ -14,17 +14,17 @@ int MT_T(mt_sgd_step)(const mt_param_table *t, REAL *params, const REAL *grads, 
     const REAL wd = (all_decay || q->decay) ? (REAL)h->weight_decay : (REAL)0;
     const size_t n = q->numel;
     if (mom == (REAL)0) {
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
       for (size_t i = 0; i < n; i++) p[i] -= lrf * (g[i] + wd * p[i]);
     } else if (first_step) {
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
       for (size_t i = 0; i < n; i++) {
         REAL d = g[i] + wd * p[i];
         b[i] = d;
         p[i] -= lrf * (h->nesterov ? d + mom * d : d);
       }
     } else if (h->nesterov) {
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
       for (size_t i = 0; i < n; i++) {
         REAL d = g[i] + wd * p[i];
         REAL v = mom * b[i] + damp * d;
@@ -32,7 +32,7 @@ int MT_T(mt_sgd_step)(const mt_param_table *t, REAL *params, const REAL *grads, 
         p[i] -= lrf * (d + mom * v);
       }
     } else {
-#pragma omp parallel for simd schedule(static) if (n > 262144)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 262144)
       for (size_t i = 0; i < n; i++) {
         REAL d = g[i] + wd * p[i];
         REAL v = mom * b[i] + damp * d;
