@@ -168,22 +168,26 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   MT_CHECK(B == s->B, MT_ERR_STATE, "gpt backward of %d samples after a forward of %d", B, s->B);
   if (B == 0) return 0;
   const int T = s->T, C = s->C, NH = s->NH, V = s->V, N = B * T;
-  /* zero the activation gradients (backward adds) */
+  const int64_t NC = (int64_t)N * C;
+  const size_t nc = (size_t)NC * sizeof(REAL);
+  const REAL *last = s->L ? s->a[s->L - 1].res3 : s->enc;
+  REAL *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
+  /* Activation gradients: the GEMMs set (=) those they alone write, the
+   * residual branches are copies; zeroed first are only the buffers whose
+   * producer adds (+=): the loss's (it skips ignored tokens), attention's,
+   * GELU's and the final layer norm's. */
   memset(s->dlogits, 0, (size_t)N * V * sizeof(REAL));
-  memset(s->dlnf, 0, (size_t)N * C * sizeof(REAL));
-  memset(s->denc, 0, (size_t)N * C * sizeof(REAL));
+  memset(dlast, 0, nc);
   for (int l = 0; l < s->L; l++) {
-    MT_T(block_acts) *d = &s->d[l];
-    REAL *f[] = {d->ln1, d->qkv, d->atty, d->attproj, d->res2, d->ln2, d->fch, d->fch_gelu, d->fcproj, d->res3};
-    size_t n[] = {1, 3, 1, 1, 1, 1, 4, 4, 1, 1};
-    for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) memset(f[i], 0, (size_t)N * C * n[i] * sizeof(REAL));
+    memset(s->d[l].qkv, 0, 3 * nc);
+    memset(s->d[l].fch, 0, 4 * nc);
   }
+  enum { SET = MT_LINEAR_SET_DINP };
   /* logits held the softmax after forward (probs == logits) */
   mt_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (REAL)T, N, V);
   MT_CALL(mt_model_unit_use(m, 0, 1));
-  MT_CALL(mt_linear_backward(s->dlnf, GW(WTE), NULL, s->dlogits, s->lnf, PW(WTE), N, C, V, s->pol));
-  const REAL *last = s->L ? s->a[s->L - 1].res3 : s->enc;
-  REAL *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
+  MT_CALL(mt_linear_backward_ex(s->dlnf, GW(WTE), NULL, s->dlogits, NULL, s->lnf, PW(WTE), N, C, V,
+                                SET, s->pol));
   MT_CALL(mt_model_unit_use(m, s->L + 1, 1));
   mt_layernorm_backward(dlast, GW(lnf_idx(s->L, 0)), GW(lnf_idx(s->L, 1)), s->dlnf, last,
                         PW(lnf_idx(s->L, 0)), s->lnf_mean, s->lnf_rstd, N, C);
@@ -193,22 +197,24 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     const REAL *res = l ? s->a[l - 1].res3 : s->enc;
     REAL *dres = l ? s->d[l - 1].res3 : s->denc;
     MT_CALL(mt_model_unit_use(m, l + 1, 1));
-    mt_residual_backward(d->res2, d->fcproj, d->res3, (int64_t)N * C);
-    if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, (int64_t)N * C);
-    MT_CALL(mt_linear_backward(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj, a->fch_gelu,
-                               PW(bidx(l, FCPW)), N, 4 * C, C, s->pol));
-    mt_gelu_backward(d->fch, d->fch_gelu, a->fch, (int64_t)N * 4 * C, s->gelu);
-    MT_CALL(mt_linear_backward(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, a->ln2,
-                               PW(bidx(l, FCW)), N, C, 4 * C, s->pol));
+    memcpy(d->res2, d->res3, nc); /* res3 = res2 + fcproj */
+    memcpy(d->fcproj, d->res3, nc);
+    if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, NC);
+    MT_CALL(mt_linear_backward_ex(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj,
+                                  NULL, a->fch_gelu, PW(bidx(l, FCPW)), N, 4 * C, C, SET, s->pol));
+    mt_gelu_backward(d->fch, d->fch_gelu, a->fch, 4 * NC, s->gelu);
+    MT_CALL(mt_linear_backward_ex(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, NULL, a->ln2,
+                                  PW(bidx(l, FCW)), N, C, 4 * C, SET, s->pol));
     mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
                           PW(bidx(l, LN2W)), a->ln2_mean, a->ln2_rstd, N, C);
-    mt_residual_backward(dres, d->attproj, d->res2, (int64_t)N * C);
-    if (s->dropped) MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, (int64_t)N * C);
-    MT_CALL(mt_linear_backward(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj, a->atty,
-                               PW(bidx(l, PROJW)), N, C, C, s->pol));
+    memcpy(dres, d->res2, nc); /* res2 = res + attproj */
+    memcpy(d->attproj, d->res2, nc);
+    if (s->dropped) MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, NC);
+    MT_CALL(mt_linear_backward_ex(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj,
+                                  NULL, a->atty, PW(bidx(l, PROJW)), N, C, C, SET, s->pol));
     MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH, s->pol));
-    MT_CALL(mt_linear_backward(d->ln1, GW(bidx(l, QKVW)), GW(bidx(l, QKVB)), d->qkv, a->ln1,
-                               PW(bidx(l, QKVW)), N, C, 3 * C, s->pol));
+    MT_CALL(mt_linear_backward_ex(d->ln1, GW(bidx(l, QKVW)), GW(bidx(l, QKVB)), d->qkv, NULL, a->ln1,
+                                  PW(bidx(l, QKVW)), N, C, 3 * C, SET, s->pol));
     mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
                           PW(bidx(l, LN1W)), a->ln1_mean, a->ln1_rstd, N, C);
     mt_model_unit_done(m, l + 1);
