@@ -8,8 +8,8 @@
  *    validation/gen_refs.py (1e-5 relative);
  *  - every backward against central finite differences of the forward;
  *  - backward ADDS (twice gives twice) and mt_relu_backward works in place;
- *  - mt_tanhf (nn/fastmath.h, GELU's tanh) against double tanh over every
- *    97th float, every float of [0.2, 0.3], their negatives, and at the
+ *  - mt_vexp (nn/fastmath.h: GELU's and the softmaxes' exponential) against
+ *    double exp over every 31st float of [-87, 88] and at the edges and
  *    special values.
  * Prints one line per check; exits non-zero when any check fails. */
 #include "nn/fastmath.h"
@@ -544,30 +544,23 @@ static void test_xent_fd(int B, int C, float scale, float logit_scale, uint64_t 
   free(c.probs), free(c.logits), free(c.y), free(dl), free(g);
 }
 
-/* ----------------------------------------------------------------- tanh */
+/* ------------------------------------------------------------------ exp */
 
-static void test_tanhf(void) {
+static void test_vexp(void) {
   double worst = 0;
   float at = 0;
-  int sign_ok = 1;
-  /* every 97th float, then every float of [0.2, 0.3] (the switch between
-   * the two expm1 forms is at |x| = 0.25) */
-  const uint32_t dense_lo = mt_f32_bits(0.2f), dense_hi = mt_f32_bits(0.3f);
-  for (uint32_t u = 0; u < 0x7f800000u; u += (u >= dense_lo && u < dense_hi) ? 1 : 97) {
-    const float x = mt_f32_from_bits(u);
-    for (int s = 0; s < 2; s++) {
-      const float v = s ? -x : x, got = mt_tanhf(v);
-      const double ref = tanh((double)v);
-      const double rel = ref == 0 ? fabs(got) : fabs(got - ref) / fabs(ref);
-      if (rel > worst) worst = rel, at = v;
-      if ((signbit(got) != 0) != (s == 1)) sign_ok = 0;
+  for (int s = 0; s < 2; s++) /* [0, 88], then [-87, 0) */
+    for (uint32_t u = 0; u <= mt_f32_bits(s ? 87.0f : 88.0f); u += 31) {
+      const float x = s ? -mt_f32_from_bits(u) : mt_f32_from_bits(u);
+      const double ref = exp((double)x), rel = fabs(mt_vexp(x) - ref) / ref;
+      if (rel > worst) worst = rel, at = x;
     }
-  }
-  CHECK(worst <= 3e-7, "mt_tanhf relative error %.3g <= 3e-7 (worst at x = %.9g)", worst, at);
-  CHECK(sign_ok, "mt_tanhf keeps the sign of x (+-0 included)");
-  CHECK(mt_tanhf(INFINITY) == 1.0f && mt_tanhf(-INFINITY) == -1.0f && mt_tanhf(20.0f) == 1.0f,
-        "mt_tanhf(+-inf) = +-1, tanh(20) = 1");
-  CHECK(isnan(mt_tanhf(NAN)), "mt_tanhf(NaN) is NaN");
+  CHECK(worst <= 2e-7, "mt_vexp relative error %.3g <= 2e-7 on [-87, 88] (worst at x = %.9g)",
+        worst, at);
+  CHECK(mt_vexp(0.0f) == 1.0f && mt_vexp(-0.0f) == 1.0f, "mt_vexp(+-0) = 1");
+  CHECK(mt_vexp(-87.01f) == 0.0f && mt_vexp(-INFINITY) == 0.0f, "mt_vexp below -87 is 0");
+  CHECK(isinf(mt_vexp(88.01f)) && isinf(mt_vexp(INFINITY)), "mt_vexp above 88 is +inf");
+  CHECK(isnan(mt_vexp(NAN)), "mt_vexp(NaN) is NaN");
 }
 
 int main(void) {
@@ -594,7 +587,7 @@ int main(void) {
   test_xent_fd(1, 3, 0.5f, 1.0f, 42);
   test_xent_fd(4, 5, 0.25f, 4.0f, 43);
 
-  test_tanhf();
+  test_vexp();
 
   return tu_finish("test_nn");
 }

@@ -7,6 +7,7 @@
  * inside a parallel region, and every pair writes its own slices. For
  * float and double (the template attention_t.h; double's products through
  * the BLAS's dgemm). */
+#include "nn/fastmath.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 

@@ -24,11 +24,12 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
       }
       for (int t = 0; t < T; t++) {
         REAL *pr = pre + (int64_t)t * T, *ar = a + (int64_t)t * T;
-        REAL mx = -INFINITY;
+        REAL mx = -INFINITY, sum = (REAL)0;
+#pragma omp simd reduction(max : mx)
         for (int t2 = 0; t2 <= t; t2++) mx = pr[t2] > mx ? pr[t2] : mx;
-        REAL sum = (REAL)0;
+#pragma omp simd reduction(+ : sum)
         for (int t2 = 0; t2 <= t; t2++) {
-          ar[t2] = MT_EXP(pr[t2] - mx);
+          ar[t2] = MT_T(mt_vexp)(pr[t2] - mx);
           sum += ar[t2];
         }
         const REAL inv = (REAL)1 / sum;

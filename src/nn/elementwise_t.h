@@ -9,18 +9,22 @@
 #define GELU_BETA ((REAL)0.7978845608028654) /* sqrt(2/pi) */
 #define INV_SQRT2 ((REAL)0.7071067811865476)
 #define INV_SQRT_2PI ((REAL)0.3989422804014327)
-#if MT_F64
-#define MT_TANH tanh
-#else
-#define MT_TANH mt_tanhf
-#endif
+/* The tanh form as x sigmoid(2u), u = beta (x + kappa x^3): 0.5 (1 + tanh u)
+ * = 1 / (1 + e^-2u), one vectorisable exponential (MT_T(mt_vexp)) and no
+ * cancellation at negative x. e^-2u is capped at e^80 (GELU is below 1e-33
+ * in size there), so that the derivative's sigma^2 e^-2u stays finite. */
+#define GELU_E(x) MT_T(mt_vexp)(MT_T(gelu_arg)(x))
+static inline REAL MT_T(gelu_arg)(REAL x) {
+  const REAL a = (REAL)-2 * GELU_BETA * (x + GELU_KAPPA * x * x * x);
+  return a > (REAL)80 ? (REAL)80 : a;
+}
 
 void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind kind) {
   if (kind == MT_GELU_TANH) {
 #pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
       const REAL x = inp[i];
-      out[i] = (REAL)0.5 * x * ((REAL)1 + MT_TANH(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+      out[i] = x / ((REAL)1 + GELU_E(x));
     }
   } else {
 #pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
@@ -36,10 +40,10 @@ void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64
   if (kind == MT_GELU_TANH) {
 #pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
     for (int64_t i = 0; i < n; i++) {
-      const REAL x = inp[i];
-      const REAL th = MT_TANH(GELU_BETA * (x + GELU_KAPPA * x * x * x));
-      const REAL dinner = GELU_BETA * ((REAL)1 + (REAL)3 * GELU_KAPPA * x * x);
-      dinp[i] += dout[i] * ((REAL)0.5 * ((REAL)1 + th) + (REAL)0.5 * x * ((REAL)1 - th * th) * dinner);
+      const REAL x = inp[i], e = GELU_E(x), sg = (REAL)1 / ((REAL)1 + e);
+      const REAL du = GELU_BETA * ((REAL)1 + (REAL)3 * GELU_KAPPA * x * x);
+      /* (x sigma(2u))' = sigma + 2 x sigma (1 - sigma) u', 1 - sigma = e sigma */
+      dinp[i] += dout[i] * (sg + (REAL)2 * x * sg * sg * e * du);
     }
   } else {
 #pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
@@ -132,11 +136,12 @@ int MT_T(mt_xent_ignore_forward)(REAL *probs, REAL *losses, double *loss_sum, in
     const int counted = y[i] != ignore_index;
     const REAL ly = counted ? l[y[i]] : (REAL)0; /* read before p may overwrite l */
     double z = 0.0;
-    for (int j = 0; j < C; j++) {
-      p[j] = MT_EXP(l[j] - mx);
-      z += p[j];
-    }
+#pragma omp simd
+    for (int j = 0; j < C; j++) p[j] = MT_T(mt_vexp)(l[j] - mx);
+#pragma omp simd reduction(+ : z)
+    for (int j = 0; j < C; j++) z += p[j];
     const REAL inv = (REAL)(1.0 / z);
+#pragma omp simd
     for (int j = 0; j < C; j++) p[j] *= inv;
     const double loss = counted ? log(z) - (double)(ly - mx) : 0.0;
     if (losses) losses[i] = (REAL)loss;
@@ -190,4 +195,4 @@ void MT_T(mt_mse_backward)(REAL *dpred, const REAL *pred, const REAL *target, RE
 #undef GELU_BETA
 #undef INV_SQRT2
 #undef INV_SQRT_2PI
-#undef MT_TANH
+#undef GELU_E

@@ -151,8 +151,8 @@ int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, con
                                 const REAL *att, int B, int T, int C, int NH,
                                 const mt_nn_policy *pol);
 
-/* GELU (mt_gelu_kind). float's tanh form uses the vectorisable mt_tanhf
- * (nn/fastmath.h), double's libm's tanh. */
+/* GELU (mt_gelu_kind). The tanh form as x sigmoid(2u) with float's
+ * vectorisable mt_vexp (nn/fastmath.h), double's libm's exp. */
 void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind kind);
 /* dinp += dout * gelu'(inp). */
 void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
