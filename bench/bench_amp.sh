@@ -61,7 +61,8 @@ usage: $0 [options] MPITRAIN DATA_DIR
                     are left out (default "$pythons"); --python PY: one
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
   --timeout S       limit for one run in seconds (default $run_timeout)
-Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments).
+Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments),
+BENCH_LOGS (a folder that receives every run's log at the end).
 EOF
 }
 
@@ -114,7 +115,8 @@ esac
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_amp.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
+# BENCH_LOGS=DIR keeps every run's log and GEMM-limit log there
+trap '[ -z "${BENCH_LOGS:-}" ] || { mkdir -p "$BENCH_LOGS" && cp "$tmp"/log.* "$BENCH_LOGS"/; }; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 gs=""
 if gemm_shapes_build "$tmp/gemm_shapes" 2>"$tmp/gemm_shapes.build"; then gs="$tmp/gemm_shapes"

@@ -33,12 +33,16 @@ pick_pythons() {
 
 # gemm_shapes_build BIN: builds bench/gemm_shapes.c (with mpitrain's own
 # kernel, src/nn/gemm_pack.c, and libxsmm where its header is installed)
-# against the system oneDNN, as bench_gemm.sh does. Environment: CC.
+# against the system oneDNN, as bench_gemm.sh does. Environment: CC;
+# GEMM_SHAPES_ARCH (default -march=native);
+# GEMM_SHAPES, a gemm_shapes built elsewhere (scripts/gpu_bundle.sh's, on
+# a node without oneDNN's headers), copied instead.
 gemm_shapes_build() {
 	local d xs=() xl=()
+	if [ -n "${GEMM_SHAPES:-}" ]; then cp "$GEMM_SHAPES" "$1"; return; fi
 	d=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 	if [ -f /usr/include/libxsmm.h ]; then xs=(-DHAVE_XSMM); xl=(-lxsmm -lblas -ldl); fi
-	"${CC:-cc}" -std=c11 -O2 -march=native -fopenmp-simd -Wall -Wextra -Werror -I"$d/../src" \
+	"${CC:-cc}" -std=c11 -O2 "${GEMM_SHAPES_ARCH:--march=native}" -fopenmp-simd -Wall -Wextra -Werror -I"$d/../src" \
 		"${xs[@]}" "$d/gemm_shapes.c" "$d/../src/nn/gemm_pack.c" -o "$1" -ldnnl "${xl[@]}" -lpthread -lm
 }
 

@@ -17,11 +17,17 @@ B=$(cd "${1:?usage: $0 BUILD_DIR OUT.tar.xz}" && pwd)
 out=${2:?usage: $0 BUILD_DIR OUT.tar.xz}
 grep -q 'MT_HAVE_CUDA 1' "$B/config.h" || { echo "$B is not a --with-cuda build" >&2; exit 2; }
 progs="mpitrain mt-data tests/mkdata tests/test_cuda_bits tests/test_cuda_kernels
-  tests/test_cuda_layers tests/test_cuda_optim tests/test_device tests/test_nccl_id bench/cuda_gpt"
+  tests/test_cuda_layers tests/test_cuda_optim tests/test_device tests/test_nccl_id bench/cuda_gpt
+  bench/gemm_shapes"
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/lib" "$S/build/tests" "$S/build/bench" "$S/usr/bin" "$S/usr/lib/x86_64-linux-gnu/pmix2" \
   "$S/usr/share" "$S/etc"
+# bench_amp.sh's GEMM limit on the node's CPU (gpu_run.sh cpuamp), for the
+# build's processor
+arch=$(sed -n 's/^CFLAGS = .*\(-march=[^ ]*\).*/\1/p' "$B/Makefile")
+(. "$(dirname "$0")/../bench/lib.sh" && GEMM_SHAPES_ARCH=${arch:--march=native} gemm_shapes_build "$B/bench/gemm_shapes") ||
+  { echo "cannot build bench/gemm_shapes" >&2; exit 1; }
 for p in $progs; do
   [ -x "$B/$p" ] || (cd "$B" && make "$p" >/dev/null) || { echo "cannot build $p" >&2; exit 1; }
   cp "$B/$p" "$S/build/$p"
