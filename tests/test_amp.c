@@ -556,8 +556,54 @@ static void test_bf16_native(void) {
 #endif
 }
 
+/* Held operands (nn/lowp.h): a GEMM whose operand lies inside a held
+ * range (a sub-block with the range's leading dimension too) reads the
+ * copy converted at the hold (the converted-elements counter moves only
+ * for the other operand) and gives the same bits as without; after a clear
+ * the GEMM sees changed values; a local table's holds stack; fp32 holds
+ * nothing. */
+static void test_holds(void) {
+  enum { R = 9, L = 14, N = 5 };
+  float X[R * L], W[L * N], C0[R * N], C1[R * N];
+  for (int i = 0; i < R * L; i++) X[i] = (float)sin(0.3 * i) * 2.0f;
+  for (int i = 0; i < L * N; i++) W[i] = (float)cos(0.7 * i);
+  const mt_nn_policy pol = mt_nn_policy_make(MT_PREC_BF16, 0);
+  mt_nn_holds t = {0};
+  mt_nn_policy with;
+  const mt_nn_policy *hp = mt_nn_with_holds(&pol, &t, &with);
+  CHECK(mt_nn_hold(&t, &pol, X, R * L) == 0 && t.n == 1, "bf16: x held");
+  /* the 4 x 6 block at row 2, column 3 (leading dimension L), times W */
+  const float *blk = X + 2 * L + 3;
+  int err = mt_gemm_lowp('N', 'N', 4, N, 6, 1.0f, blk, L, W, N, 0.0f, C0, N, &pol);
+  const uint64_t c0 = mt_nn_converted();
+  err |= mt_gemm_lowp('N', 'N', 4, N, 6, 1.0f, blk, L, W, N, 0.0f, C1, N, hp);
+  CHECK(!err && memcmp(C0, C1, sizeof(float) * 4 * N) == 0,
+        "a block inside a held range: the same bits as converted at the GEMM");
+  CHECK(mt_nn_converted() - c0 == 6 * N, "only the other operand converted (%llu of %d)",
+        (unsigned long long)(mt_nn_converted() - c0), 6 * N);
+  for (int i = 0; i < R * L; i++) X[i] += 1.0f;
+  mt_nn_holds_clear(&t, 0);
+  err = mt_gemm_lowp('N', 'N', 4, N, 6, 1.0f, blk, L, W, N, 0.0f, C0, N, &pol);
+  err |= mt_gemm_lowp('N', 'N', 4, N, 6, 1.0f, blk, L, W, N, 0.0f, C1, N, hp);
+  CHECK(!err && t.n == 0 && memcmp(C0, C1, sizeof(float) * 4 * N) == 0,
+        "after a clear the GEMM reads the changed values");
+  mt_nn_holds *loc = mt_nn_holds_local();
+  const int n0 = loc->n;
+  mt_nn_hold(loc, &pol, W, L * N);
+  mt_nn_hold(loc, &pol, X, R * L);
+  CHECK(loc->n == n0 + 2, "local holds stack (%d -> %d)", n0, loc->n);
+  mt_nn_holds_clear(loc, n0 + 1);
+  CHECK(loc->n == n0 + 1, "clearing from the second leaves the first");
+  mt_nn_holds_clear(loc, n0);
+  const mt_nn_policy f32 = mt_nn_policy_make(MT_PREC_FP32, 0);
+  CHECK(mt_nn_hold(&t, &f32, X, R * L) == 0 && t.n == 0 && mt_nn_hold(&t, NULL, X, 1) == 0 &&
+            t.n == 0, "fp32 and no policy hold nothing");
+  mt_nn_holds_free(&t);
+}
+
 int main(void) {
   test_bf16_native();
+  test_holds();
   test_bf16_gemm(mt_gemm_bf16_native() ? "oneDNN's kernel" : "emulated");
   mt_gemm_bf16_emulate(1);
   test_bf16_gemm("emulated");

@@ -15,6 +15,8 @@
 #  - a restart from a checkpoint carries the scaler (same final model);
 #  - O2 (*-amp-apex) trains and its ddp equals its sp to bf16 rounding;
 #  - cnn and gpt run under bf16 and fp16;
+#  - held operands (activations converted once for forward and backward)
+#    give the bits of converting at every GEMM (MT_NN_NO_HOLDS=1);
 #  - Fashion-MNIST MLP (784-1024-1024-10, SGD 0.9, lr 0.05, batch 128, 2
 #    ranks): ddp-amp bf16 after 5 epochs within 0.5 points of fp32's
 #    88.09% (measured with the same seed; fp32 alone is tests/test_fmnist.sh),
@@ -22,7 +24,7 @@
 #    of fp32's 2-epoch 85.72% (2 epochs to keep CI time down).
 . "$top_srcdir/tests/lib.sh"
 make_work
-need_bin "$MPITRAIN" "$MKDATA"
+need_bin "$MPITRAIN" "$MKDATA" "$MT_DATA"
 "$MKDATA" synth "$WORK/train.h5" 1000 20 4 11 >/dev/null || bail "mkdata synth failed"
 "$MKDATA" synth "$WORK/val.h5" 203 20 4 12 >/dev/null || bail "mkdata synth failed"
 
@@ -127,6 +129,33 @@ for dt in bf16 fp16; do
     -batch_size 32 -max_train_steps_per_epoch 4 -backend ddp-amp -amp_dtype $dt -threads 1 \
     -log_every 0 -output_dir "$WORK/cnn_$dt"
   [ "$LAST_RC" = 0 ] && pass "cnn ddp-amp $dt" || fail "cnn ddp-amp $dt" "exit $LAST_RC"
+done
+
+# --- held operands (nn/lowp.h: activations converted once, read by the
+# GEMMs of forward and backward) give the same bits as converting at every
+# GEMM (MT_NN_NO_HOLDS=1): mlp and gpt with dropout, 2 threads (each
+# thread's model holds in a table of its own; forward and backward run in
+# separate thread teams), bf16 and fp16, 2 epochs of several steps (a hold
+# left from one step would serve the next old values)
+"$MT_DATA" text /usr/share/common-licenses/GPL-3 -out "$WORK" -name gpl -val_fraction 0.1 >/dev/null ||
+  bail "mt-data text failed"
+gpt=(-model gpt -gpt_layers 2 -gpt_heads 2 -gpt_embd 32 -gpt_block 16 -gpt_dropout 0.1
+  -data_train "$WORK/gpl-train.h5" -data_val "$WORK/gpl-val.h5" -batch_size 8 -val_batch_size 8
+  -optimizer adamw -lr 1e-3)
+mlpd=("${common[@]}" -mlp_dropout 0.2)
+for dt in bf16 fp16; do
+  for m in mlp gpt; do
+    if [ $m = gpt ]; then a=("${gpt[@]}" -epochs 2 -max_train_steps_per_epoch 4); else a=("${mlpd[@]}"); fi
+    for h in held plain; do
+      v=0
+      [ $h = plain ] && v=1
+      MT_NN_NO_HOLDS=$v run_logged run_mpi 1 120 "$MPITRAIN" "${a[@]}" -backend sp-amp -amp_dtype $dt \
+        -threads 2 -log_every 0 -output_dir "$WORK/hold_${m}_${dt}_$h"
+      [ "$LAST_RC" = 0 ] || fail "$m sp-amp $dt ($h)" "exit $LAST_RC"
+    done
+    same "$m sp-amp $dt: held operands give the bits of converting at every GEMM" \
+      "hold_${m}_${dt}_held" "hold_${m}_${dt}_plain" 0
+  done
 done
 
 data=${MT_FMNIST_DIR:-$top_builddir/tests/work/fmnist}

@@ -14,6 +14,7 @@
 #define MT_NN_GENERIC
 #include "core/core.h"
 #include "models/models.h"
+#include "nn/lowp.h"
 #include "nn/nn.h"
 
 #include <math.h>

@@ -10,6 +10,8 @@ typedef struct {
 typedef struct {
   mt_gpt_hparams hp; /* what it was set up with (mt_gpt_hparams_of)          */
   const mt_nn_policy *pol; /* how its GEMMs compute (nn/lowp.h; NULL: fp32)  */
+  int held;                 /* the last forward holds (mt_model_holds_begin) */
+  mt_nn_holds holds;
   int L, NH, C, T, V, maxB;
   mt_gelu_kind gelu;
   MT_T(block_acts) a[64], d[64]; /* activations and their gradients      */
@@ -109,6 +111,10 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   for (int b = 0; st->pred && b < B; b++) st->pred[b] = -1; /* no class per sample */
   s->B = B;
   s->dropped = bt->train && s->drop > 0;
+  /* activations feeding two GEMMs (qkv: every head's) held converted */
+  s->held = mt_model_holds_begin(&s->holds, bt, s->pol);
+  mt_nn_policy with;
+  const mt_nn_policy *pol = mt_model_policy(s->held, s->pol, &s->holds, &with);
   if (B == 0) return 0;
   const int N = B * T;
   const int64_t row = (int64_t)T * C; /* a sample's activations */
@@ -124,27 +130,33 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
     MT_T(block_acts) *a = &s->a[l];
     MT_CALL(mt_model_unit_use(m, l + 1, 0));
     mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, res, PW(bidx(l, LN1W)), PW(bidx(l, LN1B)), N, C, LN_EPS);
+    MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, a->ln1, (int64_t)N * C));
     MT_CALL(mt_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C, 3 * C,
-                              s->pol));
-    MT_CALL(mt_attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH, s->pol));
+                              pol));
+    MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, a->qkv, (int64_t)N * 3 * C));
+    MT_CALL(mt_attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH, pol));
+    MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, a->atty, (int64_t)N * C));
     MT_CALL(mt_linear_forward(a->attproj, a->atty, PW(bidx(l, PROJW)), PW(bidx(l, PROJB)), N, C, C,
-                              s->pol));
+                              pol));
     if (s->dropped) MT_T(mt_model_dropout)(a->attproj, s->mask_att[l], s->drop, bt, 1 + 2 * l, row);
     mt_residual_forward(a->res2, res, a->attproj, (int64_t)N * C);
     mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(bidx(l, LN2W)), PW(bidx(l, LN2B)), N, C, LN_EPS);
+    MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, a->ln2, (int64_t)N * C));
     MT_CALL(mt_linear_forward(a->fch, a->ln2, PW(bidx(l, FCW)), PW(bidx(l, FCB)), N, C, 4 * C,
-                              s->pol));
+                              pol));
     mt_gelu_forward(a->fch_gelu, a->fch, (int64_t)N * 4 * C, s->gelu);
+    MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, a->fch_gelu, (int64_t)N * 4 * C));
     MT_CALL(mt_linear_forward(a->fcproj, a->fch_gelu, PW(bidx(l, FCPW)), PW(bidx(l, FCPB)), N,
-                              4 * C, C, s->pol));
+                              4 * C, C, pol));
     if (s->dropped) MT_T(mt_model_dropout)(a->fcproj, s->mask_fc[l], s->drop, bt, 2 + 2 * l, row);
     mt_residual_forward(a->res3, a->res2, a->fcproj, (int64_t)N * C);
     res = a->res3;
   }
   MT_CALL(mt_model_unit_use(m, s->L + 1, 0));
   mt_layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s->L, 0)), PW(lnf_idx(s->L, 1)), N, C, LN_EPS);
+  MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, s->lnf, (int64_t)N * C));
   MT_CALL(mt_model_unit_use(m, 0, 0));
-  MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V, s->pol)); /* tied head */
+  MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V, pol)); /* tied head */
   if (lg) memcpy(lg, s->logits, (size_t)N * V * sizeof(REAL)); /* before the softmax below */
   double sum = 0;
   int64_t count = 0, hits = 0;
@@ -168,6 +180,8 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   MT_CHECK(B == s->B, MT_ERR_STATE, "gpt backward of %d samples after a forward of %d", B, s->B);
   if (B == 0) return 0;
   const int T = s->T, C = s->C, NH = s->NH, V = s->V, N = B * T;
+  mt_nn_policy with;
+  const mt_nn_policy *pol = mt_model_policy(s->held, s->pol, &s->holds, &with);
   const int64_t NC = (int64_t)N * C;
   const size_t nc = (size_t)NC * sizeof(REAL);
   const REAL *last = s->L ? s->a[s->L - 1].res3 : s->enc;
@@ -187,7 +201,7 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   mt_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (REAL)T, N, V);
   MT_CALL(mt_model_unit_use(m, 0, 1));
   MT_CALL(mt_linear_backward_ex(s->dlnf, GW(WTE), NULL, s->dlogits, NULL, s->lnf, PW(WTE), N, C, V,
-                                SET, s->pol));
+                                SET, pol));
   MT_CALL(mt_model_unit_use(m, s->L + 1, 1));
   mt_layernorm_backward(dlast, GW(lnf_idx(s->L, 0)), GW(lnf_idx(s->L, 1)), s->dlnf, last,
                         PW(lnf_idx(s->L, 0)), s->lnf_mean, s->lnf_rstd, N, C);
@@ -201,26 +215,27 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     memcpy(d->fcproj, d->res3, nc);
     if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, NC);
     MT_CALL(mt_linear_backward_ex(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj,
-                                  NULL, a->fch_gelu, PW(bidx(l, FCPW)), N, 4 * C, C, SET, s->pol));
+                                  NULL, a->fch_gelu, PW(bidx(l, FCPW)), N, 4 * C, C, SET, pol));
     mt_gelu_backward(d->fch, d->fch_gelu, a->fch, 4 * NC, s->gelu);
     MT_CALL(mt_linear_backward_ex(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, NULL, a->ln2,
-                                  PW(bidx(l, FCW)), N, C, 4 * C, SET, s->pol));
+                                  PW(bidx(l, FCW)), N, C, 4 * C, SET, pol));
     mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
                           PW(bidx(l, LN2W)), a->ln2_mean, a->ln2_rstd, N, C);
     memcpy(dres, d->res2, nc); /* res2 = res + attproj */
     memcpy(d->attproj, d->res2, nc);
     if (s->dropped) MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, NC);
     MT_CALL(mt_linear_backward_ex(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj,
-                                  NULL, a->atty, PW(bidx(l, PROJW)), N, C, C, SET, s->pol));
-    MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH, s->pol));
+                                  NULL, a->atty, PW(bidx(l, PROJW)), N, C, C, SET, pol));
+    MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH, pol));
     MT_CALL(mt_linear_backward_ex(d->ln1, GW(bidx(l, QKVW)), GW(bidx(l, QKVB)), d->qkv, NULL, a->ln1,
-                                  PW(bidx(l, QKVW)), N, C, 3 * C, SET, s->pol));
+                                  PW(bidx(l, QKVW)), N, C, 3 * C, SET, pol));
     mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
                           PW(bidx(l, LN1W)), a->ln1_mean, a->ln1_rstd, N, C);
     mt_model_unit_done(m, l + 1);
   }
   if (s->dropped) MT_T(mt_model_dropout_backward)(s->denc, s->mask_enc, s->drop, (int64_t)N * C);
   mt_embedding_backward(GW(WTE), GW(WPE), s->denc, s->inp, B, T, C);
+  mt_model_holds_end(&s->holds, &s->held);
   mt_model_unit_done(m, 0); /* wte: the tied head's gradient came first */
   return 0;
 }
@@ -239,6 +254,7 @@ static double MT_T(gpt_flops)(const mt_model *m, double *fwd) {
 static void MT_T(gpt_destroy)(mt_model *m) {
   MT_T(gpt) *s = m->data;
   if (!s) return;
+  mt_nn_holds_free(&s->holds);
   for (int l = 0; l < 64; l++) {
     MT_T(free_acts)(&s->a[l]);
     MT_T(free_acts)(&s->d[l]);

@@ -17,6 +17,8 @@ typedef struct {
   const int32_t *y;
   const REAL *target;
   int B, dropped;          /* dropped: the last forward applied dropout      */
+  int held;                /* it holds its layers' inputs (models.h)          */
+  mt_nn_holds holds;
 } MT_T(mlp);
 
 static int MT_T(mlp_setup)(mt_model *m, const mt_mlp_hparams *hp, const mt_data_spec *spec,
@@ -78,13 +80,18 @@ static int MT_T(mlp_forward)(mt_model *m, const REAL *params, const mt_batch *bt
                             : NULL;
   s->B = B;
   s->dropped = bt->train && s->p > 0;
+  /* each layer's input feeds its forward and its weight gradient */
+  s->held = mt_model_holds_begin(&s->holds, bt, s->pol);
+  mt_nn_policy with;
+  const mt_nn_policy *pol = mt_model_policy(s->held, s->pol, &s->holds, &with);
   const REAL *in = x;
   for (int l = 0; l < s->nl; l++) {
     MT_CALL(mt_model_unit_use(m, l, 0));
+    MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, in, (int64_t)B * s->dim[l]));
     const REAL *b = params + m->params.p[2 * l + 1].offset;
     const int hidden = l < s->nl - 1; /* ReLU (and dropout) after it */
     MT_CALL(mt_linear_forward_ex(s->act[l], in, MT_T(W)(m, params, l), b, B, s->dim[l],
-                                 s->dim[l + 1], hidden ? MT_LINEAR_RELU : 0u, s->pol));
+                                 s->dim[l + 1], hidden ? MT_LINEAR_RELU : 0u, pol));
     if (hidden && s->dropped) MT_T(mt_model_dropout)(s->act[l], s->mask[l], s->p, bt, l, s->dim[l + 1]);
     in = s->act[l];
   }
@@ -119,6 +126,8 @@ static int MT_T(mlp_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   MT_CHECK(m->dtype == MT_DT, MT_ERR_STATE, "mlp: backward of another precision than set up");
   MT_CHECK(B == s->B, MT_ERR_STATE, "mlp backward of %d samples after a forward of %d", B, s->B);
   const int K = s->dim[s->nl];
+  mt_nn_policy with;
+  const mt_nn_policy *pol = mt_model_policy(s->held, s->pol, &s->holds, &with);
   /* the loss adds into its gradient; every other dact is written whole by
    * the layer above (MT_LINEAR_SET_DINP) */
   memset(s->dact[s->nl - 1], 0, (size_t)B * K * sizeof(REAL));
@@ -140,9 +149,10 @@ static int MT_T(mlp_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     REAL *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
     MT_CALL(mt_linear_backward_ex(l ? s->dact[l - 1] : NULL, dw, db, dout, s->act[l], in,
                                   MT_T(W)(m, params, l), B, s->dim[l], s->dim[l + 1],
-                                  set | (hidden ? MT_LINEAR_RELU : 0u), s->pol));
+                                  set | (hidden ? MT_LINEAR_RELU : 0u), pol));
     mt_model_unit_done(m, l);
   }
+  mt_model_holds_end(&s->holds, &s->held);
   return 0;
 }
 
@@ -163,6 +173,8 @@ static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
   MT_CHECK(max_norm > 0, MT_ERR_ARG, "mlp: clipping norm %g must be > 0", max_norm);
   for (int l = 0; l < s->nl; l++) memset(s->dact[l], 0, (size_t)B * s->dim[l + 1] * sizeof(REAL));
   const int K = s->dim[s->nl];
+  mt_nn_policy with;
+  const mt_nn_policy *pol = mt_model_policy(s->held, s->pol, &s->holds, &with);
   if (s->regression)
     mt_mse_backward(s->dact[s->nl - 1], s->act[s->nl - 1], s->target, (REAL)1 / (REAL)K, B, K);
   else
@@ -179,7 +191,7 @@ static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
     mt_dp_linear_norms2(norms, dout, OC, l ? s->act[l - 1] : s->x, IC, B);
     if (l)
       MT_CALL(mt_gemm('N', 'N', B, IC, OC, (REAL)1, dout, OC, MT_T(W)(m, params, l), IC, (REAL)1,
-                      s->dact[l - 1], IC, s->pol));
+                      s->dact[l - 1], IC, pol));
   }
   for (int i = 0; i < B; i++) {
     norms[i] = sqrt(norms[i]);
@@ -196,8 +208,9 @@ static int MT_T(mlp_backward_clipped)(mt_model *m, const REAL *params, REAL *gra
     const REAL *in = l ? s->act[l - 1] : s->x;
     REAL *dw = grads + m->params.p[2 * l].offset, *db = grads + m->params.p[2 * l + 1].offset;
     MT_CALL(mt_linear_backward(NULL, dw, db, s->dact[l], in, MT_T(W)(m, params, l), B, s->dim[l],
-                               s->dim[l + 1], s->pol));
+                               s->dim[l + 1], pol));
   }
+  mt_model_holds_end(&s->holds, &s->held);
   return 0;
 }
 #endif
@@ -219,6 +232,7 @@ static double MT_T(mlp_flops)(const mt_model *m, double *fwd) {
 static void MT_T(mlp_destroy)(mt_model *m) {
   MT_T(mlp) *s = m->data;
   if (!s) return;
+  mt_nn_holds_free(&s->holds);
   for (int l = 0; l < s->nl; l++) {
     mt_free(&s->act[l]);
     mt_free(&s->dact[l]);

@@ -3,6 +3,7 @@
 #define MT_MODELS_H
 
 #include "core/core.h"
+#include "nn/lowp.h"
 #include "mpitrain/mpitrain.h"
 
 #include <stdint.h>
@@ -158,6 +159,26 @@ int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint6
 
 /* Helpers of the models for float and double (registry_t.h): declared
  * once in models_decl_t.h, as nn.h does for the layers. */
+/* Held activations (nn/lowp.h): a training forward under a low precision
+ * holds the activations that feed a GEMM of its own and one of the
+ * backward, converted, in a table of the model's, and both passes compute
+ * under a policy that looks in it (mt_model_policy); the backward clears
+ * it. Begin (at the forward's start) clears what an earlier forward left
+ * and answers whether this one holds. */
+static inline int mt_model_holds_begin(mt_nn_holds *t, const mt_batch *bt,
+                                       const mt_nn_policy *pol) {
+  mt_nn_holds_clear(t, 0);
+  return bt->train && mt_nn_compute(pol) != MT_PREC_FP32;
+}
+static inline void mt_model_holds_end(mt_nn_holds *t, int *held) {
+  mt_nn_holds_clear(t, 0);
+  *held = 0;
+}
+static inline const mt_nn_policy *mt_model_policy(int held, const mt_nn_policy *p, mt_nn_holds *t,
+                                                  mt_nn_policy *copy) {
+  return held ? mt_nn_with_holds(p, t, copy) : p;
+}
+
 #define MT_TEMPLATE "models/models_decl_t.h"
 #include "core/real_t.h"
 

@@ -31,3 +31,15 @@ static inline REAL *MT_T(mt_model_logits)(const mt_batch_stats *st) {
  * type: x itself for float; for double widened into scratch (n values),
  * which is returned. */
 const REAL *MT_T(mt_model_input)(REAL *scratch, const float *x, int64_t n);
+
+/* Holds x (n values) in t when held says so (mt_model_holds_begin); the
+ * double model holds nothing. */
+static inline int MT_T(mt_model_hold)(int held, mt_nn_holds *t, const mt_nn_policy *pol,
+                                      const REAL *x, int64_t n) {
+#if MT_F64
+  (void)held, (void)t, (void)pol, (void)x, (void)n;
+  return 0;
+#else
+  return held ? mt_nn_hold(t, pol, x, (size_t)n) : 0;
+#endif
+}

@@ -8,6 +8,7 @@
  * float and double (the template attention_t.h; double's products through
  * the BLAS's dgemm). */
 #include "nn/fastmath.h"
+#include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 

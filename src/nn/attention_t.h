@@ -58,6 +58,15 @@ int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, con
   const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
   const REAL scale = (REAL)1 / MT_SQRT((REAL)hs);
   int err = 0;
+#if !MT_F64
+  /* every head's dout slice feeds two products: converted once (the
+   * workers read the table through the policy) */
+  mt_nn_holds *held = mt_nn_holds_local();
+  const int held0 = held->n;
+  mt_nn_policy with;
+  MT_CALL(mt_nn_hold(held, pol, dout, (size_t)B * T * C));
+  pol = mt_nn_with_holds(pol, held, &with);
+#endif
 #pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
@@ -88,6 +97,9 @@ int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, con
         err = 1;
       }
     }
+#if !MT_F64
+  mt_nn_holds_clear(held, held0);
+#endif
   MT_CHECK(!err, MT_ERR_LIB, "attention backward: a GEMM failed (B=%d T=%d C=%d NH=%d)", B, T, C,
            NH);
   return 0;

@@ -10,6 +10,7 @@
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Exported by libdnnl 2.x but not declared in its public headers: the same
@@ -28,15 +29,27 @@ size_t mt_nn_weight_cache_elem(mt_precision p) {
   return p == MT_PREC_BF16 ? sizeof(uint16_t) : p == MT_PREC_FP16 ? sizeof(float) : 0;
 }
 
-void mt_nn_weight_cache_fill(mt_nn_policy *p, const float *params, void *cache, size_t n) {
-  if (p->compute == MT_PREC_BF16) {
-    mt_f32_to_bf16(cache, params, n);
-  } else if (p->compute == MT_PREC_FP16) {
-    memcpy(cache, params, n * sizeof(float));
-    mt_round_fp16(cache, n);
+static _Thread_local uint64_t converted_;
+
+uint64_t mt_nn_converted(void) { return converted_; }
+
+/* n floats of src into dst in precision p (bf16 bits, or fp16 values held
+ * in floats); 0 when p is fp32 */
+static int convert(mt_precision p, void *dst, const float *src, size_t n) {
+  if (p == MT_PREC_BF16) {
+    mt_f32_to_bf16(dst, src, n);
+  } else if (p == MT_PREC_FP16) {
+    memcpy(dst, src, n * sizeof(float));
+    mt_round_fp16(dst, n);
   } else {
-    return;
+    return 0;
   }
+  converted_ += n;
+  return 1;
+}
+
+void mt_nn_weight_cache_fill(mt_nn_policy *p, const float *params, void *cache, size_t n) {
+  if (!convert(p->compute, cache, params, n)) return;
   p->cache_src = params;
   p->cache = cache;
   p->cache_n = n;
@@ -79,27 +92,110 @@ int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const
   return 0;
 }
 
+/* ------------------------------------------------------- held operands */
+
+typedef struct mt_nn_held {
+  const float *src;
+  size_t n;
+  void *copy; /* kept when cleared, grown as needed */
+  size_t cap;
+} held;
+
+/* MT_NN_NO_HOLDS=1 turns holding off (tests compare against it; the
+ * numbers are the same, only converted more often) */
+static int holds_off(void) {
+  static _Atomic int off = -1;
+  if (off < 0) {
+    const char *e = getenv("MT_NN_NO_HOLDS");
+    off = e && *e && strcmp(e, "0") != 0;
+  }
+  return off;
+}
+
+int mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) {
+  const size_t es = mt_nn_weight_cache_elem(mt_nn_compute(p));
+  if (!es || !x || !n || holds_off()) return 0;
+  if (t->n == t->cap) {
+    const int cap = t->cap ? 2 * t->cap : 16;
+    held *g = realloc(t->h, (size_t)cap * sizeof(*g));
+    if (!g) return 0; /* not held: the GEMMs convert as before */
+    memset(g + t->cap, 0, (size_t)(cap - t->cap) * sizeof(*g));
+    t->h = g;
+    t->cap = cap;
+  }
+  held *e = &t->h[t->n];
+  if (e->cap < n * es) {
+    mt_free(&e->copy);
+    e->cap = 0;
+    if (mt_calloc(&e->copy, n, es, "held low-precision operands")) {
+      mt_error_clear();
+      return 0;
+    }
+    e->cap = n * es;
+  }
+  convert(p->compute, e->copy, x, n);
+  e->src = x;
+  e->n = n;
+  t->n++;
+  return 0;
+}
+
+void mt_nn_holds_clear(mt_nn_holds *t, int from) {
+  if (from < t->n) t->n = from < 0 ? 0 : from;
+}
+
+void mt_nn_holds_free(mt_nn_holds *t) {
+  for (int i = 0; i < t->cap; i++) mt_free(&t->h[i].copy);
+  free(t->h);
+  *t = (mt_nn_holds){0};
+}
+
+const mt_nn_policy *mt_nn_with_holds(const mt_nn_policy *p, mt_nn_holds *t, mt_nn_policy *copy) {
+  if (!p) return NULL;
+  *copy = *p;
+  if (p->holds != t) t->next = p->holds;
+  copy->holds = t;
+  return copy;
+}
+
+static _Thread_local mt_nn_holds local_;
+
+mt_nn_holds *mt_nn_holds_local(void) { return &local_; }
+
 /* The operand X (rows x cols, leading dimension ld) converted to p's
  * precision: a view into p's weight cache when X lies inside the cached
- * parameters, else a packed copy (leading dimension cols) in scratch slot. */
+ * parameters, or into a held copy when inside a held range, else a packed
+ * copy (leading dimension cols) in scratch slot. */
 static int operand(const mt_nn_policy *p, const float *X, int64_t rows, int64_t cols, int64_t ld,
                    int slot, const void **out, int64_t *ldo) {
   const size_t es = mt_nn_weight_cache_elem(p->compute);
-  if (p->cache && X >= p->cache_src && X + (rows - 1) * ld + cols <= p->cache_src + p->cache_n) {
+  const float *end = X + (rows - 1) * ld + cols;
+  if (p->cache && X >= p->cache_src && end <= p->cache_src + p->cache_n) {
     *out = (const char *)p->cache + (size_t)(X - p->cache_src) * es;
     *ldo = ld;
     return 0;
   }
+  for (const mt_nn_holds *t = p->holds; t; t = t->next)
+    for (int i = 0; i < t->n; i++) {
+      const held *h = &t->h[i];
+      if (X >= h->src && end <= h->src + h->n) {
+        *out = (const char *)h->copy + (size_t)(X - h->src) * es;
+        *ldo = ld;
+        return 0;
+      }
+    }
   void *s;
   MT_CALL(mt_nn_scratch(slot, (size_t)(rows * cols) * es, &s));
   if (p->compute == MT_PREC_BF16) {
     uint16_t *d = s;
+    converted_ += (uint64_t)(rows * cols);
     if (ld == cols)
       mt_f32_to_bf16(d, X, (size_t)(rows * cols));
     else
       for (int64_t r = 0; r < rows; r++) mt_f32_to_bf16(d + r * cols, X + r * ld, (size_t)cols);
   } else {
     float *d = s;
+    converted_ += (uint64_t)(rows * cols);
     for (int64_t r = 0; r < rows; r++) memcpy(d + r * cols, X + r * ld, (size_t)cols * sizeof(float));
     mt_round_fp16(d, (size_t)(rows * cols));
   }

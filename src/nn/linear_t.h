@@ -60,12 +60,27 @@ int MT_T(mt_linear_backward_ex)(REAL *dinp, REAL *dw, REAL *db, REAL *dout, cons
       }
     }
   }
+#if !MT_F64
+  /* dout feeds both products: converted once under a low precision */
+  mt_nn_holds *held = mt_nn_holds_local();
+  const int held0 = held->n;
+  mt_nn_policy with;
+  if (dinp) {
+    MT_CALL(mt_nn_hold(held, pol, dout, (size_t)B * OC));
+    pol = mt_nn_with_holds(pol, held, &with);
+  }
+#endif
+  int e = 0;
   if (dinp)
-    MT_CALL(MT_T(mt_gemm)('N', 'N', B, IC, OC, (REAL)1, dout, OC, w, IC,
-                          (flags & MT_LINEAR_SET_DINP) ? (REAL)0 : (REAL)1, dinp, IC, pol));
-  MT_CALL(MT_T(mt_gemm)('T', 'N', OC, IC, B, (REAL)1, dout, OC, inp, IC, set ? (REAL)0 : (REAL)1,
-                        dw, IC, pol));
-  return 0;
+    e = MT_T(mt_gemm)('N', 'N', B, IC, OC, (REAL)1, dout, OC, w, IC,
+                      (flags & MT_LINEAR_SET_DINP) ? (REAL)0 : (REAL)1, dinp, IC, pol);
+  if (!e)
+    e = MT_T(mt_gemm)('T', 'N', OC, IC, B, (REAL)1, dout, OC, inp, IC, set ? (REAL)0 : (REAL)1,
+                      dw, IC, pol);
+#if !MT_F64
+  mt_nn_holds_clear(held, held0);
+#endif
+  return e;
 }
 
 int MT_T(mt_linear_backward)(REAL *dinp, REAL *dw, REAL *db, const REAL *dout, const REAL *inp,

@@ -39,6 +39,18 @@
  * weights. The threads' models share the trainer's policy: the cache is
  * filled and cleared outside their parallel compute, and only read in it.
  *
+ * Held operands (mt_nn_hold): an activation that several GEMMs read (a
+ * layer's input: its forward and its weight gradient; a gradient: the
+ * linear backward's two products; attention's q, k, v: every head's
+ * products) is converted once, when held, into a table of held operands,
+ * and a GEMM whose policy points to that table (mt_nn_with_holds) reads the
+ * converted copy of any operand inside it. The holder promises the values
+ * do not change until it clears the table. A model owns the table of its
+ * forward-to-backward holds (so it does not matter which thread runs its
+ * backward); a layer holding for the span of one call uses the calling
+ * thread's (mt_nn_holds_local). MT_NN_NO_HOLDS=1 in the environment turns
+ * holding off (the same numbers, converted at every GEMM).
+ *
  * Scratch: operands outside the cache are converted into per-thread
  * scratch buffers that grow to the largest size seen and are then reused
  * (allocation happens in the first steps only). They cache allocations,
@@ -59,7 +71,16 @@ typedef struct mt_nn_policy {
   const float *cache_src;
   const void *cache;
   size_t cache_n;
+  /* held operands the GEMMs look in (mt_nn_with_holds), NULL: none */
+  const struct mt_nn_holds *holds;
 } mt_nn_policy;
+
+/* A table of held operands (mt_nn_hold); {0} is an empty one. */
+typedef struct mt_nn_holds {
+  struct mt_nn_held *h; /* n in use, then free ones keeping their copies */
+  int n, cap;
+  const struct mt_nn_holds *next; /* searched after this one */
+} mt_nn_holds;
 
 /* A policy computing in compute (round_outputs only counts for a low
  * precision), its cache off. */
@@ -88,6 +109,23 @@ int mt_nn_scratch(int slot, size_t bytes, void **p);
  * itself when p is fp32. */
 int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const float **out);
 
+/* Converts x[0..n) to p's precision into table t, now; GEMMs under a
+ * policy with t (mt_nn_with_holds) read it until t is cleared. Nothing
+ * under fp32 or a NULL policy; when the copy cannot be made, GEMMs convert
+ * as without a hold. */
+int mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n);
+/* Drops t's holds from the nth on (0: all), keeping their memory. */
+void mt_nn_holds_clear(mt_nn_holds *t, int from);
+void mt_nn_holds_free(mt_nn_holds *t);
+/* A copy of p (NULL stays NULL) whose GEMMs look in t, then in the tables
+ * p looked in. */
+const mt_nn_policy *mt_nn_with_holds(const mt_nn_policy *p, mt_nn_holds *t, mt_nn_policy *copy);
+/* The calling thread's table, for holds that end within one call
+ * (clear from the n it found). */
+mt_nn_holds *mt_nn_holds_local(void);
+/* Elements converted by the calling thread's GEMM operands and holds so far
+ * (tests: a held operand is converted once). */
+uint64_t mt_nn_converted(void);
 /* Whether oneDNN's bf16 GEMM runs on this CPU in bf16 instructions
  * (AVX512_BF16 or AMX, as oneDNN's effective ISA says); without them
  * mt_gemm_lowp computes bf16 products in fp32 from the bf16 operands (the
