@@ -595,6 +595,16 @@ static void test_holds(void) {
   mt_nn_holds_clear(loc, n0 + 1);
   CHECK(loc->n == n0 + 1, "clearing from the second leaves the first");
   mt_nn_holds_clear(loc, n0);
+  /* tables chain (a layer's local one, then the model's); a table already
+   * in the chain is not linked again (no cycle: a GEMM outside every
+   * range ends) */
+  mt_nn_policy w2, w3;
+  const mt_nn_policy *hp2 = mt_nn_with_holds(hp, loc, &w2);
+  mt_nn_with_holds(hp2, &t, &w3);
+  CHECK(loc->next == &t && t.next == NULL, "tables chain without a cycle");
+  CHECK(mt_gemm_lowp('N', 'N', 4, N, 6, 1.0f, blk, L, W, N, 0.0f, C1, N, hp2) == 0 &&
+            memcmp(C0, C1, sizeof(float) * 4 * N) == 0,
+        "a GEMM through the chain, no operand held");
   const mt_nn_policy f32 = mt_nn_policy_make(MT_PREC_FP32, 0);
   CHECK(mt_nn_hold(&t, &f32, X, R * L) == 0 && t.n == 0 && mt_nn_hold(&t, NULL, X, 1) == 0 &&
             t.n == 0, "fp32 and no policy hold nothing");

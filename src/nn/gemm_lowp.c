@@ -153,7 +153,9 @@ void mt_nn_holds_free(mt_nn_holds *t) {
 const mt_nn_policy *mt_nn_with_holds(const mt_nn_policy *p, mt_nn_holds *t, mt_nn_policy *copy) {
   if (!p) return NULL;
   *copy = *p;
-  if (p->holds != t) t->next = p->holds;
+  for (const mt_nn_holds *c = p->holds; c; c = c->next)
+    if (c == t) return copy; /* searched already: no cycle */
+  t->next = p->holds;
   copy->holds = t;
   return copy;
 }
