@@ -31,6 +31,14 @@ static void test_gelu(mt_gelu_kind kind) {
   cmp(&r, "dinp", dinp, n, REF_TOL, what);
   mt_gelu_backward(dinp, dout, inp, n, kind);
   cmp2(&r, "dinp", dinp, n, what);
+  /* MT_GELU_SET_DINP writes dinp whole without reading it (NaN before),
+   * in place too */
+  for (int64_t i = 0; i < n; i++) dinp[i] = NAN;
+  mt_gelu_backward_ex(dinp, dout, inp, n, kind, MT_GELU_SET_DINP);
+  cmp(&r, "dinp", dinp, n, REF_TOL, what);
+  memcpy(dinp, dout, (size_t)n * sizeof(float));
+  mt_gelu_backward_ex(dinp, dinp, inp, n, kind, MT_GELU_SET_DINP);
+  cmp(&r, "dinp", dinp, n, REF_TOL, what);
   /* finite differences on the first 40 inputs (tails excluded: flat) */
   gelu_ctx x = {out, inp + 3, dout, 40, kind};
   memset(dinp, 0, (size_t)n * sizeof(float));
@@ -195,6 +203,11 @@ static void test_attention(int B, int T, int C, int NH) {
   cmp(&r, "dinp", dinp, ni, REF_TOL, what);
   mt_attention_backward(dinp, pre, dout, inp, att, B, T, C, NH, NULL);
   cmp2(&r, "dinp", dinp, ni, what);
+  /* MT_ATTN_SET_DINP writes dinp whole without reading it (NaN before) */
+  for (int64_t i = 0; i < ni; i++) dinp[i] = NAN;
+  CHECK(mt_attention_backward_ex(dinp, pre, dout, inp, att, B, T, C, NH, MT_ATTN_SET_DINP, NULL) ==
+            0, "%s backward, set, returns 0", what);
+  cmp(&r, "dinp", dinp, ni, REF_TOL, what);
   att_ctx x = {out, pre, att, inp, dout, B, T, C, NH};
   memset(dinp, 0, (size_t)ni * sizeof(float));
   att_loss(&x);

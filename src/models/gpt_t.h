@@ -186,16 +186,12 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   const size_t nc = (size_t)NC * sizeof(REAL);
   const REAL *last = s->L ? s->a[s->L - 1].res3 : s->enc;
   REAL *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
-  /* Activation gradients: the GEMMs set (=) those they alone write, the
-   * residual branches are copies; zeroed first are only the buffers whose
-   * producer adds (+=): the loss's (it skips ignored tokens), attention's,
-   * GELU's and the final layer norm's. */
+  /* Activation gradients: the GEMMs, GELU and attention set (=) those they
+   * alone write, the residual branches are copies; zeroed first are only
+   * the loss's (it skips ignored tokens) and the final layer norm's
+   * (added to). */
   memset(s->dlogits, 0, (size_t)N * V * sizeof(REAL));
   memset(dlast, 0, nc);
-  for (int l = 0; l < s->L; l++) {
-    memset(s->d[l].qkv, 0, 3 * nc);
-    memset(s->d[l].fch, 0, 4 * nc);
-  }
   enum { SET = MT_LINEAR_SET_DINP };
   /* logits held the softmax after forward (probs == logits) */
   mt_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (REAL)T, N, V);
@@ -216,7 +212,7 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, NC);
     MT_CALL(mt_linear_backward_ex(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj,
                                   NULL, a->fch_gelu, PW(bidx(l, FCPW)), N, 4 * C, C, SET, pol));
-    mt_gelu_backward(d->fch, d->fch_gelu, a->fch, 4 * NC, s->gelu);
+    mt_gelu_backward_ex(d->fch, d->fch_gelu, a->fch, 4 * NC, s->gelu, MT_GELU_SET_DINP);
     MT_CALL(mt_linear_backward_ex(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, NULL, a->ln2,
                                   PW(bidx(l, FCW)), N, C, 4 * C, SET, pol));
     mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
@@ -226,7 +222,8 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
     if (s->dropped) MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, NC);
     MT_CALL(mt_linear_backward_ex(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj,
                                   NULL, a->atty, PW(bidx(l, PROJW)), N, C, C, SET, pol));
-    MT_CALL(mt_attention_backward(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH, pol));
+    MT_CALL(mt_attention_backward_ex(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH,
+                                     MT_ATTN_SET_DINP, pol));
     MT_CALL(mt_linear_backward_ex(d->ln1, GW(bidx(l, QKVW)), GW(bidx(l, QKVB)), d->qkv, NULL, a->ln1,
                                   PW(bidx(l, QKVW)), N, C, 3 * C, SET, pol));
     mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,

@@ -48,15 +48,17 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
   return 0;
 }
 
-int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
-                                const REAL *att, int B, int T, int C, int NH,
-                                const mt_nn_policy *pol) {
+int MT_T(mt_attention_backward_ex)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
+                                   const REAL *att, int B, int T, int C, int NH, unsigned flags,
+                                   const mt_nn_policy *pol) {
   // dout is (B,T,C); inp and dinp are (B,T,3C); att and scratch are (B,NH,T,T)
   MT_CHECK(B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0, MT_ERR_ARG,
            "attention: C=%d must be a positive multiple of NH=%d (B=%d, T=%d)", C, NH, B, T);
   const int hs = C / NH;
   const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
   const REAL scale = (REAL)1 / MT_SQRT((REAL)hs);
+  /* each of dq, dk, dv of a head is one product's: set (=) or added to */
+  const REAL beta = (flags & MT_ATTN_SET_DINP) ? (REAL)0 : (REAL)1;
   int err = 0;
 #if !MT_F64
   /* every head's dout slice feeds two products: converted once (the
@@ -79,19 +81,21 @@ int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, con
       int e = 0;
       /* datt (T,T) = dout_h v^T; dv += att^T dout_h */
       e |= MT_T(mt_gemm)('N', 'T', T, T, hs, (REAL)1, d, C, v, C3, (REAL)0, da, T, pol);
-      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, (REAL)1, a, T, d, C, (REAL)1, dv, C3, pol);
+      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, (REAL)1, a, T, d, C, beta, dv, C3, pol);
       /* softmax backward per row, in place: dpre = att * (datt - <att, datt>) */
       for (int t = 0; t < T; t++) {
         const REAL *ar = a + (int64_t)t * T;
         REAL *dr = da + (int64_t)t * T;
         REAL dot = (REAL)0;
+#pragma omp simd reduction(+ : dot)
         for (int t2 = 0; t2 <= t; t2++) dot += ar[t2] * dr[t2];
+#pragma omp simd
         for (int t2 = 0; t2 <= t; t2++) dr[t2] = ar[t2] * (dr[t2] - dot);
         for (int t2 = t + 1; t2 < T; t2++) dr[t2] = (REAL)0;
       }
       /* pre = scale q k^T: dq += scale dpre k; dk += scale dpre^T q */
-      e |= MT_T(mt_gemm)('N', 'N', T, hs, T, scale, da, T, k, C3, (REAL)1, dq, C3, pol);
-      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, scale, da, T, q, C3, (REAL)1, dk, C3, pol);
+      e |= MT_T(mt_gemm)('N', 'N', T, hs, T, scale, da, T, k, C3, beta, dq, C3, pol);
+      e |= MT_T(mt_gemm)('T', 'N', T, hs, T, scale, da, T, q, C3, beta, dk, C3, pol);
       if (e) {
 #pragma omp atomic write
         err = 1;
@@ -103,4 +107,10 @@ int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, con
   MT_CHECK(!err, MT_ERR_LIB, "attention backward: a GEMM failed (B=%d T=%d C=%d NH=%d)", B, T, C,
            NH);
   return 0;
+}
+
+int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
+                                const REAL *att, int B, int T, int C, int NH,
+                                const mt_nn_policy *pol) {
+  return MT_T(mt_attention_backward_ex)(dinp, scratch, dout, inp, att, B, T, C, NH, 0, pol);
 }

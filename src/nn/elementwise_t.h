@@ -35,25 +35,41 @@ void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind k
   }
 }
 
-void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
-                            mt_gelu_kind kind) {
-  if (kind == MT_GELU_TANH) {
+/* gelu'(x), both forms */
+static inline REAL MT_T(gelu_tanh_grad)(REAL x) {
+  const REAL e = GELU_E(x), sg = (REAL)1 / ((REAL)1 + e);
+  const REAL du = GELU_BETA * ((REAL)1 + (REAL)3 * GELU_KAPPA * x * x);
+  /* (x sigma(2u))' = sigma + 2 x sigma (1 - sigma) u', 1 - sigma = e sigma */
+  return sg + (REAL)2 * x * sg * sg * e * du;
+}
+static inline REAL MT_T(gelu_erf_grad)(REAL x) {
+  const REAL cdf = (REAL)0.5 * ((REAL)1 + MT_ERF(x * INV_SQRT2));
+  return cdf + x * INV_SQRT_2PI * MT_EXP((REAL)-0.5 * x * x);
+}
+
+void MT_T(mt_gelu_backward_ex)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
+                               mt_gelu_kind kind, unsigned flags) {
+  /* one loop per form and mode, so that a set (=) never reads dinp */
+  if (flags & MT_GELU_SET_DINP) {
+    if (kind == MT_GELU_TANH) {
 #pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
-    for (int64_t i = 0; i < n; i++) {
-      const REAL x = inp[i], e = GELU_E(x), sg = (REAL)1 / ((REAL)1 + e);
-      const REAL du = GELU_BETA * ((REAL)1 + (REAL)3 * GELU_KAPPA * x * x);
-      /* (x sigma(2u))' = sigma + 2 x sigma (1 - sigma) u', 1 - sigma = e sigma */
-      dinp[i] += dout[i] * (sg + (REAL)2 * x * sg * sg * e * du);
+      for (int64_t i = 0; i < n; i++) dinp[i] = dout[i] * MT_T(gelu_tanh_grad)(inp[i]);
+    } else {
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
+      for (int64_t i = 0; i < n; i++) dinp[i] = dout[i] * MT_T(gelu_erf_grad)(inp[i]);
     }
+  } else if (kind == MT_GELU_TANH) {
+#pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
+    for (int64_t i = 0; i < n; i++) dinp[i] += dout[i] * MT_T(gelu_tanh_grad)(inp[i]);
   } else {
 #pragma omp parallel for simd schedule(static) if (parallel : n > EW_PAR)
-    for (int64_t i = 0; i < n; i++) {
-      const REAL x = inp[i];
-      const REAL cdf = (REAL)0.5 * ((REAL)1 + MT_ERF(x * INV_SQRT2));
-      const REAL pdf = INV_SQRT_2PI * MT_EXP((REAL)-0.5 * x * x);
-      dinp[i] += dout[i] * (cdf + x * pdf);
-    }
+    for (int64_t i = 0; i < n; i++) dinp[i] += dout[i] * MT_T(gelu_erf_grad)(inp[i]);
   }
+}
+
+void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
+                            mt_gelu_kind kind) {
+  MT_T(mt_gelu_backward_ex)(dinp, dout, inp, n, kind, 0);
 }
 
 /* -------------------------------------------------------------- residual */

@@ -121,6 +121,9 @@ enum {
 
 /* What mt_maxpool2d_backward_ex does (or'ed). */
 enum { MT_POOL_SET_DINP = 1 /* dinp written whole (=), not += */ };
+/* What mt_gelu_backward_ex and mt_attention_backward_ex do. */
+enum { MT_GELU_SET_DINP = 1 /* dinp written whole (=), not += */ };
+enum { MT_ATTN_SET_DINP = 1 /* dinp written whole (=), not += */ };
 
 /* ------------------------------------------------- every layer, both types */
 
@@ -179,9 +182,13 @@ enum { MT_POOL_SET_DINP = 1 /* dinp written whole (=), not += */ };
 #define mt_attention_forward(out, ...) MT_NN_PICK(out, mt_attention_forward)(out, __VA_ARGS__)
 #define mt_attention_backward(dinp, scratch, dout, ...) \
   MT_NN_PICK(dout, mt_attention_backward)(dinp, scratch, dout, __VA_ARGS__)
+#define mt_attention_backward_ex(dinp, scratch, dout, ...) \
+  MT_NN_PICK(dout, mt_attention_backward_ex)(dinp, scratch, dout, __VA_ARGS__)
 #define mt_gelu_forward(out, ...) MT_NN_PICK(out, mt_gelu_forward)(out, __VA_ARGS__)
 #define mt_gelu_backward(dinp, dout, ...) \
   MT_NN_PICK(dout, mt_gelu_backward)(dinp, dout, __VA_ARGS__)
+#define mt_gelu_backward_ex(dinp, dout, ...) \
+  MT_NN_PICK(dout, mt_gelu_backward_ex)(dinp, dout, __VA_ARGS__)
 #define mt_residual_forward(out, ...) MT_NN_PICK(out, mt_residual_forward)(out, __VA_ARGS__)
 #define mt_residual_backward(da, db, dout, ...) \
   MT_NN_PICK(dout, mt_residual_backward)(da, db, dout, __VA_ARGS__)

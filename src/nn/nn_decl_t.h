@@ -146,17 +146,23 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
                                int C, int NH, const mt_nn_policy *pol);
 /* dinp (B,T,3C) += gradient of q, k, v. scratch holds B*NH*T*T values and
  * is overwritten; the forward's preatt may serve (backward does not need
- * it). */
+ * it). _ex with MT_ATTN_SET_DINP: dinp written whole (=). */
 int MT_T(mt_attention_backward)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
                                 const REAL *att, int B, int T, int C, int NH,
                                 const mt_nn_policy *pol);
+int MT_T(mt_attention_backward_ex)(REAL *dinp, REAL *scratch, const REAL *dout, const REAL *inp,
+                                   const REAL *att, int B, int T, int C, int NH, unsigned flags,
+                                   const mt_nn_policy *pol);
 
 /* GELU (mt_gelu_kind). The tanh form as x sigmoid(2u) with float's
  * vectorisable mt_vexp (nn/fastmath.h), double's libm's exp. */
 void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind kind);
-/* dinp += dout * gelu'(inp). */
+/* dinp += dout * gelu'(inp); _ex with MT_GELU_SET_DINP: dinp = (dinp may
+ * then be dout: in place). */
 void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
                             mt_gelu_kind kind);
+void MT_T(mt_gelu_backward_ex)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,
+                               mt_gelu_kind kind, unsigned flags);
 
 /* out = a + b (n elements; out may alias a or b); backward: da += dout,
  * db += dout (either may be NULL). */
