@@ -157,8 +157,6 @@ static inline int mt_first_err(int err, int e) { return err ? err : e; }
  * with norms re-initialises theirs afterwards.) */
 int mt_init_torch_default(const mt_model *m, float *params, uint64_t seed, uint64_t purpose);
 
-/* Helpers of the models for float and double (registry_t.h): declared
- * once in models_decl_t.h, as nn.h does for the layers. */
 /* Held activations (nn/lowp.h): a training forward under a low precision
  * holds the activations that feed a GEMM of its own and one of the
  * backward, converted, in a table of the model's, and both passes compute
@@ -179,6 +177,8 @@ static inline const mt_nn_policy *mt_model_policy(int held, const mt_nn_policy *
   return held ? mt_nn_with_holds(p, t, copy) : p;
 }
 
+/* Helpers of the models for float and double (registry_t.h): declared
+ * once in models_decl_t.h, as nn.h does for the layers. */
 #define MT_TEMPLATE "models/models_decl_t.h"
 #include "core/real_t.h"
 
