@@ -55,11 +55,12 @@ bad_run() {
 
 # A checkpoint whose position (trainer state attributes, no checksum) is
 # damaged: a restart is refused naming the file (tests/fuzz found an epoch
-# of INT_MIN overflowing the step arithmetic).
+# of INT_MIN overflowing the step arithmetic). Step 2 of 2 is a position
+# (the epoch's end, test_restart.sh); 3 is not.
 d=$WORK/ckpt-run
 RUN=(-backend sp -data_train "$WORK/good.h5" "${SMALL[@]}" -max_train_steps_per_epoch 2 -output_dir "$d")
 expect_ok "a run writes a checkpoint" run_mpi 1 "$T" "$MPITRAIN" "${RUN[@]}" -checkpoint_every_steps 1
-for kv in "state_epoch -2147483648" "state_step 2" "state_step -1"; do
+for kv in "state_epoch -2147483648" "state_step 3" "state_step -1"; do
   ck=$WORK/ckpt-${kv// /_}.h5
   cp "$d/checkpoints/ckpt-1.h5" "$ck" && "$MKBAD" $kv "$ck" || bail "mkbad $kv failed"
   expect_error "restart from a checkpoint with $kv" "checkpoint $ck: trainer state epoch" \

@@ -3,6 +3,7 @@
 # - resuming mid-epoch at the same rank count and backend repeats the
 #   uninterrupted run bit for bit (parameters, per-step losses, curve);
 # - resuming on another rank count / backend gives its parameters to 1e-6;
+# - a checkpoint at an epoch's last step resumes at that epoch's end;
 # - SIGUSR1 -> checkpoint -> exit 75 -> -restart auto -> the same result;
 # - -restart auto skips a damaged newest checkpoint, naming it;
 # - incompatible checkpoints are refused with a clear message.
@@ -52,6 +53,21 @@ expect_ok "uninterrupted sp run" \
 expect_ok "sp restart from step 7" \
   run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -restart "$WORK/P/checkpoints/ckpt-7.h5" -output_dir "$WORK/P7"
 same_bits "sp resume from step 7 is bit-exact" P P7
+
+# a checkpoint at an epoch's last step (a signal or -checkpoint_every_steps
+# there, no epoch checkpoint after it): the restart runs that epoch's end
+# (validation, curve row) and goes on, bit-exact
+expect_ok "a checkpoint at the epoch's last step (12 of 12)" \
+  run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -checkpoint_every_steps 12 \
+  -checkpoint_every_epochs 0 -checkpoint_at_end 0 -output_dir "$WORK/E"
+expect_ok "restart from it" \
+  run_mpi 1 120 "$MPITRAIN" "${opts[@]}" -backend sp -restart "$WORK/E/checkpoints/ckpt-12.h5" \
+  -output_dir "$WORK/E12"
+expect_output "it says the epoch's steps came before the restart" "(its steps before the restart)"
+same_bits "resume at an epoch's end is bit-exact" P E12
+if cmp -s <(cut -d, -f1-4,7- "$WORK/P/curve.csv") <(cut -d, -f1-4,7- "$WORK/E12/curve.csv"); then
+  pass "learning curve after a restart at an epoch's end identical (timings aside)"
+else fail "learning curve after a restart at an epoch's end identical" "curve.csv differs"; fi
 
 # a crash in the middle of a write leaves only a .tmp: auto takes the last good one
 cp -r "$WORK/P" "$WORK/Q"

@@ -402,11 +402,14 @@ static int restore(mt_trainer *t, const char *path) {
   if (!err) err = tensors(t, bufs, &ts);
   if (!err) err = mt_ckpt_read(t->comm->world, path, &ts, NULL, NULL);
   /* the position is in attributes, which no checksum covers: a damaged one
-   * must not index outside the epoch (tests/fuzz: step_in_epoch INT_MIN) */
+   * must not index outside the epoch (tests/fuzz: step_in_epoch INT_MIN).
+   * step_in_epoch == steps_per_epoch: the epoch's steps are done, its end
+   * (validation, curve row, epoch checkpoint) is not (a signal or
+   * -checkpoint_every_steps at its last step): the restart runs that end. */
   int64_t step = 0;
   if (!err) err = mt_ckpt_state_get_i64(&st, "epoch", &v);
   if (!err) err = mt_ckpt_state_get_i64(&st, "step_in_epoch", &step);
-  if (!err && (v < 0 || v > INT_MAX || step < 0 || step >= t->steps_per_epoch))
+  if (!err && (v < 0 || v > INT_MAX || step < 0 || step > t->steps_per_epoch))
     err = MT_ERR(MT_ERR_DATA, "checkpoint %s: trainer state epoch %lld, step_in_epoch %lld is not a "
                  "position of this run's epochs of %lld steps (the file is damaged)", path,
                  (long long)v, (long long)step, (long long)t->steps_per_epoch);

@@ -405,8 +405,9 @@ static int gemm_log_step(mt_trainer *t, int begin) {
   return mt_agree(t->comm->world, err);
 }
 
-/* Runs steps [first, steps_per_epoch) of epoch; *stopped when a signal
- * made it checkpoint and stop. */
+/* Runs steps [first, steps_per_epoch) of epoch (none when a restart
+ * begins at the epoch's end); *stopped when a signal made it checkpoint and
+ * stop. */
 static int run_epoch(mt_trainer *t, int epoch, int64_t first, double *train_loss,
                      double *train_secs, int *stopped) {
   const mt_config *c = t->cfg;
@@ -559,9 +560,16 @@ int mt_trainer_run(mt_trainer *t) {
     double tm[2] = {secs, mt_now() - start};
     MT_MPI(MPI_Bcast(tm, 2, MPI_DOUBLE, 0, t->comm->world));
     secs = tm[0];
-    double rate = (double)t->steps_per_epoch * c->batch_size / secs;
-    mt_print0("epoch %d/%d done: train loss %.4f, %.1f s, %.0f samples/s\n", epoch + 1, c->epochs,
-              train_loss, secs, rate);
+    /* the steps this run took of the epoch (a restart's first: from its
+     * checkpoint on; none when that was the epoch's last step) */
+    const int64_t ran = t->steps_per_epoch - first;
+    double rate = ran > 0 ? (double)ran * c->batch_size / secs : NAN;
+    if (ran > 0)
+      mt_print0("epoch %d/%d done: train loss %.4f, %.1f s, %.0f samples/s\n", epoch + 1, c->epochs,
+                train_loss, secs, rate);
+    else
+      mt_print0("epoch %d/%d done: train loss %.4f (its steps before the restart)\n", epoch + 1,
+                c->epochs, train_loss);
     mt_profile_epoch(t, epoch, secs, t->backend->comm_bytes - bytes0);
     bytes0 = t->backend->comm_bytes;
     int nsets = c->nval ? c->nval : 0;
