@@ -87,7 +87,7 @@ static int MT_T(mlp_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   const REAL *in = x;
   for (int l = 0; l < s->nl; l++) {
     MT_CALL(mt_model_unit_use(m, l, 0));
-    MT_CALL(MT_T(mt_model_hold)(s->held, &s->holds, pol, in, (int64_t)B * s->dim[l]));
+    MT_T(mt_model_hold)(s->held, &s->holds, pol, in, (int64_t)B * s->dim[l]);
     const REAL *b = params + m->params.p[2 * l + 1].offset;
     const int hidden = l < s->nl - 1; /* ReLU (and dropout) after it */
     MT_CALL(mt_linear_forward_ex(s->act[l], in, MT_T(W)(m, params, l), b, B, s->dim[l],

@@ -34,12 +34,11 @@ const REAL *MT_T(mt_model_input)(REAL *scratch, const float *x, int64_t n);
 
 /* Holds x (n values) in t when held says so (mt_model_holds_begin); the
  * double model holds nothing. */
-static inline int MT_T(mt_model_hold)(int held, mt_nn_holds *t, const mt_nn_policy *pol,
-                                      const REAL *x, int64_t n) {
+static inline void MT_T(mt_model_hold)(int held, mt_nn_holds *t, const mt_nn_policy *pol,
+                                       const REAL *x, int64_t n) {
 #if MT_F64
   (void)held, (void)t, (void)pol, (void)x, (void)n;
-  return 0;
 #else
-  return held ? mt_nn_hold(t, pol, x, (size_t)n) : 0;
+  if (held) mt_nn_hold(t, pol, x, (size_t)n);
 #endif
 }

@@ -66,7 +66,7 @@ int MT_T(mt_attention_backward_ex)(REAL *dinp, REAL *scratch, const REAL *dout, 
   mt_nn_holds *held = mt_nn_holds_local();
   const int held0 = held->n;
   mt_nn_policy with;
-  MT_CALL(mt_nn_hold(held, pol, dout, (size_t)B * T * C));
+  mt_nn_hold(held, pol, dout, (size_t)B * T * C);
   pol = mt_nn_with_holds(pol, held, &with);
 #endif
 #pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1)

@@ -112,13 +112,13 @@ static int holds_off(void) {
   return off;
 }
 
-int mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) {
+void mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) {
   const size_t es = mt_nn_weight_cache_elem(mt_nn_compute(p));
-  if (!es || !x || !n || holds_off()) return 0;
+  if (!es || !x || !n || holds_off()) return;
   if (t->n == t->cap) {
     const int cap = t->cap ? 2 * t->cap : 16;
     held *g = realloc(t->h, (size_t)cap * sizeof(*g));
-    if (!g) return 0; /* not held: the GEMMs convert as before */
+    if (!g) return; /* not held: the GEMMs convert as before */
     memset(g + t->cap, 0, (size_t)(cap - t->cap) * sizeof(*g));
     t->h = g;
     t->cap = cap;
@@ -129,7 +129,7 @@ int mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) 
     e->cap = 0;
     if (mt_calloc(&e->copy, n, es, "held low-precision operands")) {
       mt_error_clear();
-      return 0;
+      return;
     }
     e->cap = n * es;
   }
@@ -137,7 +137,6 @@ int mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) 
   e->src = x;
   e->n = n;
   t->n++;
-  return 0;
 }
 
 void mt_nn_holds_clear(mt_nn_holds *t, int from) {
@@ -188,19 +187,11 @@ static int operand(const mt_nn_policy *p, const float *X, int64_t rows, int64_t 
     }
   void *s;
   MT_CALL(mt_nn_scratch(slot, (size_t)(rows * cols) * es, &s));
-  if (p->compute == MT_PREC_BF16) {
-    uint16_t *d = s;
-    converted_ += (uint64_t)(rows * cols);
-    if (ld == cols)
-      mt_f32_to_bf16(d, X, (size_t)(rows * cols));
-    else
-      for (int64_t r = 0; r < rows; r++) mt_f32_to_bf16(d + r * cols, X + r * ld, (size_t)cols);
-  } else {
-    float *d = s;
-    converted_ += (uint64_t)(rows * cols);
-    for (int64_t r = 0; r < rows; r++) memcpy(d + r * cols, X + r * ld, (size_t)cols * sizeof(float));
-    mt_round_fp16(d, (size_t)(rows * cols));
-  }
+  if (ld == cols)
+    convert(p->compute, s, X, (size_t)(rows * cols));
+  else
+    for (int64_t r = 0; r < rows; r++)
+      convert(p->compute, (char *)s + (size_t)(r * cols) * es, X + r * ld, (size_t)cols);
   *out = s;
   *ldo = cols;
   return 0;

@@ -66,7 +66,7 @@ int MT_T(mt_linear_backward_ex)(REAL *dinp, REAL *dw, REAL *db, REAL *dout, cons
   const int held0 = held->n;
   mt_nn_policy with;
   if (dinp) {
-    MT_CALL(mt_nn_hold(held, pol, dout, (size_t)B * OC));
+    mt_nn_hold(held, pol, dout, (size_t)B * OC);
     pol = mt_nn_with_holds(pol, held, &with);
   }
 #endif

@@ -113,7 +113,7 @@ int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const
  * policy with t (mt_nn_with_holds) read it until t is cleared. Nothing
  * under fp32 or a NULL policy; when the copy cannot be made, GEMMs convert
  * as without a hold. */
-int mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n);
+void mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n);
 /* Drops t's holds from the nth on (0: all), keeping their memory. */
 void mt_nn_holds_clear(mt_nn_holds *t, int from);
 void mt_nn_holds_free(mt_nn_holds *t);
