@@ -150,7 +150,7 @@ for dt in bf16 fp16; do
       v=0
       [ $h = plain ] && v=1
       MT_NN_NO_HOLDS=$v run_logged run_mpi 1 120 "$MPITRAIN" "${a[@]}" -backend sp-amp -amp_dtype $dt \
-        -threads 2 -log_every 0 -output_dir "$WORK/hold_${m}_${dt}_$h"
+        -threads 2 -thread_split batch -log_every 0 -output_dir "$WORK/hold_${m}_${dt}_$h"
       [ "$LAST_RC" = 0 ] || fail "$m sp-amp $dt ($h)" "exit $LAST_RC"
     done
     same "$m sp-amp $dt: held operands give the bits of converting at every GEMM" \

@@ -54,7 +54,7 @@ expect_ok "mlp: -log_gemm_shapes runs" run_mpi 1 120 "$MPITRAIN" "${mlp[@]}" -th
 same_shapes "mlp: the record is the step's GEMMs derived by hand" "$WORK/mlp.txt" "$(mlp_want 32 fp32 1)"
 # -thread_split batch: each of 2 threads its 16 rows, every thread's calls counted
 expect_ok "mlp 2 threads: -log_gemm_shapes runs" run_mpi 1 120 "$MPITRAIN" "${mlp[@]}" -threads 2 \
-  -output_dir "$WORK/o2" -log_gemm_shapes "$WORK/mlp2t.txt"
+  -thread_split batch -output_dir "$WORK/o2" -log_gemm_shapes "$WORK/mlp2t.txt"
 same_shapes "mlp 2 threads: 16 rows, 2 calls each" "$WORK/mlp2t.txt" "$(mlp_want 16 fp32 2)"
 # ddp on 2 ranks: rank 0's 16 rows
 expect_ok "mlp ddp 2 ranks: -log_gemm_shapes runs" run_mpi 2 120 "$MPITRAIN" "${mlp[@]}" -threads 1 \

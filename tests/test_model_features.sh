@@ -64,7 +64,7 @@ expect_output "-epochs 0 evaluates the validation set" "evaluation val[0]"
 close_to "cnn+bn: the 2-rank test loss equals the 1-rank one (ranks hold rank 0's buffers)" \
   "$(col "$WORK/bn-ddp2/test.csv" 2 5)" "$(col "$WORK/bn-eval/test.csv" 2 5)" 1e-6
 ok "cnn+bn with 2 threads asked to split the batch" 1 "${bn[@]}" -backend sp -micro_batch_size 12 \
-  -threads 2 -output_dir "$WORK/bn-sp12t"
+  -threads 2 -thread_split batch -output_dir "$WORK/bn-sp12t"
 expect_output "a model with running statistics does not split its batch" "-thread_split gemm"
 same "cnn+bn: 2 threads == 1 thread" bn-sp12 bn-sp12t 1e-5
 
@@ -76,7 +76,7 @@ dm=(-model mlp -mlp_hidden 40,24 -mlp_dropout 0.3 -data_train "$WORK/train.h5" -
   -log_step_losses -checkpoint_keep 0)
 ok "mlp dropout sp" 1 "${dm[@]}" -backend sp -threads 1 -output_dir "$WORK/do-sp"
 ok "mlp dropout ddp 2 ranks x 2 threads, accumulation 2" 2 "${dm[@]}" -backend ddp -threads 2 \
-  -micro_batch_size 6 -checkpoint_every_steps 7 -output_dir "$WORK/do-ddp"
+  -thread_split batch -micro_batch_size 6 -checkpoint_every_steps 7 -output_dir "$WORK/do-ddp"
 same "mlp dropout: ddp 2 ranks x 2 threads with accumulation == sp" do-sp do-ddp 1e-5
 
 # the batch split over 2 threads: each thread's model holds its half of the
@@ -95,11 +95,32 @@ if [ -n "$a_gemm" ] && [ -n "$a_split" ] &&
 else
   fail "split over 2 threads: activations" "split ${a_split:-?} MiB, one model ${a_gemm:-?} MiB"
 fi
+# -thread_split auto (the default): one model on all threads where a step does
+# few FLOPs a byte of gradients (the MLP above at batch 512: 748), each
+# thread its rows where it does many (batch 1024 of a 16-input MLP: 1,271)
+# and under DP-SGD whatever the figure
+ok "mlp, 2 threads, -thread_split auto at 748 FLOPs a byte" 1 "${big[@]}" -output_dir "$WORK/acts-auto"
+expect_output "-thread_split auto: gemm below 1000 FLOPs a byte" "-thread_split auto: gemm (one model"
+expect_output "-thread_split auto says the figure" "a step does 748 FLOPs a byte"
+[ "$(forecast_activations "$LAST_LOG")" = "$a_gemm" ] &&
+  pass "-thread_split auto (gemm): the memory forecast of -thread_split gemm" ||
+  fail "-thread_split auto (gemm): the memory forecast" "$(forecast_activations "$LAST_LOG") MiB, gemm's $a_gemm"
+same "-thread_split auto (gemm): the bits of -thread_split gemm" acts-gemm acts-auto 0
+"$MKDATA" synth "$WORK/wide.h5" 2048 16 4 34 >/dev/null || bail "mkdata synth failed"
+wide=(-model mlp -mlp_hidden 40,24 -data_train "$WORK/wide.h5" -batch_size 1024 -epochs 1
+  -max_train_steps_per_epoch 2 -log_every 0 -checkpoint_at_end 0 -backend sp -threads 2)
+ok "mlp batch 1024, 2 threads, -thread_split auto" 1 "${wide[@]}" -output_dir "$WORK/wide-auto"
+expect_output "-thread_split auto: batch at 1,271 FLOPs a byte" "-thread_split auto: batch (each thread"
+ok "mlp batch 1024, 2 threads, -thread_split batch" 1 "${wide[@]}" -thread_split batch -output_dir "$WORK/wide-batch"
+same "-thread_split auto (batch): the bits of -thread_split batch" wide-batch wide-auto 0
+ok "sp-dp, 2 threads, -thread_split auto" 1 "${big[@]}" -backend sp-dp -dp_noise_multiplier 1.1 \
+  -dp_max_grad_norm 0.5 -output_dir "$WORK/acts-dp"
+expect_output "-thread_split auto: batch under DP-SGD" "-thread_split auto: batch (each thread"
 ok "mlp without dropout" 1 "${dm[@]}" -mlp_dropout 0 -backend sp -threads 1 -output_dir "$WORK/do-none"
 run_logged "$MKDATA" compare "$WORK/do-sp/model_final.h5" "$WORK/do-none/model_final.h5" 1e-3
 [ "$LAST_RC" != 0 ] && pass "dropout changes the training" || fail "dropout changes the training" "same parameters"
 ok "mlp dropout: restart from step 7 (mid-epoch 1)" 2 "${dm[@]}" -backend ddp -threads 2 -micro_batch_size 6 \
-  -restart "$WORK/do-ddp/checkpoints/ckpt-7.h5" -output_dir "$WORK/do-r7"
+  -thread_split batch -restart "$WORK/do-ddp/checkpoints/ckpt-7.h5" -output_dir "$WORK/do-r7"
 same "mlp dropout: the restarted run is bit-exact" do-ddp do-r7 0
 ok "cnn dropout sp" 1 "${bn[@]}" -cnn_dropout 0.4 -backend sp -micro_batch_size 12 -output_dir "$WORK/cd-sp"
 ok "cnn dropout ddp 2 ranks" 2 "${bn[@]}" -cnn_dropout 0.4 -backend ddp -output_dir "$WORK/cd-ddp"

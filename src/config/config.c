@@ -365,7 +365,7 @@ static PetscErrorCode read_schedule(PetscOptionItems *PetscOptionsObject, mt_con
 /* Seed and threads; logging, files written, checkpoints and restart;
  * ddp's communication; test sets and per-sample outputs. */
 static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_config *c) {
-  static const char *const splits[] = {"batch", "gemm", NULL};
+  static const char *const splits[] = {"auto", "batch", "gemm", NULL};
   char s[MT_PATH_MAX * MT_MAX_VAL];
   int seed = 0;
   PetscCall(opt_int(PetscOptionsObject, "-seed", "Seed of initialisation and data order", 42, 0,
@@ -376,8 +376,9 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
                     "most the rank's own)",
                     0, 0, 4096, &c->threads));
   PetscCall(opt_choice(PetscOptionsObject, "-thread_split",
-                       "How a rank's threads share work: batch (each thread its rows) or gemm "
-                       "(oneDNN threads every GEMM)", splits, c->thread_split,
+                       "How a rank's threads share work: batch (each thread its rows), gemm "
+                       "(oneDNN threads every GEMM) or auto (by the step's FLOPs a byte of "
+                       "gradients)", splits, c->thread_split,
                        sizeof(c->thread_split)));
   PetscCall(opt_int(PetscOptionsObject, "-log_every", "Progress line every this many steps (0: off)",
                     50, 0, INT_MAX, &c->log_every));

@@ -60,7 +60,7 @@ typedef struct {
   double clip_grad_value; /* 0 = off                                        */
   uint64_t seed;
   int threads;
-  char thread_split[8]; /* batch | gemm                                   */
+  char thread_split[8]; /* auto | batch | gemm                            */
   int log_every;
   char output_dir[MT_PATH_MAX];
   char init_from[MT_PATH_MAX];

@@ -32,6 +32,10 @@ void mt_alloc_plan_begin(void) {
   plan_base_ = mt_alloc_bytes();
 }
 
+void mt_alloc_plan_restart(void) {
+  if (plan_on_) mt_alloc_plan_begin();
+}
+
 size_t mt_alloc_plan_end(void) {
   plan_on_ = 0;
   /* the small blocks were allocated: their growth of the counter (another

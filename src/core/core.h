@@ -28,6 +28,10 @@ size_t mt_alloc_bytes(void);
 #define MT_ALLOC_PLAN_MIN ((size_t)1 << 16)
 void mt_alloc_plan_begin(void);
 size_t mt_alloc_plan_end(void);
+/* In plan mode, forgets what was counted so far: for a setup that destroys
+ * what it made dry and makes it again otherwise (frees count nothing in
+ * plan mode). Nothing outside it. */
+void mt_alloc_plan_restart(void);
 
 /* The node's physical memory in bytes (sysmem.c; 0 if unknown), and the
  * memory limit of the process's cgroup read from proc_cgroup (normally

@@ -1,10 +1,9 @@
 /* A rank's compute, split over its threads. With -thread_split batch each
  * thread runs the model (single-threaded GEMMs) on its share of the rows,
  * into its own gradient buffer; the buffers are summed before the gradient
- * reduction. At batch 128 one-thread GEMMs keep their speed down to 64 rows
- * while oneDNN's two-thread GEMMs do not scale (bench/README.md), so this is
- * the default. With -thread_split gemm one model runs all rows and oneDNN
- * threads each GEMM. */
+ * reduction. With -thread_split gemm one model runs all rows and oneDNN
+ * threads each GEMM. -thread_split auto (the default) picks by what the
+ * batch split costs against what it gains (split_pays below). */
 #include "trainer/trainer.h"
 #include "backends/backends.h"
 #include "models/models.h"
@@ -55,6 +54,32 @@ static int backward_into(const mt_trainer *t, mt_model *m, void *grads, double s
   return err;
 }
 
+/* -thread_split auto: whether a training step's work pays for the batch
+ * split's gradient copies. Those cost memory passes in proportion to the
+ * parameters (each thread writes its copy, the sum reads them all and
+ * writes one); what the split gains, one-thread GEMMs on fewer rows
+ * instead of threaded ones, is in proportion to the step's FLOPs. Below
+ * MT_SPLIT_FLOPS_PER_BYTE FLOPs per byte of gradients one model on all
+ * threads won: on the Xeon VM of 2026-11-28 (bench/README.md, "Two cores
+ * on X1") the MLP 784-1024-1024-10 (164 FLOPs a byte at batch 128, 328
+ * at 256) ran 1.25x and 1.09x faster with -thread_split gemm at 2
+ * threads; the CNN (1,897) ran 1.05x faster split by the batch, the
+ * GPT (3,137) the same either way. Not for DP-SGD, whose per-sample
+ * gradients the threads share by rows, nor for evaluation-only modes
+ * (nothing is summed): the batch split there. Returns the figure in *fpb
+ * (0 when the model does not say its FLOPs). */
+#define MT_SPLIT_FLOPS_PER_BYTE 1000.0
+static int split_pays(const mt_trainer *t, double *fpb) {
+  const mt_config *c = t->cfg;
+  const mt_model_ops *o = t->model->ops;
+  *fpb = 0;
+  if (!o->flops_per_sample || !t->model->params.total) return 1;
+  const double rows = (double)c->micro_batch_size * (c->accum_steps > 0 ? c->accum_steps : 1);
+  *fpb = o->flops_per_sample(t->model) * rows / ((double)t->model->params.total * t->esz);
+  if (c->dp || strcmp(c->mode, "train")) return 1;
+  return *fpb >= MT_SPLIT_FLOPS_PER_BYTE;
+}
+
 int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, int *split_out) {
   const mt_config *c = t->cfg;
   /* the model takes the hyper-parameters its options op read
@@ -70,7 +95,8 @@ int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, in
   int max_batch = batch > 0 ? batch : on_gpu ? 1 : t->max_batch;
   /* With the batch split over threads every model runs on one thread, and
    * oneDNN primitives fix their thread count when they are made. */
-  int split = !strcmp(c->thread_split, "batch") && c->threads > 1 && !on_gpu;
+  const int autosplit = !strcmp(c->thread_split, "auto");
+  int split = strcmp(c->thread_split, "gemm") && c->threads > 1 && !on_gpu;
   if (split && c->fsdp && c->fsdp_strategy != MT_FSDP_NO_SHARD) {
     if (!quiet)
       mt_print0("fsdp gathers each unit once for the rank's batch: -thread_split gemm (one "
@@ -86,18 +112,27 @@ int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, in
   int per = (max_batch + nthr - 1) / nthr;
   int err = mt_model_create_policy(c->model, &t->train.spec, per > least ? per : least, t->dtype,
                                    &t->policy, &t->model);
-  if (!err && split && t->model->buffers.n) {
+  double fpb = 0;
+  const int pays = !err && split && autosplit ? split_pays(t, &fpb) : 1;
+  if (!err && split && (t->model->buffers.n || !pays)) {
     /* batch statistics are those of the rank's whole batch: no split */
-    if (!quiet)
+    if (!quiet && t->model->buffers.n)
       mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all "
                 "threads)\n", c->model);
+    else if (!quiet)
+      mt_print0("-thread_split auto: gemm (one model, all threads): a step does %.0f FLOPs a "
+                "byte of gradients, too few to pay for each thread's copy of them\n", fpb);
     mt_model_destroy(&t->model);
+    mt_alloc_plan_restart(); /* the memory forecast's dry run counts the next one alone */
     omp_set_num_threads(c->threads);
     split = 0;
     nthr = 1;
     err = mt_model_create_policy(c->model, &t->train.spec, max_batch > least ? max_batch : least,
                                  t->dtype, &t->policy, &t->model);
   }
+  if (!err && split && autosplit && !quiet && fpb > 0)
+    mt_print0("-thread_split auto: batch (each thread its rows): a step does %.0f FLOPs a byte "
+              "of gradients\n", fpb);
   *nthr_out = nthr;
   *split_out = split;
   return err;

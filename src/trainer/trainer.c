@@ -392,7 +392,7 @@ static int gemm_log_step(mt_trainer *t, int begin) {
              "mpitrain -log_gemm_shapes: the GEMMs of global step %ld (rank 0 of %d)\n"
              "model %s backend %s batch_size %d threads %d thread_split %s",
              t->global_step - 1, c->world_size, c->model, c->backend, c->batch_size, c->threads,
-             c->thread_split);
+             mt_compute_nthr(t) > 1 ? "batch" : "gemm");
     err = mt_replace_open(c->log_gemm_shapes, tmp, sizeof(tmp), &f);
     if (!err && (err = mt_gemm_log_write(f, head)) != 0) {
       fclose(f);
