@@ -134,7 +134,7 @@ fi
 # 16000,16000 with -memory_limit_mb 500, in 1.4 GB of address space: the run
 # reached 2.3 GB before it was refused; now the forecast refuses it first
 expect_error "-mlp_hidden 16000,16000 -memory_limit_mb 500: refused before allocating" \
-  "option -memory_limit_mb: the memory forecast of 1971." \
+  "option -memory_limit_mb: the memory forecast of 197" \
   limited 1500000 run_mpi 2 60 "$MPITRAIN" -model mlp -mlp_hidden 16000,16000 \
   -memory_limit_mb 500 -data_train "$WORK/train.h5" -epochs 1 -threads 1 -output_dir "$WORK/big"
 # a limit past what the rank has: the allocation fails, one clean error

@@ -155,9 +155,18 @@ static void test_loader(int how) {
   int64_t perm[97];
   mt_sampler_permutation(7, 0, n, perm);
   int counts[] = {10, 1, 30, 17, 0, 39};
-  for (int pf = 0; pf < 2; pf++) {
+  /* read from the file, then (a direct /x) from its copy in memory */
+  CHECK_OK(mt_dataset_hold(&ds, (double)(n * d * 4) - 1), "hold below /x's size: nothing");
+  CHECK(ds.x_mem == NULL, "/x %s of %lld bytes: not held under a limit one byte short", x_kind[how],
+        (long long)(n * d * 4));
+  for (int pf = 0; pf < 4; pf++) {
+    if (pf == 2) {
+      CHECK_OK(mt_dataset_hold(&ds, (double)(n * d * 4)), "hold at /x's size");
+      CHECK((ds.x_mem != NULL) == direct, "/x %s: %s", x_kind[how],
+            direct ? "held in memory" : "not held (HDF5 reads it)");
+    }
     mt_loader *L = NULL;
-    CHECK_OK(mt_loader_create(&L, &ds, 40, pf), "loader created (prefetch %d)", pf);
+    CHECK_OK(mt_loader_create(&L, &ds, 40, pf % 2), "loader created (prefetch %d)", pf % 2);
     int ok = 1;
     for (int epoch = 0; epoch < 2; epoch++) {
       CHECK_OK(mt_loader_start(L, perm, counts, 6), "plan started");
@@ -184,8 +193,8 @@ static void test_loader(int how) {
         off += counts[b];
       }
     }
-    CHECK(ok, "loader hands out exactly the planned rows, two epochs (prefetch %d, /x %s)", pf,
-          x_kind[how]);
+    CHECK(ok, "loader hands out exactly the planned rows, two epochs (prefetch %d, /x %s%s)", pf % 2,
+          x_kind[how], ds.x_mem ? ", in memory" : "");
     mt_batch bt;
     mt_error_clear();
     CHECK(mt_loader_next(L, &bt) != 0, "asking past the plan is an error");
@@ -193,6 +202,8 @@ static void test_loader(int how) {
     mt_loader_destroy(&L);
     CHECK(L == NULL, "loader destroyed");
   }
+  mt_dataset_unhold(&ds);
+  CHECK(ds.x_mem == NULL, "unhold frees the copy");
   mt_dataset_close(&ds);
   unlink(path);
 }

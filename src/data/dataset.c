@@ -408,6 +408,7 @@ int mt_dataset_open_as(mt_dataset *d, const char *path, MPI_Comm comm, const mt_
 }
 
 void mt_dataset_close(mt_dataset *d) {
+  mt_dataset_unhold(d);
   if (d->direct) close(d->fd);
   d->direct = 0;
   mt_h5_lock();
@@ -423,8 +424,36 @@ void mt_dataset_close(mt_dataset *d) {
  * of consecutive rows. HDF5's reads of a union of 128 hyperslabs cost ~5 us
  * a row here (its selection, for 784 bytes), on the loader thread, which
  * at 2 ranks or 2 threads a core shares with compute; these cost the copy. */
+int mt_dataset_hold(mt_dataset *d, double max_bytes) {
+  if (!d->direct || d->x_mem || d->n <= 0) return 0;
+  const size_t row = (size_t)d->spec.sample_numel * (d->x_uint8 ? 1 : sizeof(float));
+  if ((double)row * (double)d->n > max_bytes) return 0;
+  MT_CALL(mt_calloc(&d->x_mem, (size_t)d->n, row, "the data set in memory"));
+  if (!d->x_mem) return 0; /* the memory forecast's dry run: counted */
+  char *dst = d->x_mem;
+  size_t len = (size_t)d->n * row;
+  off_t at = (off_t)d->x_offset;
+  while (len > 0) {
+    ssize_t got = pread(d->fd, dst, len < ((size_t)1 << 30) ? len : (size_t)1 << 30, at);
+    if (got <= 0) {
+      mt_free(&d->x_mem);
+      return MT_ERR(MT_ERR_FILE, "data file %s: reading /x into memory failed (%s)", d->path,
+                    got < 0 ? strerror(errno) : "the file is shorter than its /x");
+    }
+    dst += got, len -= (size_t)got, at += got;
+  }
+  return 0;
+}
+
+void mt_dataset_unhold(mt_dataset *d) { mt_free(&d->x_mem); }
+
 static int pread_rows(const mt_dataset *d, const int64_t *idx, int n, void *buf) {
   const size_t row = (size_t)d->spec.sample_numel * (d->x_uint8 ? 1 : sizeof(float));
+  if (d->x_mem) { /* mt_dataset_hold */
+    for (int i = 0; i < n; i++)
+      memcpy((char *)buf + (size_t)i * row, d->x_mem + (size_t)idx[i] * row, row);
+    return 0;
+  }
   for (int i = 0; i < n;) {
     int j = i + 1;
     while (j < n && idx[j] == idx[j - 1] + 1) j++;

@@ -151,6 +151,12 @@ int mt_compute_data_buffers(mt_trainer *t, int dry) {
   MT_CALL(mt_calloc(&t->plan_counts, (size_t)per_rank, sizeof(int), "plan"));
   /* the dry run makes no reader thread (prefetch 0), which allocates nothing */
   const int prefetch = dry ? 0 : c->prefetch;
+  /* a small /x in memory (mt_dataset_hold): at most 256 MiB and 1/16 of the
+   * rank's memory; counted with the data (the dry run plans it) */
+  double hold = mt_memory_rank_limit(t) / 16;
+  if (hold > 256.0 * (1 << 20)) hold = 256.0 * (1 << 20);
+  MT_CALL(mt_dataset_hold(&t->train, hold));
+  for (int i = 0; i < c->nval; i++) MT_CALL(mt_dataset_hold(&t->val[i], hold));
   MT_CALL(mt_loader_create(&t->train_loader, &t->train, c->micro_batch_size, prefetch));
   for (int i = 0; i < c->nval; i++)
     MT_CALL(mt_loader_create(&t->val_loader[i], &t->val[i],
@@ -159,6 +165,8 @@ int mt_compute_data_buffers(mt_trainer *t, int dry) {
 }
 
 void mt_compute_data_free(mt_trainer *t) {
+  mt_dataset_unhold(&t->train);
+  for (int i = 0; i < MT_MAX_VAL; i++) mt_dataset_unhold(&t->val[i]);
   mt_loader_destroy(&t->train_loader);
   for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
   mt_free(&t->perm);

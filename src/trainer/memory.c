@@ -89,6 +89,15 @@ static int plan_data(mt_trainer *t, double *bytes) {
   return err;
 }
 
+static void host_limit(const mt_trainer *t, double *limit, char *from, size_t len);
+
+double mt_memory_rank_limit(const mt_trainer *t) {
+  double limit = 0;
+  char from[256];
+  host_limit(t, &limit, from, sizeof(from));
+  return limit;
+}
+
 /* The limit of a rank's host memory in bytes and where it came from. */
 static void host_limit(const mt_trainer *t, double *limit, char *from, size_t len) {
   const mt_config *c = t->cfg;

@@ -141,6 +141,8 @@ typedef struct {
  *  report: after training, the measured figures and ZeRO's bound. */
 int mt_memory_forecast(mt_trainer *t);
 int mt_memory_check(mt_trainer *t);
+/* The limit of a rank's host memory in bytes, as the forecast takes it. */
+double mt_memory_rank_limit(const mt_trainer *t);
 int mt_memory_report(mt_trainer *t);
 /* (compute.c) The rank's model (t->model) for one training micro-batch of batch
  * samples (0: the run's, -micro_batch_size on the CPU and 1 on a GPU) per
