@@ -46,17 +46,23 @@ int MT_T(mt_linear_backward_ex)(REAL *dinp, REAL *dw, REAL *db, REAL *dout, cons
     for (int j = 0; j < OC; j++) db[j] = 0; /* then summed in the same order as added */
   if (relu || db) {
     /* the ReLU's mask and the bias gradient in one pass over dout, a row at
-     * a time (the order of db's sums is the rows', as without the mask) */
-    for (int i = 0; i < B; i++) {
-      REAL *d = dout + (size_t)i * OC;
-      if (relu) {
-        const REAL *o = out + (size_t)i * OC;
+     * a time within blocks of columns that the threads share (each db[j]
+     * sums the rows in their order, as without the mask: the same bits at
+     * any thread count) */
+#pragma omp parallel for schedule(static) if ((long)B * OC > 65536)
+    for (int j0 = 0; j0 < OC; j0 += 256) {
+      const int j1 = OC - j0 > 256 ? j0 + 256 : OC;
+      for (int i = 0; i < B; i++) {
+        REAL *d = dout + (size_t)i * OC;
+        if (relu) {
+          const REAL *o = out + (size_t)i * OC;
 #pragma omp simd
-        for (int j = 0; j < OC; j++) d[j] = o[j] > (REAL)0 ? d[j] : (REAL)0;
-      }
-      if (db) {
+          for (int j = j0; j < j1; j++) d[j] = o[j] > (REAL)0 ? d[j] : (REAL)0;
+        }
+        if (db) {
 #pragma omp simd
-        for (int j = 0; j < OC; j++) db[j] += d[j];
+          for (int j = j0; j < j1; j++) db[j] += d[j];
+        }
       }
     }
   }
