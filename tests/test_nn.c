@@ -346,6 +346,42 @@ static void test_linear_fused(int B, int IC, int OC) {
   free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
 }
 
+/* The backward's mask and bias pass, shared by the threads in blocks of
+ * columns once B x OC > 65536: at 1 and 2 threads the bits of a plain
+ * loop (each db[j] summed over the rows in order in float), OC not a
+ * multiple of the block. */
+static void test_linear_threads(int B, int IC, int OC) {
+  char what[64];
+  snprintf(what, sizeof(what), "linear backward B=%d OC=%d", B, OC);
+  const size_t nx = (size_t)B * IC, nw = (size_t)OC * IC, ny = (size_t)B * OC;
+  uint64_t st = 0x7ead;
+  float *inp = malloc(nx * sizeof(float)), *w = malloc(nw * sizeof(float));
+  float *y = malloc(ny * sizeof(float)), *g = malloc(ny * sizeof(float));
+  float *d = malloc(ny * sizeof(float)), *dw = malloc(nw * sizeof(float));
+  float *db = malloc((size_t)OC * sizeof(float)), *want = calloc((size_t)OC, sizeof(float));
+  float *dmask = malloc(ny * sizeof(float));
+  tu_fill(inp, nx, &st, 1.0f);
+  tu_fill(w, nw, &st, 1.0f);
+  tu_fill(y, ny, &st, 1.0f);
+  tu_fill(g, ny, &st, 1.0f);
+  for (size_t i = 0; i < ny; i++) dmask[i] = y[i] > 0 ? g[i] : 0.0f;
+  for (int i = 0; i < B; i++)
+    for (int j = 0; j < OC; j++) want[j] += dmask[(size_t)i * OC + j];
+  const int nt = omp_get_max_threads();
+  for (int t = 1; t <= 2; t++) {
+    omp_set_num_threads(t);
+    memcpy(d, g, ny * sizeof(float));
+    for (int j = 0; j < OC; j++) db[j] = NAN;
+    CHECK(mt_linear_backward_ex(NULL, dw, db, d, y, inp, w, B, IC, OC,
+                                MT_LINEAR_RELU | MT_LINEAR_SET_GRADS, NULL) == 0,
+          "%s, %d threads: returns 0", what, t);
+    CHECK(same_bits(d, dmask, ny), "%s, %d threads: dout masked", what, t);
+    CHECK(same_bits(db, want, (size_t)OC), "%s, %d threads: db the rows' sum in order", what, t);
+  }
+  omp_set_num_threads(nt);
+  free(inp), free(w), free(y), free(g), free(d), free(dw), free(db), free(want), free(dmask);
+}
+
 typedef struct {
   float *out, *inp, *w, *b, *R;
   int B, IC, OC;
@@ -572,6 +608,7 @@ int main(void) {
   test_linear_ref(3, 1, 4);
   test_linear_fused(5, 7, 3);
   test_linear_fused(8, 512, 256);
+  test_linear_threads(131, 3, 1030);
   test_linear_fd(3, 4, 5, 31);
   test_linear_fd(1, 6, 3, 32);
 
