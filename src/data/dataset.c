@@ -420,10 +420,6 @@ void mt_dataset_close(mt_dataset *d) {
   mt_free(&d->targets);
 }
 
-/* Rows idx[0..n) (sorted) of /x straight from the file: one pread per run
- * of consecutive rows. HDF5's reads of a union of 128 hyperslabs cost ~5 us
- * a row here (its selection, for 784 bytes), on the loader thread, which
- * at 2 ranks or 2 threads a core shares with compute; these cost the copy. */
 int mt_dataset_hold(mt_dataset *d, double max_bytes) {
   if (!d->direct || d->x_mem || d->n <= 0) return 0;
   const size_t row = (size_t)d->spec.sample_numel * (d->x_uint8 ? 1 : sizeof(float));
@@ -447,6 +443,11 @@ int mt_dataset_hold(mt_dataset *d, double max_bytes) {
 
 void mt_dataset_unhold(mt_dataset *d) { mt_free(&d->x_mem); }
 
+/* Rows idx[0..n) (sorted) of /x copied from memory when it is held
+ * (mt_dataset_hold), else straight from the file: one pread per run of
+ * consecutive rows. HDF5's reads of a union of 128 hyperslabs cost ~5 us
+ * a row here (its selection, for 784 bytes), on the loader thread, which
+ * at 2 ranks or 2 threads a core shares with compute; these cost the copy. */
 static int pread_rows(const mt_dataset *d, const int64_t *idx, int n, void *buf) {
   const size_t row = (size_t)d->spec.sample_numel * (d->x_uint8 ? 1 : sizeof(float));
   if (d->x_mem) { /* mt_dataset_hold */

@@ -165,10 +165,11 @@ int mt_compute_data_buffers(mt_trainer *t, int dry) {
 }
 
 void mt_compute_data_free(mt_trainer *t) {
-  mt_dataset_unhold(&t->train);
-  for (int i = 0; i < MT_MAX_VAL; i++) mt_dataset_unhold(&t->val[i]);
+  /* the reader threads stop before the rows they read from go */
   mt_loader_destroy(&t->train_loader);
   for (int i = 0; i < MT_MAX_VAL; i++) mt_loader_destroy(&t->val_loader[i]);
+  mt_dataset_unhold(&t->train);
+  for (int i = 0; i < MT_MAX_VAL; i++) mt_dataset_unhold(&t->val[i]);
   mt_free(&t->perm);
   mt_free(&t->plan);
   mt_free(&t->plan_counts);
