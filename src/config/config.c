@@ -378,8 +378,7 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
   PetscCall(opt_choice(PetscOptionsObject, "-thread_split",
                        "How a rank's threads share work: batch (each thread its rows), gemm "
                        "(oneDNN threads every GEMM) or auto (by the step's FLOPs a byte of "
-                       "gradients)", splits, c->thread_split,
-                       sizeof(c->thread_split)));
+                       "gradients)", splits, c->thread_split, sizeof(c->thread_split)));
   PetscCall(opt_int(PetscOptionsObject, "-log_every", "Progress line every this many steps (0: off)",
                     50, 0, INT_MAX, &c->log_every));
   PetscCall(opt_str(PetscOptionsObject, "-output_dir", "Directory for the learning curve",
