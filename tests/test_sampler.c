@@ -204,6 +204,15 @@ static void test_loader(int how) {
   }
   mt_dataset_unhold(&ds);
   CHECK(ds.x_mem == NULL, "unhold frees the copy");
+  if (direct) { /* a file cut short after it was opened: an error naming it, nothing held */
+    CHECK(truncate(path, (off_t)ds.x_offset + 8) == 0, "file cut after /x's first values");
+    mt_error_clear();
+    const int rc = mt_dataset_hold(&ds, 1e9);
+    CHECK(rc != 0 && strstr(mt_error_message(), path) && strstr(mt_error_message(), "shorter"),
+          "hold of a cut file: '%s'", mt_error_message());
+    CHECK(ds.x_mem == NULL, "hold of a cut file keeps nothing");
+    mt_error_clear();
+  }
   mt_dataset_close(&ds);
   unlink(path);
 }
