@@ -73,6 +73,9 @@ for run in "1 0 500" "3 1 500" "2 2 7"; do
     -mode evaluate -model_file "$F" -data_val "$WORK/val.h5" -outputs val "${thr[@]}" \
     -val_batch_size "$vb" -output_dir "$E"
   expect_output "evaluate at $np ranks: the model from the file" "model mlp (hidden 16) from $F"
+  if [ "$th" = 2 ]; then
+    expect_no_output "evaluate on 2 threads: -thread_split auto weighs no gradients" "-thread_split auto"
+  fi
   same_eval "evaluate at $np ranks" "$T" "$E"
 done
 

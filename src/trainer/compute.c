@@ -67,17 +67,17 @@ static int backward_into(const mt_trainer *t, mt_model *m, void *grads, double s
  * GPT (3,137) the same either way. Not for DP-SGD, whose per-sample
  * gradients the threads share by rows, nor for evaluation-only modes
  * (nothing is summed): the batch split there. Returns the figure in *fpb
- * (0 when the model does not say its FLOPs). */
+ * (0, and nothing printed, outside training or when the model does not say
+ * its FLOPs). */
 #define MT_SPLIT_FLOPS_PER_BYTE 1000.0
 static int split_pays(const mt_trainer *t, double *fpb) {
   const mt_config *c = t->cfg;
   const mt_model_ops *o = t->model->ops;
   *fpb = 0;
-  if (!o->flops_per_sample || !t->model->params.total) return 1;
+  if (!o->flops_per_sample || !t->model->params.total || strcmp(c->mode, "train")) return 1;
   const double rows = (double)c->micro_batch_size * (c->accum_steps > 0 ? c->accum_steps : 1);
   *fpb = o->flops_per_sample(t->model) * rows / ((double)t->model->params.total * t->esz);
-  if (c->dp || strcmp(c->mode, "train")) return 1;
-  return *fpb >= MT_SPLIT_FLOPS_PER_BYTE;
+  return c->dp || *fpb >= MT_SPLIT_FLOPS_PER_BYTE;
 }
 
 int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, int *split_out) {
