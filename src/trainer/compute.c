@@ -115,7 +115,8 @@ int mt_compute_make_model(mt_trainer *t, int batch, int quiet, int *nthr_out, in
   double fpb = 0;
   const int pays = !err && split && autosplit ? split_pays(t, &fpb) : 1;
   if (!err && split && (t->model->buffers.n || !pays)) {
-    /* batch statistics are those of the rank's whole batch: no split */
+    /* batch statistics are those of the rank's whole batch, or auto found
+     * that the split does not pay: one model for all rows */
     if (!quiet && t->model->buffers.n)
       mt_print0("model %s keeps running statistics: -thread_split gemm (one model, all "
                 "threads)\n", c->model);
