@@ -420,31 +420,38 @@ void mt_dataset_close(mt_dataset *d) {
   mt_free(&d->targets);
 }
 
+/* Rows [first, first + count) of /x straight from the file into buf: pread
+ * until done (a read may return less than asked). */
+static int pread_span(const mt_dataset *d, int64_t first, int64_t count, void *buf) {
+  const size_t row = (size_t)d->spec.sample_numel * (d->x_uint8 ? 1 : sizeof(float));
+  char *dst = buf;
+  size_t len = (size_t)count * row;
+  off_t at = (off_t)(d->x_offset + first * (int64_t)row);
+  while (len > 0) {
+    ssize_t got = pread(d->fd, dst, len, at);
+    if (got <= 0)
+      return MT_ERR(MT_ERR_FILE, "data file %s: reading rows %lld.. failed (%s)", d->path,
+                    (long long)first, got < 0 ? strerror(errno) : "the file is shorter than its /x");
+    dst += got, len -= (size_t)got, at += got;
+  }
+  return 0;
+}
+
 int mt_dataset_hold(mt_dataset *d, double max_bytes) {
   if (!d->direct || d->x_mem || d->n <= 0) return 0;
   const size_t row = (size_t)d->spec.sample_numel * (d->x_uint8 ? 1 : sizeof(float));
   if ((double)row * (double)d->n > max_bytes) return 0;
   MT_CALL(mt_calloc(&d->x_mem, (size_t)d->n, row, "the data set in memory"));
   if (!d->x_mem) return 0; /* the memory forecast's dry run: counted */
-  char *dst = d->x_mem;
-  size_t len = (size_t)d->n * row;
-  off_t at = (off_t)d->x_offset;
-  while (len > 0) {
-    ssize_t got = pread(d->fd, dst, len < ((size_t)1 << 30) ? len : (size_t)1 << 30, at);
-    if (got <= 0) {
-      mt_free(&d->x_mem);
-      return MT_ERR(MT_ERR_FILE, "data file %s: reading /x into memory failed (%s)", d->path,
-                    got < 0 ? strerror(errno) : "the file is shorter than its /x");
-    }
-    dst += got, len -= (size_t)got, at += got;
-  }
-  return 0;
+  int err = pread_span(d, 0, d->n, d->x_mem);
+  if (err) mt_free(&d->x_mem);
+  return err;
 }
 
 void mt_dataset_unhold(mt_dataset *d) { mt_free(&d->x_mem); }
 
 /* Rows idx[0..n) (sorted) of /x copied from memory when it is held
- * (mt_dataset_hold), else straight from the file: one pread per run of
+ * (mt_dataset_hold), else straight from the file: one pread_span per run of
  * consecutive rows. HDF5's reads of a union of 128 hyperslabs cost ~5 us
  * a row here (its selection, for 784 bytes), on the loader thread, which
  * at 2 ranks or 2 threads a core shares with compute; these cost the copy. */
@@ -458,16 +465,7 @@ static int pread_rows(const mt_dataset *d, const int64_t *idx, int n, void *buf)
   for (int i = 0; i < n;) {
     int j = i + 1;
     while (j < n && idx[j] == idx[j - 1] + 1) j++;
-    char *dst = (char *)buf + (size_t)i * row;
-    size_t len = (size_t)(j - i) * row;
-    off_t at = (off_t)(d->x_offset + idx[i] * (int64_t)row);
-    while (len > 0) {
-      ssize_t got = pread(d->fd, dst, len, at);
-      if (got <= 0)
-        return MT_ERR(MT_ERR_FILE, "data file %s: reading rows %lld.. failed (%s)", d->path,
-                      (long long)idx[i], got < 0 ? strerror(errno) : "the file is shorter than its /x");
-      dst += got, len -= (size_t)got, at += got;
-    }
+    MT_CALL(pread_span(d, idx[i], j - i, (char *)buf + (size_t)i * row));
     i = j;
   }
   return 0;

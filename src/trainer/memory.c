@@ -89,15 +89,6 @@ static int plan_data(mt_trainer *t, double *bytes) {
   return err;
 }
 
-static void host_limit(const mt_trainer *t, double *limit, char *from, size_t len);
-
-double mt_memory_rank_limit(const mt_trainer *t) {
-  double limit = 0;
-  char from[256];
-  host_limit(t, &limit, from, sizeof(from));
-  return limit;
-}
-
 /* The limit of a rank's host memory in bytes and where it came from. */
 static void host_limit(const mt_trainer *t, double *limit, char *from, size_t len) {
   const mt_config *c = t->cfg;
@@ -125,6 +116,13 @@ static void host_limit(const mt_trainer *t, double *limit, char *from, size_t le
     snprintf(from, len, "the address-space limit of %.0f MiB, ulimit -v; -memory_limit_mb to "
              "change", *limit / MIB);
   }
+}
+
+double mt_memory_rank_limit(const mt_trainer *t) {
+  double limit = 0;
+  char from[256];
+  host_limit(t, &limit, from, sizeof(from));
+  return limit;
 }
 
 /* The rank's parts from shapes into *p (t->model is the dry model). */
