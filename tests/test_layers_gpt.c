@@ -192,6 +192,9 @@ static void test_attention(int B, int T, int C, int NH) {
   const int64_t ni = (int64_t)B * T * 3 * C, no = (int64_t)B * T * C, na = (int64_t)B * NH * T * T;
   float *inp = tu_ref_floats(&r, "inp", ni), *dout = tu_ref_floats(&r, "dout", no);
   float *out = zeros(no), *pre = zeros(na), *att = zeros(na), *dinp = zeros(ni);
+  /* the forward writes all of out, preatt and att (NaN before) */
+  for (int64_t i = 0; i < na; i++) pre[i] = att[i] = NAN;
+  for (int64_t i = 0; i < no; i++) out[i] = NAN;
   CHECK(mt_attention_forward(out, pre, att, inp, B, T, C, NH, NULL) == 0, "%s forward returns 0",
         what);
   cmp(&r, "out", out, no, REF_TOL, what);
@@ -222,6 +225,43 @@ static void test_attention(int B, int T, int C, int NH) {
   tu_ref_free(&r);
 }
 
+/* Scores up to ~3600 (an exponential overflows unless each row's true
+ * maximum is subtracted) on rows longer than a vector: att against a
+ * softmax in double, 0 above the diagonal in att and preatt. */
+static void test_attention_large(int T) {
+  enum { C = 16 };
+  const int64_t ni = (int64_t)T * 3 * C, na = (int64_t)T * T;
+  float *inp = zeros(ni), *out = zeros((int64_t)T * C), *pre = zeros(na), *att = zeros(na);
+  double *s = calloc((size_t)T, sizeof(double));
+  for (int64_t i = 0; i < ni; i++) inp[i] = (float)((i * 37 + 11) % 61 - 30);
+  for (int64_t i = 0; i < na; i++) pre[i] = att[i] = NAN;
+  CHECK(mt_attention_forward(out, pre, att, inp, 1, T, C, 1, NULL) == 0,
+        "attention T=%d, large scores: forward returns 0", T);
+  double err = 0;
+  int upper = 1;
+  for (int t = 0; t < T; t++) {
+    double mx = -INFINITY, z = 0;
+    for (int t2 = 0; t2 <= t; t2++) {
+      double d = 0;
+      const float *q = inp + (int64_t)t * 3 * C, *k = inp + (int64_t)t2 * 3 * C + C;
+      for (int c = 0; c < C; c++) d += (double)q[c] * k[c];
+      s[t2] = d / 4.0; /* 1 / sqrt(hs), hs = 16 */
+      mx = s[t2] > mx ? s[t2] : mx;
+    }
+    for (int t2 = 0; t2 <= t; t2++) z += exp(s[t2] - mx);
+    for (int t2 = 0; t2 <= t; t2++) {
+      const double e = fabs(att[(int64_t)t * T + t2] - exp(s[t2] - mx) / z);
+      err = e > err || e != e ? e : err; /* a NaN is the worst */
+    }
+    for (int t2 = t + 1; t2 < T; t2++)
+      upper &= att[(int64_t)t * T + t2] == 0 && pre[(int64_t)t * T + t2] == 0;
+  }
+  CHECK(err <= 1e-5, "attention T=%d, large scores: att within %.3g of a double softmax (1e-5)", T,
+        err);
+  CHECK(upper, "attention T=%d: att and preatt are 0 above the diagonal", T);
+  free(inp), free(out), free(pre), free(att), free(s);
+}
+
 /* in main's order (test_layers.c) */
 void test_layers_gpt(void) {
   test_gelu(MT_GELU_TANH);
@@ -235,4 +275,11 @@ void test_layers_gpt(void) {
   test_attention(1, 1, 4, 1);
   test_attention(3, 7, 12, 3);
   test_attention(1, 9, 4, 4);
+  /* rows longer than a vector of 16: whole and masked blocks, rows shorter
+   * than T past their last block */
+  test_attention(1, 21, 8, 2);
+  test_attention(1, 35, 4, 1);
+  test_attention_large(7);
+  test_attention_large(40);
+  test_attention_large(64);
 }

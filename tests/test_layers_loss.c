@@ -71,6 +71,41 @@ static void test_xent_ignore(const char *tag) {
   tu_ref_free(&r);
 }
 
+/* The hits count a row whose label is the first index of its largest logit,
+ * as a scalar `>` scan finds it: ties go to the first, NaNs are skipped, and
+ * a NaN in column 0 leaves the answer at 0. Rows wider than a vector too. */
+static void test_xent_hits(void) {
+  enum { C = 37 };
+  static const struct {
+    int hi, tie, nan, label, hit;
+  } rows[] = {
+      {33, -1, -1, 33, 1}, {33, -1, -1, 32, 0}, {20, 35, -1, 20, 1}, {20, 35, -1, 35, 0},
+      {3, 1, -1, 1, 1},    {0, 36, -1, 0, 1},   {17, -1, 5, 17, 1},  {17, -1, 30, 17, 1},
+      {17, -1, 0, 0, 1},   {17, -1, 0, 17, 0},  {36, -1, -1, 36, 1}, {16, 16, -1, 16, 1},
+  };
+  const int N = (int)(sizeof(rows) / sizeof(rows[0]));
+  float *logits = zeros((int64_t)N * C), *probs = zeros((int64_t)N * C);
+  int32_t y[sizeof(rows) / sizeof(rows[0])];
+  for (int i = 0; i < N; i++) {
+    float *l = logits + (int64_t)i * C;
+    for (int j = 0; j < C; j++) l[j] = (float)((j * 7 + i) % 11) * 0.25f - 2.0f;
+    l[rows[i].hi] = 4.0f;
+    if (rows[i].tie >= 0) l[rows[i].tie] = 4.0f;
+    if (rows[i].nan >= 0) l[rows[i].nan] = NAN;
+    y[i] = rows[i].label;
+  }
+  for (int i = 0; i < N; i++) { /* row by row: each answer, not only the total */
+    double sum = 0;
+    int64_t cnt = 0, correct = 0;
+    CHECK(mt_xent_ignore_forward(probs, NULL, &sum, &cnt, &correct, logits + (int64_t)i * C, y + i,
+                                 -100, 1, C) == 0 &&
+              cnt == 1 && correct == rows[i].hit,
+          "xent hits, row %d (largest at %d, tie %d, NaN %d, label %d): %s", i, rows[i].hi,
+          rows[i].tie, rows[i].nan, rows[i].label, rows[i].hit ? "a hit" : "no hit");
+  }
+  free(logits), free(probs);
+}
+
 typedef struct {
   float *pred, *target;
   int B, K;
@@ -109,6 +144,7 @@ static void test_mse(int B, int K) {
 void test_layers_loss(void) {
   const char *xent[] = {"6_5", "idx0", "none", "all", "1_3"};
   for (size_t i = 0; i < sizeof(xent) / sizeof(xent[0]); i++) test_xent_ignore(xent[i]);
+  test_xent_hits();
   test_mse(4, 3);
   test_mse(1, 1);
 }

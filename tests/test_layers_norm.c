@@ -140,6 +140,7 @@ void test_layers_norm(void) {
   test_layernorm_ref(1, 16, 1);
   test_layernorm_ref(3, 5, 0);
   test_norm_fd(0, 3, 6, 1, 0, 7);
+  test_norm_fd(0, 5, 150, 1, 0, 10); /* three blocks of channels, the last partial */
   test_batchnorm_ref(4, 3, 15, 1);
   test_batchnorm_ref(1, 2, 6, 1);
   test_batchnorm_ref(3, 1, 9, 1);

@@ -391,6 +391,8 @@ def main():
     refs.append(attention_case(1, 1, 4, 1, seed=1601))
     refs.append(attention_case(3, 7, 12, 3, seed=1602))
     refs.append(attention_case(1, 9, 4, 4, seed=1603))
+    refs.append(attention_case(1, 21, 8, 2, seed=1604))
+    refs.append(attention_case(1, 35, 4, 1, seed=1605))
     refs.append(xent_ignore_case("6_5", 6, 5, -100, [1, 4], 0.25, seed=1700))
     refs.append(xent_ignore_case("idx0", 5, 4, 0, [0, 2], 1.0, seed=1701))
     refs.append(xent_ignore_case("none", 4, 3, -100, [], 1.0, seed=1702))

@@ -1,6 +1,35 @@
 /* Causal multi-head self-attention, a template for REAL = float and double
  * (attention.c). */
 
+/* a row's vector length in elements: 16 floats fill an AVX-512 register
+ * (and two AVX2 ones, or doubles' two 512-bit ones) */
+#ifndef ATT_VROW
+#define ATT_VROW 16
+#endif
+
+/* the largest of pr[0..t] (NaNs skipped, as `>` skips them): ATT_VROW
+ * lanes over whole vectors, the lanes past t masked, then halved in a
+ * tree. An `omp simd reduction(max)` combined its lanes one after another
+ * (16 dependent steps a row, half the softmax's time at T = 64); the max
+ * is exact, so the order does not change it. */
+static inline REAL MT_T(att_row_max)(const REAL *pr, int t) {
+  REAL lane[ATT_VROW];
+#pragma omp simd
+  for (int l = 0; l < ATT_VROW; l++) lane[l] = -INFINITY;
+  for (int t0 = 0; t0 <= t; t0 += ATT_VROW) {
+#pragma omp simd
+    for (int l = 0; l < ATT_VROW; l++) {
+      const REAL p = t0 + l <= t ? pr[t0 + l] : -INFINITY;
+      lane[l] = p > lane[l] ? p : lane[l];
+    }
+  }
+  for (int w = ATT_VROW / 2; w >= 1; w /= 2) {
+#pragma omp simd
+    for (int l = 0; l < w; l++) lane[l] = lane[l + w] > lane[l] ? lane[l + w] : lane[l];
+  }
+  return lane[0];
+}
+
 int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *inp, int B, int T,
                                int C, int NH, const mt_nn_policy *pol) {
   // inp is (B,T,3C); preatt and att are (B,NH,T,T); out is (B,T,C)
@@ -22,19 +51,28 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
 #pragma omp atomic write
         err = 1;
       }
+      /* softmax of each row's causal part [0, t]. Its length is rarely a
+       * whole number of vectors, and a loop's remainder runs scalar (an
+       * exponential per element there, most of the softmax's time at T =
+       * 64): the max and the exponentials run over [0, t] rounded up to
+       * whole vectors (within T), the lanes past t masked (-inf, then 0).
+       * The sum keeps a loop of its own over [0, t], in the order it had. */
       for (int t = 0; t < T; t++) {
         REAL *pr = pre + (int64_t)t * T, *ar = a + (int64_t)t * T;
-        REAL mx = -INFINITY, sum = (REAL)0;
-#pragma omp simd reduction(max : mx)
-        for (int t2 = 0; t2 <= t; t2++) mx = pr[t2] > mx ? pr[t2] : mx;
+        const int up = (t + ATT_VROW) / ATT_VROW * ATT_VROW, nv = up < T ? up : T;
+        const REAL mx = MT_T(att_row_max)(pr, t);
+        REAL sum = (REAL)0;
+#pragma omp simd
+        for (int t2 = 0; t2 < nv; t2++) ar[t2] = t2 <= t ? MT_T(mt_vexp)(pr[t2] - mx) : (REAL)0;
 #pragma omp simd reduction(+ : sum)
-        for (int t2 = 0; t2 <= t; t2++) {
-          ar[t2] = MT_T(mt_vexp)(pr[t2] - mx);
-          sum += ar[t2];
-        }
+        for (int t2 = 0; t2 <= t; t2++) sum += ar[t2];
         const REAL inv = (REAL)1 / sum;
-        for (int t2 = 0; t2 <= t; t2++) ar[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; t2++) pr[t2] = ar[t2] = (REAL)0;
+#pragma omp simd
+        for (int t2 = 0; t2 < nv; t2++) ar[t2] *= inv;
+#pragma omp simd
+        for (int t2 = nv; t2 < T; t2++) ar[t2] = (REAL)0;
+#pragma omp simd
+        for (int t2 = t + 1; t2 < T; t2++) pr[t2] = (REAL)0;
       }
       /* out_h (T,hs) = att v */
       if (MT_T(mt_gemm)('N', 'N', T, hs, T, (REAL)1, a, T, v, C3, (REAL)0,

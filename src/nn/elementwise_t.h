@@ -142,13 +142,15 @@ int MT_T(mt_xent_ignore_forward)(REAL *probs, REAL *losses, double *loss_sum, in
   for (int i = 0; i < N; i++) {
     const REAL *l = logits + (int64_t)i * C;
     REAL *p = probs + (int64_t)i * C;
+    /* the largest logit and its first index, as a scalar `>` scan finds
+     * them (NaNs skipped, or all NaN when l[0] is), in vector lanes */
     int arg = 0;
     REAL mx = l[0];
-    for (int j = 1; j < C; j++)
-      if (l[j] > mx) {
-        mx = l[j];
-        arg = j;
-      }
+    if (mx == mx) {
+#pragma omp simd reduction(max : mx)
+      for (int j = 1; j < C; j++) mx = l[j] > mx ? l[j] : mx;
+      while (l[arg] != mx) arg++;
+    }
     const int counted = y[i] != ignore_index;
     const REAL ly = counted ? l[y[i]] : (REAL)0; /* read before p may overwrite l */
     double z = 0.0;
@@ -179,6 +181,7 @@ void MT_T(mt_xent_ignore_backward)(REAL *dlogits, const REAL *probs, const int32
     if (y[i] == ignore_index) continue;
     const REAL *p = probs + (int64_t)i * C;
     REAL *d = dlogits + (int64_t)i * C;
+#pragma omp simd
     for (int j = 0; j < C; j++) d[j] += scale * p[j];
     d[y[i]] -= scale;
   }

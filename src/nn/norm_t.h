@@ -76,6 +76,8 @@ void MT_T(mt_layernorm_backward)(REAL *dinp, REAL *dweight, REAL *dbias, const R
     for (int n = 0; n < N; n++) {
       const REAL *x = inp + (int64_t)n * C, *d = dout + (int64_t)n * C;
       const REAL m = mean[n], s = rstd[n];
+      /* each lane its own channel (-O2 left this loop scalar) */
+#pragma omp simd
       for (int i = c0; i < c1; i++) {
         aw[i - c0] += (double)d[i] * ((x[i] - m) * s);
         ab[i - c0] += d[i];
