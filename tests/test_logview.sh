@@ -6,6 +6,11 @@
 # samples that rank computed, at 1 and 2 ranks, in fp64 and with 2 threads
 # splitting the batch; the text table's flop column agrees to its 3 digits and its
 # Mflop/s column is not zero.
+# The kernel events (nn/trace.h: mtLinear, mtGemm, mtConv, mtPool, mtNorm,
+# mtAttention, mtActivation, mtElementwise, mtLoss, mtEmbedding, mtConvert):
+# each counts the calls its layers made, worked out here from the model and
+# the steps; mtConvert appears under sp-amp only, and the per-thread models of
+# -thread_split batch log none (PETSc logs from one thread).
 . "$top_srcdir/tests/lib.sh"
 make_work
 need_bin "$MPITRAIN" "$MT_DATA" "$MKDATA"
@@ -122,4 +127,48 @@ run gpt2 2 1 ":$WORK/gpt2.csv:ascii_csv" "${gpt[@]}"
 check_csv "gpt 2 ranks: flops per rank" 2 "$WORK/gpt2.csv" $((6 * fwd)) $((6 * bwd)) $fwd
 run gpt64 1 1 ":$WORK/gpt64.csv:ascii_csv" "${gpt[@]}" -precision fp64
 check_csv "gpt fp64: flops" 1 "$WORK/gpt64.csv" $((12 * fwd)) $((12 * bwd)) $fwd
+# ---- kernel events
+# csv_count FILE EVENT RANK: the calls of EVENT on RANK (0 when not logged)
+csv_count() { awk -F, -v e="$2" -v r="$3" '$2 == e && $3 == r { n = $4 + 0 } END { print n + 0 }' "$1"; }
+# check_counts NAME FILE EVENT=COUNT...: rank 0's counts
+check_counts() {
+  local name=$1 f=$2 kv ok=1 why= got
+  shift 2
+  for kv in "$@"; do
+    got=$(csv_count "$f" "${kv%%=*}" 0)
+    [ "$got" = "${kv#*=}" ] || { ok=0; why+=" ${kv%%=*} $got, expected ${kv#*=};"; }
+  done
+  [ $ok = 1 ] && pass "$name" || fail "$name" "$why"
+}
+# mlp: 16 steps of 16; a step runs 3 linear layers forward and back (6
+# calls), 3 + 5 GEMMs (the first layer has no input gradient) and the loss
+# twice; validation evaluates its 64 samples as one piece: 3 layers, 3 GEMMs,
+# one loss
+run kmlp 1 1 ":$WORK/kmlp.csv:ascii_csv" "${mlp[@]}"
+check_counts "mlp: kernel events" "$WORK/kmlp.csv" mtLinear=$((16 * 6 + 3)) \
+  mtGemm=$((16 * 8 + 3)) mtLoss=$((16 * 2 + 1)) mtConvert=0 mtAttention=0
+run kmlpamp 1 1 ":$WORK/kmlpamp.csv:ascii_csv" "${mlp[@]}" -backend sp-amp -amp_dtype bf16
+check_counts "mlp sp-amp: the same layers and GEMMs" "$WORK/kmlpamp.csv" mtLinear=$((16 * 6 + 3)) \
+  mtGemm=$((16 * 8 + 3)) mtLoss=$((16 * 2 + 1))
+[ "$(csv_count "$WORK/kmlpamp.csv" mtConvert 0)" -gt 0 ] && pass "mlp sp-amp: mtConvert logged" ||
+  fail "mlp sp-amp: mtConvert logged" "no bf16 conversion in the log"
+run kmlp2b 1 2 ":$WORK/kmlp2b.csv:ascii_csv" "${mlp[@]}" -thread_split batch
+check_counts "mlp, 2 threads splitting the batch: no kernel events in the threads" \
+  "$WORK/kmlp2b.csv" mtForward=16 mtLinear=0 mtGemm=0 mtLoss=0 # validation in the threads too
+# cnn: 8 steps of 8; 2 convolutions, 2 pools and 2 linear layers each way,
+# GEMMs 2 + 4 (the first linear layer feeds the convolutions its gradient),
+# the loss twice; validation one piece of 64
+run kcnn 1 1 ":$WORK/kcnn.csv:ascii_csv" "${cnn[@]}"
+check_counts "cnn: kernel events" "$WORK/kcnn.csv" mtConv=$((8 * 4 + 2)) mtPool=$((8 * 4 + 2)) \
+  mtLinear=$((8 * 4 + 2)) mtGemm=$((8 * 6 + 2)) mtLoss=$((8 * 2 + 1))
+# gpt, fp64 too: 3 steps; per pass 2 layers (attention, GELU, 2 layer norms,
+# 4 linear layers each), the final layer norm, the head (a linear layer),
+# embedding and loss; each linear layer 1 GEMM forward and 2 back; validation
+# 8 sequences of 16 = 2 pieces of 64 tokens
+gk=(mtAttention=$((3 * 4 + 2 * 2)) mtActivation=$((3 * 4 + 2 * 2)) mtNorm=$((3 * 10 + 2 * 5))
+  mtLinear=$((3 * 18 + 2 * 9)) mtGemm=$((3 * 27 + 2 * 9)) mtEmbedding=$((3 * 2 + 2))
+  mtLoss=$((3 * 2 + 2)))
+run kgpt 1 1 ":$WORK/kgpt.csv:ascii_csv" "${gpt[@]}"
+check_counts "gpt: kernel events" "$WORK/kgpt.csv" "${gk[@]}"
+check_counts "gpt fp64: kernel events" "$WORK/gpt64.csv" "${gk[@]}"
 finish

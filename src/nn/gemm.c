@@ -35,9 +35,13 @@ static int own_thread(void) {
 }
 #endif
 
-int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-            int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
-            const mt_nn_policy *pol) {
+mt_nn_trace_fn mt_nn_trace_hook;
+
+void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
+
+static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                    const mt_nn_policy *pol) {
   if (M == 0 || N == 0) return 0;
   if (mt_nn_compute(pol) != MT_PREC_FP32)
     return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
@@ -69,10 +73,16 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   return 0;
 }
 
-int mt_gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
-                int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc,
-                const mt_nn_policy *pol) {
-  (void)pol;
+int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+            int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+            const mt_nn_policy *pol) {
+  return MT_NN_TRACED(MT_K_GEMM,
+                      gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol));
+}
+
+static int gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha,
+                    const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
+                    double *C, int64_t ldc) {
   if (M == 0 || N == 0) return 0;
   MT_CHECK((ta == 'N' || ta == 'T') && (tb == 'N' || tb == 'T'), MT_ERR_ARG,
            "mt_gemm_f64: op %c,%c (N or T)", ta, tb);
@@ -89,4 +99,11 @@ int mt_gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha,
               tb == 'N' ? CblasNoTrans : CblasTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
               B, (int)ldb, beta, C, (int)ldc);
   return 0;
+}
+
+int mt_gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc,
+                const mt_nn_policy *pol) {
+  (void)pol;
+  return MT_NN_TRACED(MT_K_GEMM, gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }

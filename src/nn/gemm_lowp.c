@@ -36,14 +36,15 @@ uint64_t mt_nn_converted(void) { return converted_; }
 /* n floats of src into dst in precision p (bf16 bits, or fp16 values held
  * in floats); 0 when p is fp32 */
 static int convert(mt_precision p, void *dst, const float *src, size_t n) {
+  if (p != MT_PREC_BF16 && p != MT_PREC_FP16) return 0;
+  const int tr = mt_nn_trace_begin(MT_K_CONVERT);
   if (p == MT_PREC_BF16) {
     mt_f32_to_bf16(dst, src, n);
-  } else if (p == MT_PREC_FP16) {
+  } else {
     memcpy(dst, src, n * sizeof(float));
     mt_round_fp16(dst, n);
-  } else {
-    return 0;
   }
+  mt_nn_trace_end(tr, MT_K_CONVERT);
   converted_ += n;
   return 1;
 }

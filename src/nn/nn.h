@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn/trace.h"
+
 /* The compute-precision policy some layers take (nn/lowp.h; NULL: fp32). */
 typedef struct mt_nn_policy mt_nn_policy;
 
@@ -139,69 +141,94 @@ enum { MT_ATTN_SET_DINP = 1 /* dinp written whole (=), not += */ };
   _Generic((x), float *: f, const float *: f, double *: f##_f64, const double *: f##_f64)
 #define mt_gemm(ta, tb, M, N, K, alpha, A, ...) \
   MT_NN_PICK(A, mt_gemm)(ta, tb, M, N, K, alpha, A, __VA_ARGS__)
-#define mt_linear_forward(out, ...) MT_NN_PICK(out, mt_linear_forward)(out, __VA_ARGS__)
+#define mt_linear_forward(out, ...) \
+  MT_NN_TRACED(MT_K_LINEAR, MT_NN_PICK(out, mt_linear_forward)(out, __VA_ARGS__))
 #define mt_linear_backward(dinp, dw, db, dout, ...) \
-  MT_NN_PICK(dout, mt_linear_backward)(dinp, dw, db, dout, __VA_ARGS__)
-#define mt_linear_forward_ex(out, ...) MT_NN_PICK(out, mt_linear_forward_ex)(out, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_LINEAR, MT_NN_PICK(dout, mt_linear_backward)(dinp, dw, db, dout, __VA_ARGS__))
+#define mt_linear_forward_ex(out, ...) \
+  MT_NN_TRACED(MT_K_LINEAR, MT_NN_PICK(out, mt_linear_forward_ex)(out, __VA_ARGS__))
 #define mt_linear_backward_ex(dinp, dw, db, dout, ...) \
-  MT_NN_PICK(dout, mt_linear_backward_ex)(dinp, dw, db, dout, __VA_ARGS__)
-#define mt_relu_forward(out, ...) MT_NN_PICK(out, mt_relu_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_LINEAR, \
+               MT_NN_PICK(dout, mt_linear_backward_ex)(dinp, dw, db, dout, __VA_ARGS__))
+#define mt_relu_forward(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(out, mt_relu_forward)(out, __VA_ARGS__))
 #define mt_relu_backward(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_relu_backward)(dinp, dout, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(dout, mt_relu_backward)(dinp, dout, __VA_ARGS__))
 #define mt_softmax_xent_forward(probs, ...) \
-  MT_NN_PICK(probs, mt_softmax_xent_forward)(probs, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_LOSS, MT_NN_PICK(probs, mt_softmax_xent_forward)(probs, __VA_ARGS__))
 #define mt_softmax_xent_backward(dlogits, ...) \
-  MT_NN_PICK(dlogits, mt_softmax_xent_backward)(dlogits, __VA_ARGS__)
-#define mt_conv2d_forward(out, ...) MT_NN_PICK(out, mt_conv2d_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_LOSS, MT_NN_PICK(dlogits, mt_softmax_xent_backward)(dlogits, __VA_ARGS__))
+#define mt_conv2d_forward(out, ...) \
+  MT_NN_TRACED(MT_K_CONV, MT_NN_PICK(out, mt_conv2d_forward)(out, __VA_ARGS__))
 #define mt_conv2d_backward(dinp, dw, db, dout, ...) \
-  MT_NN_PICK(dout, mt_conv2d_backward)(dinp, dw, db, dout, __VA_ARGS__)
-#define mt_maxpool2d_forward(out, ...) MT_NN_PICK(out, mt_maxpool2d_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_CONV, MT_NN_PICK(dout, mt_conv2d_backward)(dinp, dw, db, dout, __VA_ARGS__))
+#define mt_maxpool2d_forward(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_POOL, MT_NN_PICK(out, mt_maxpool2d_forward)(out, __VA_ARGS__))
 #define mt_maxpool2d_backward(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_maxpool2d_backward)(dinp, dout, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_POOL, MT_NN_PICK(dout, mt_maxpool2d_backward)(dinp, dout, __VA_ARGS__))
 #define mt_maxpool2d_relu_backward(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_maxpool2d_relu_backward)(dinp, dout, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_POOL, \
+                    MT_NN_PICK(dout, mt_maxpool2d_relu_backward)(dinp, dout, __VA_ARGS__))
 #define mt_maxpool2d_backward_ex(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_maxpool2d_backward_ex)(dinp, dout, __VA_ARGS__)
-#define mt_avgpool2d_forward(out, ...) MT_NN_PICK(out, mt_avgpool2d_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_POOL, MT_NN_PICK(dout, mt_maxpool2d_backward_ex)(dinp, dout, __VA_ARGS__))
+#define mt_avgpool2d_forward(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_POOL, MT_NN_PICK(out, mt_avgpool2d_forward)(out, __VA_ARGS__))
 #define mt_avgpool2d_backward(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_avgpool2d_backward)(dinp, dout, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_POOL, MT_NN_PICK(dout, mt_avgpool2d_backward)(dinp, dout, __VA_ARGS__))
 #define mt_global_avgpool_forward(out, ...) \
-  MT_NN_PICK(out, mt_global_avgpool_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_POOL, MT_NN_PICK(out, mt_global_avgpool_forward)(out, __VA_ARGS__))
 #define mt_global_avgpool_backward(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_global_avgpool_backward)(dinp, dout, __VA_ARGS__)
-#define mt_layernorm_forward(out, ...) MT_NN_PICK(out, mt_layernorm_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_POOL, \
+                    MT_NN_PICK(dout, mt_global_avgpool_backward)(dinp, dout, __VA_ARGS__))
+#define mt_layernorm_forward(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_NORM, MT_NN_PICK(out, mt_layernorm_forward)(out, __VA_ARGS__))
 #define mt_layernorm_backward(dinp, dweight, dbias, dout, ...) \
-  MT_NN_PICK(dout, mt_layernorm_backward)(dinp, dweight, dbias, dout, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_NORM, \
+                    MT_NN_PICK(dout, mt_layernorm_backward)(dinp, dweight, dbias, dout, \
+                                                            __VA_ARGS__))
 #define mt_batchnorm2d_forward(out, ...) \
-  MT_NN_PICK(out, mt_batchnorm2d_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_NORM, MT_NN_PICK(out, mt_batchnorm2d_forward)(out, __VA_ARGS__))
 #define mt_batchnorm2d_backward(dinp, dweight, dbias, dout, ...) \
-  MT_NN_PICK(dout, mt_batchnorm2d_backward)(dinp, dweight, dbias, dout, __VA_ARGS__)
-#define mt_embedding_forward(out, ...) MT_NN_PICK(out, mt_embedding_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_NORM, \
+                    MT_NN_PICK(dout, mt_batchnorm2d_backward)(dinp, dweight, dbias, dout, \
+                                                              __VA_ARGS__))
+#define mt_embedding_forward(out, ...) \
+  MT_NN_TRACED(MT_K_EMBEDDING, MT_NN_PICK(out, mt_embedding_forward)(out, __VA_ARGS__))
 #define mt_embedding_backward(dwte, dwpe, dout, ...) \
-  MT_NN_PICK(dout, mt_embedding_backward)(dwte, dwpe, dout, __VA_ARGS__)
-#define mt_attention_forward(out, ...) MT_NN_PICK(out, mt_attention_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_EMBEDDING, \
+                    MT_NN_PICK(dout, mt_embedding_backward)(dwte, dwpe, dout, __VA_ARGS__))
+#define mt_attention_forward(out, ...) \
+  MT_NN_TRACED(MT_K_ATTENTION, MT_NN_PICK(out, mt_attention_forward)(out, __VA_ARGS__))
 #define mt_attention_backward(dinp, scratch, dout, ...) \
-  MT_NN_PICK(dout, mt_attention_backward)(dinp, scratch, dout, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_ATTENTION, \
+               MT_NN_PICK(dout, mt_attention_backward)(dinp, scratch, dout, __VA_ARGS__))
 #define mt_attention_backward_ex(dinp, scratch, dout, ...) \
-  MT_NN_PICK(dout, mt_attention_backward_ex)(dinp, scratch, dout, __VA_ARGS__)
-#define mt_gelu_forward(out, ...) MT_NN_PICK(out, mt_gelu_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_ATTENTION, \
+               MT_NN_PICK(dout, mt_attention_backward_ex)(dinp, scratch, dout, __VA_ARGS__))
+#define mt_gelu_forward(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(out, mt_gelu_forward)(out, __VA_ARGS__))
 #define mt_gelu_backward(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_gelu_backward)(dinp, dout, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(dout, mt_gelu_backward)(dinp, dout, __VA_ARGS__))
 #define mt_gelu_backward_ex(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_gelu_backward_ex)(dinp, dout, __VA_ARGS__)
-#define mt_residual_forward(out, ...) MT_NN_PICK(out, mt_residual_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(dout, mt_gelu_backward_ex)(dinp, dout, __VA_ARGS__))
+#define mt_residual_forward(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_ELEMENTWISE, MT_NN_PICK(out, mt_residual_forward)(out, __VA_ARGS__))
 #define mt_residual_backward(da, db, dout, ...) \
-  MT_NN_PICK(dout, mt_residual_backward)(da, db, dout, __VA_ARGS__)
-#define mt_dropout_forward(out, ...) MT_NN_PICK(out, mt_dropout_forward)(out, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_ELEMENTWISE, \
+                    MT_NN_PICK(dout, mt_residual_backward)(da, db, dout, __VA_ARGS__))
+#define mt_dropout_forward(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_ELEMENTWISE, MT_NN_PICK(out, mt_dropout_forward)(out, __VA_ARGS__))
 #define mt_dropout_backward(dinp, dout, ...) \
-  MT_NN_PICK(dout, mt_dropout_backward)(dinp, dout, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_ELEMENTWISE, \
+                    MT_NN_PICK(dout, mt_dropout_backward)(dinp, dout, __VA_ARGS__))
 #define mt_xent_ignore_forward(probs, ...) \
-  MT_NN_PICK(probs, mt_xent_ignore_forward)(probs, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_LOSS, MT_NN_PICK(probs, mt_xent_ignore_forward)(probs, __VA_ARGS__))
 #define mt_xent_ignore_backward(dlogits, ...) \
-  MT_NN_PICK(dlogits, mt_xent_ignore_backward)(dlogits, __VA_ARGS__)
+  MT_NN_TRACED_VOID(MT_K_LOSS, MT_NN_PICK(dlogits, mt_xent_ignore_backward)(dlogits, __VA_ARGS__))
 #define mt_mse_forward(losses, pred, ...) \
-  MT_NN_PICK(pred, mt_mse_forward)(losses, pred, __VA_ARGS__)
-#define mt_mse_backward(dpred, ...) MT_NN_PICK(dpred, mt_mse_backward)(dpred, __VA_ARGS__)
+  MT_NN_TRACED(MT_K_LOSS, MT_NN_PICK(pred, mt_mse_forward)(losses, pred, __VA_ARGS__))
+#define mt_mse_backward(dpred, ...) \
+  MT_NN_TRACED_VOID(MT_K_LOSS, MT_NN_PICK(dpred, mt_mse_backward)(dpred, __VA_ARGS__))
 #endif
 
 #endif

@@ -4,7 +4,10 @@
  * GFLOP/s, its share of the measured peak, and the bytes communicated. */
 #include "trainer/trainer.h"
 
+#include "nn/trace.h"
+
 #include <petscsys.h>
+#include <pthread.h>
 #include <string.h>
 
 static const char *const ev_name[MT_EV_COUNT] = {
@@ -16,6 +19,22 @@ static PetscLogEvent ev_[MT_EV_COUNT];
 static int registered_;
 static double start_[MT_EV_COUNT], total_[MT_EV_COUNT]; /* this epoch */
 
+/* The layers' kernel events (nn/trace.h), inside the phases above. */
+static const char *const kev_name[MT_K_COUNT] = {
+    "mtLinear",     "mtGemm",        "mtConv", "mtPool",      "mtNorm",   "mtAttention",
+    "mtActivation", "mtElementwise", "mtLoss", "mtEmbedding", "mtConvert"};
+static PetscLogEvent kev_[MT_K_COUNT];
+static pthread_t logger_; /* PETSc's logging is this thread's */
+
+static int kernel_event(mt_kernel k, int begin) {
+  if (!pthread_equal(pthread_self(), logger_)) return 0;
+  if (begin)
+    (void)PetscLogEventBegin(kev_[k], 0, 0, 0, 0);
+  else
+    (void)PetscLogEventEnd(kev_[k], 0, 0, 0, 0);
+  return 1;
+}
+
 int mt_profile_init(void) {
   if (registered_) return 0;
   PetscClassId cid;
@@ -23,6 +42,17 @@ int mt_profile_init(void) {
   for (int e = 0; e < MT_EV_COUNT; e++)
     if (PetscLogEventRegister(ev_name[e], cid, &ev_[e]))
       return MT_ERR(MT_ERR_LIB, "PetscLogEventRegister %s failed", ev_name[e]);
+  /* the kernels' marks only where PETSc logs (-log_view and its kin):
+   * elsewhere each costs the layers a branch, not a call */
+  PetscBool logging = PETSC_FALSE;
+  if (PetscLogIsActive(&logging)) return MT_ERR(MT_ERR_LIB, "PetscLogIsActive failed");
+  if (logging) {
+    for (int k = 0; k < MT_K_COUNT; k++)
+      if (PetscLogEventRegister(kev_name[k], cid, &kev_[k]))
+        return MT_ERR(MT_ERR_LIB, "PetscLogEventRegister %s failed", kev_name[k]);
+    logger_ = pthread_self();
+    mt_nn_trace_set(kernel_event);
+  }
   registered_ = 1;
   return 0;
 }
