@@ -36,6 +36,8 @@ run_timeout=600
 mt_data=""
 goal_fp32=1.6
 goal_torch=1.5
+kernels=0
+mt_extra=() # more mpitrain options (the --kernels runs' -log_view)
 
 usage() {
 	cat <<EOF
@@ -61,6 +63,9 @@ usage: $0 [options] MPITRAIN DATA_DIR
                     are left out (default "$pythons"); --python PY: one
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
   --timeout S       limit for one run in seconds (default $run_timeout)
+  --kernels         then one more run of each mpitrain variant with -log_view:
+                    its step by kind of layer (mtLinear, mtGemm, mtAttention,
+                    mtConvert, ...; doc/running.md), in ms a training step
 Environment: MPIRUN (default mpirun), MPIRUN_ARGS (extra mpirun arguments),
 BENCH_LOGS (a folder that receives every run's log at the end).
 EOF
@@ -79,6 +84,7 @@ while [ $# -gt 0 ]; do
 	--python|--pythons) pythons=$2; shift 2 ;;
 	--mt-data) mt_data=$2; shift 2 ;;
 	--timeout) run_timeout=$2; shift 2 ;;
+	--kernels) kernels=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	-*) echo "$0: unknown option $1" >&2; usage >&2; exit 2 ;;
 	*) pos+=("$1"); shift ;;
@@ -191,7 +197,7 @@ run_mpitrain() { # model ranks threads variant log [record]
 		"$mpitrain" -backend "$backend" ${amp[@]+"${amp[@]}"} $(mt_opts "$m") \
 		-data_train "$(data_file "$m")" -epochs 1 -max_train_steps_per_epoch "$(steps_of "$m")" \
 		-max_val_steps_per_epoch 1 -threads "$t" -log_every 0 -checkpoint_at_end 0 \
-		-output_dir "$out" ${rec:+-log_gemm_shapes "$rec"} >"$log" 2>&1
+		-output_dir "$out" ${rec:+-log_gemm_shapes "$rec"} ${mt_extra[@]+"${mt_extra[@]}"} >"$log" 2>&1
 	rm -rf "$out"
 	# a bf16 run must say so on its amp line
 	[ ${#amp[@]} = 0 ] || grep -q '^amp: .*bf16 compute' "$log" || return 0
@@ -381,4 +387,28 @@ if [ -n "$warn_blas" ]; then
 	echo "#   (Debian's reference BLAS: ~35x slower for the MLP), so pt-fp32 and pt16/32 are not"
 	echo "#   PyTorch's best; install libopenblas0-openmp for them. Its bf16 matmuls (autocast) go"
 	echo "#   through oneDNN, not the BLAS."
+fi
+
+# ---- --kernels: one -log_view run of each mpitrain variant, by kind of layer
+if [ "$kernels" = 1 ]; then
+	echo "# kernels: one more run each with -log_view (rank 0's events; ms a training step over"
+	echo "# the run's steps, validation's one step included; events nest: mtGemm counts inside mtLinear,"
+	echo "# attention's per-head GEMMs only in mtAttention; a rank of several threads that splits"
+	echo "# the batch logs no layer)"
+	mt_extra=(-log_view)
+	for m in $models; do
+		for c in $configs; do
+			r=${c%x*}; t=${c#*x}
+			for v in $variants; do
+				case "$v" in mt-*) ;; *) continue ;; esac
+				log="$tmp/log.$m.$c.$v.kernels"
+				run_mpitrain "$m" "$r" "$t" "$v" "$log" >/dev/null
+				n=$(steps_of "$m")
+				row=$(awk -v n="$n" '/^mt[A-Z][A-Za-z]* +[0-9]/ && $1 != "mtData" && $1 != "mtCheckpoint" &&
+					$1 != "mtCommExposed" && $4 + 0 > 0 { printf " %s %.2f", substr($1, 3), $4 * 1000 / n }' "$log")
+				echo "$m $c $v:${row:- (no -log_view table: see $log)}"
+			done
+		done
+	done
+	mt_extra=()
 fi

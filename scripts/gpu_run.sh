@@ -12,7 +12,8 @@
 # and the node's PyTorch, 1 rank x 1 thread; GPU nodes' CPUs often have
 # AVX512_BF16 or AMX; the data is synthetic, of Fashion-MNIST's shape, unless
 # MT_BENCH_DATA names a folder of bench_amp.sh's files; MT_CPUAMP_REPEATS,
-# _STEPS and _MODELS: its -r, --steps and --models). The CUDA runtime, cuBLAS and NCCL (of the CUDA major version the
+# _STEPS and _MODELS: its -r, --steps and --models; --kernels adds each
+# mpitrain variant's step by kind of layer, -log_view's events). The CUDA runtime, cuBLAS and NCCL (of the CUDA major version the
 # build used) are looked for under
 # /usr/local/cuda* and the site-packages of $PYTHON (default python3; also
 # the benchmarks' PyTorch peer, run without the bundle's libraries).
@@ -104,7 +105,7 @@ for s in "${@:-units train bench}"; do
         [ -f "$d/fashion-mnist-train.h5" ] ||
           "$MT/build/tests/mkdata" synth "$d/fashion-mnist-train.h5" 10000 784 10 1 image >/dev/null
         echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); $(grep -o -w -m1 -e avx512_bf16 -e amx_bf16 -e amx_tile /proc/cpuinfo | sort -u | tr '\n' ' ')"
-        step "bench_amp.sh on the CPU" 600 env GEMM_SHAPES="$MT/build/bench/gemm_shapes" bash bench/bench_amp.sh -r "${MT_CPUAMP_REPEATS:-2}" --steps "${MT_CPUAMP_STEPS:-60}" --models "${MT_CPUAMP_MODELS:-mlp cnn gpt}" --variants "mt-fp32 mt-amp pt-fp32 pt-bf16" \
+        step "bench_amp.sh on the CPU" 600 env GEMM_SHAPES="$MT/build/bench/gemm_shapes" bash bench/bench_amp.sh -r "${MT_CPUAMP_REPEATS:-2}" --steps "${MT_CPUAMP_STEPS:-60}" --models "${MT_CPUAMP_MODELS:-mlp cnn gpt}" --variants "mt-fp32 mt-amp pt-fp32 pt-bf16" --kernels \
           --python "$PYTHON" "$MT/build/mpitrain" "$d" ;;
       memcheck) step "compute-sanitizer memcheck" 900 bash -c "$(declare -f memcheck); memcheck" ;;
       *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck, cpuamp)" >&2; status=2 ;;
