@@ -124,12 +124,15 @@ int MT_T(mt_attention_backward_ex)(REAL *dinp, REAL *scratch, const REAL *dout, 
       for (int t = 0; t < T; t++) {
         const REAL *ar = a + (int64_t)t * T;
         REAL *dr = da + (int64_t)t * T;
+        const int up = (t + ATT_VROW) / ATT_VROW * ATT_VROW, nv = up < T ? up : T;
         REAL dot = (REAL)0;
 #pragma omp simd reduction(+ : dot)
         for (int t2 = 0; t2 <= t; t2++) dot += ar[t2] * dr[t2];
+        /* whole vectors, the lanes past t masked, as in the forward */
 #pragma omp simd
-        for (int t2 = 0; t2 <= t; t2++) dr[t2] = ar[t2] * (dr[t2] - dot);
-        for (int t2 = t + 1; t2 < T; t2++) dr[t2] = (REAL)0;
+        for (int t2 = 0; t2 < nv; t2++) dr[t2] = t2 <= t ? ar[t2] * (dr[t2] - dot) : (REAL)0;
+#pragma omp simd
+        for (int t2 = nv; t2 < T; t2++) dr[t2] = (REAL)0;
       }
       /* pre = scale q k^T: dq += scale dpre k; dk += scale dpre^T q */
       e |= MT_T(mt_gemm)('N', 'N', T, hs, T, scale, da, T, k, C3, beta, dq, C3, pol);
