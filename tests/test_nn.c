@@ -597,6 +597,20 @@ static void test_vexp(void) {
   CHECK(mt_vexp(-87.01f) == 0.0f && mt_vexp(-INFINITY) == 0.0f, "mt_vexp below -87 is 0");
   CHECK(isinf(mt_vexp(88.01f)) && isinf(mt_vexp(INFINITY)), "mt_vexp above 88 is +inf");
   CHECK(isnan(mt_vexp(NAN)), "mt_vexp(NaN) is NaN");
+  /* in vector lanes (how GELU and the softmaxes run it) as one at a time */
+  enum { NV = 64 };
+  float xs[NV], vec[NV];
+  const float ends[] = {-INFINITY, -1e30f, -87.01f, -87.0f, -86.99f, -0.0f, 0.0f, 1e-30f,
+                        88.0f,     88.01f, 1e30f,   INFINITY, NAN,    -NAN, 3.5f,  -3.5f};
+  for (int i = 0; i < NV; i++) xs[i] = i < 16 ? ends[i] : (float)(i - 40) * 2.75f;
+#pragma omp simd
+  for (int i = 0; i < NV; i++) vec[i] = mt_vexp(xs[i]);
+  int same = 1;
+  for (int i = 0; i < NV; i++) {
+    const float one = mt_vexp(xs[i]);
+    same &= isnan(one) ? isnan(vec[i]) : mt_f32_bits(one) == mt_f32_bits(vec[i]);
+  }
+  CHECK(same, "mt_vexp in vector lanes = one at a time, bit for bit, at the range's ends too");
 }
 
 int main(void) {

@@ -35,7 +35,12 @@ static inline float mt_vexp(float x) {
   p = p * r + 1.0f;
   /* the low bits of t hold n: 2^n = (n + 127) << 23 */
   const float e = p * mt_f32_from_bits((mt_f32_bits(t) - mt_f32_bits(magic) + 127u) << 23);
-  return x < -87.0f ? 0.0f : x > 88.0f ? INFINITY : e;
+  /* the range's ends as arithmetic, e * 1 + 0 = e exactly: with a select
+   * (x < -87 ? 0 : x > 88 ? inf : e) the compiler copied the caller's
+   * arithmetic into each case, and GELU's x / (1 + e) ran three vector
+   * divisions. NaN keeps e (NaN): no comparison holds for it. */
+  const float keep = x < -87.0f ? 0.0f : 1.0f, inf = x > 88.0f ? INFINITY : 0.0f;
+  return e * keep + inf;
 }
 
 static inline double mt_vexp_f64(double x) { return exp(x); }
