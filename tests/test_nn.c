@@ -92,6 +92,28 @@ static void gemm_beta0_nan(void) {
   CHECK(rc == 0 && tu_rel_err_f(C, want, 4) <= REF_TOL, "gemm beta=0 ignores NaN already in C");
 }
 
+/* The same for a weight gradient's shape ('T','N', M x N = 160 x 128 from
+ * K = 16 rows): C all NaN, every element written. */
+static void gemm_tn_beta0_nan(void) {
+  enum { M = 160, N = 128, K = 16 };
+  float *A = malloc(K * M * sizeof(float)), *B = malloc(K * N * sizeof(float));
+  float *C = malloc(M * N * sizeof(float));
+  for (int i = 0; i < K * M; i++) A[i] = (float)(i % 7) - 3.0f;
+  for (int i = 0; i < K * N; i++) B[i] = (float)(i % 5) * 0.5f;
+  for (int i = 0; i < M * N; i++) C[i] = NAN;
+  const int rc = mt_gemm('T', 'N', M, N, K, 1.0f, A, M, B, N, 0.0f, C, N, NULL);
+  int ok = rc == 0;
+  for (int i = 0; i < M && ok; i++)
+    for (int j = 0; j < N; j++) {
+      float w = 0; /* small integers and halves: exact in any order */
+      for (int k = 0; k < K; k++) w += A[k * M + i] * B[k * N + j];
+      ok &= C[i * N + j] == w;
+    }
+  CHECK(ok, "gemm TN M=%d N=%d K=%d beta=0 ignores NaN already in C, writes every element", M,
+        N, K);
+  free(A), free(B), free(C);
+}
+
 /* mt_gemm_pack directly: every transpose, blocks crossed in M, N and K
  * (MC 96, NC 1024, KC 256) with partial tiles; beta 0 over NaN and beta 1;
  * the column split of 2 threads gives the 1-thread result bit for bit. */
@@ -184,6 +206,21 @@ static void test_gemm(void) {
 #ifdef _OPENMP
   omp_set_num_threads(2);
   gemm_case('N', 'N', 70, 515, 257, 1.0f, 1.0f, 1, &rng);
+  omp_set_num_threads(nt);
+#endif
+  /* the weight gradients' shape ('T','N', K rows of a batch) at one and
+   * two threads, padded and not, beta 0 and 1 */
+#ifdef _OPENMP
+  omp_set_num_threads(1);
+#endif
+  gemm_case('T', 'N', 300, 70, 64, 1.0f, 0.0f, 3, &rng);
+  gemm_case('T', 'N', 257, 129, 33, 1.0f, 1.0f, 1, &rng);
+  gemm_case('T', 'N', 1024, 16, 7, 1.0f, 1.0f, 0, &rng);
+  gemm_case('T', 'N', 300, 70, 64, 0.5f, 1.0f, 0, &rng);
+  gemm_tn_beta0_nan();
+#ifdef _OPENMP
+  omp_set_num_threads(2);
+  gemm_case('T', 'N', 300, 70, 64, 1.0f, 1.0f, 2, &rng);
   omp_set_num_threads(nt);
 #endif
   gemm_beta0_nan();
