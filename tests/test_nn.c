@@ -221,6 +221,11 @@ static void test_gemm(void) {
 #ifdef _OPENMP
   omp_set_num_threads(2);
   gemm_case('T', 'N', 300, 70, 64, 1.0f, 1.0f, 2, &rng);
+  /* 'N','T' with N >= 512 on 2 threads: a block of columns each (the
+   * second one partial at N = 777), beta 0 and 1, alpha 0.5 */
+  gemm_case('N', 'T', 70, 777, 300, 1.0f, 0.0f, 3, &rng);
+  gemm_case('N', 'T', 128, 1024, 64, 1.0f, 1.0f, 0, &rng);
+  gemm_case('N', 'T', 33, 512, 17, 0.5f, 1.0f, 1, &rng);
   omp_set_num_threads(nt);
 #endif
   gemm_beta0_nan();

@@ -39,6 +39,39 @@ mt_nn_trace_fn mt_nn_trace_hook;
 
 void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
 
+#ifdef _OPENMP
+/* The linear layers' forward, C = A B^T ('N','T'), on the OpenMP threads
+ * of one model (-thread_split gemm) as a block of C's columns (B's rows)
+ * per thread, each a one-thread dnnl_sgemm. oneDNN's own threading split
+ * K there: 1.61x one thread at M N K = 128 x 1024 x 1024 and 1.70x at 256
+ * rows, with other bits than one thread's; the column blocks ran 1.96-1.98x
+ * (1.96x against 2.00x at K = 784) and give one thread's bits
+ * (bench/README.md, "The forward's columns on two threads"). Only where
+ * every thread gets at least 256 columns (the MLP's head, 10 columns, ran
+ * 0.9x). *done: whether it ran the GEMM (not its case: 0, nothing done). */
+static int columns_split(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                         int64_t ldc, int *done) {
+  const int nt = omp_get_max_threads();
+  *done = 0;
+  if (nt < 2 || omp_in_parallel() || N < 256 * (int64_t)nt) return 0;
+  /* blocks of whole 64-byte lines of C */
+  const int64_t per = ((N + nt - 1) / nt + 15) / 16 * 16;
+  int failed = 0;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+  {
+    const int64_t n0 = omp_get_thread_num() * per, n1 = n0 + per < N ? n0 + per : N;
+    if (n1 > n0)
+      failed |= dnnl_sgemm('N', 'T', M, n1 - n0, K, alpha, A, lda, B + n0 * ldb, ldb, beta, C + n0,
+                           ldc) != dnnl_success;
+  }
+  MT_CHECK(!failed, MT_ERR_LIB, "dnnl_sgemm(N,T,M=%lld,N=%lld,K=%lld) failed in a column block",
+           (long long)M, (long long)N, (long long)K);
+  *done = 1;
+  return 0;
+}
+#endif
+
 static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
                     const mt_nn_policy *pol) {
@@ -65,6 +98,13 @@ static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alp
       M > 0 && lda >= K && ldb >= N && ldc >= N && own_thread() &&
       mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
     return 0;
+#endif
+#ifdef _OPENMP
+  if (ta == 'N' && tb == 'T') {
+    int done;
+    MT_CALL(columns_split(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &done));
+    if (done) return 0;
+  }
 #endif
   dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
