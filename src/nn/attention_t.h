@@ -5,6 +5,11 @@
  * (and two AVX2 ones, or doubles' two 512-bit ones) */
 #ifndef ATT_VROW
 #define ATT_VROW 16
+/* row t's causal part [0, t] rounded up to whole ATT_VROW vectors, within T */
+static inline int att_row_span(int t, int T) {
+  const int up = (t + ATT_VROW) / ATT_VROW * ATT_VROW;
+  return up < T ? up : T;
+}
 #endif
 
 /* the largest of pr[0..t] (NaNs skipped, as `>` skips them): ATT_VROW
@@ -59,7 +64,7 @@ int MT_T(mt_attention_forward)(REAL *out, REAL *preatt, REAL *att, const REAL *i
        * The sum keeps a loop of its own over [0, t], in the order it had. */
       for (int t = 0; t < T; t++) {
         REAL *pr = pre + (int64_t)t * T, *ar = a + (int64_t)t * T;
-        const int up = (t + ATT_VROW) / ATT_VROW * ATT_VROW, nv = up < T ? up : T;
+        const int nv = att_row_span(t, T);
         const REAL mx = MT_T(att_row_max)(pr, t);
         REAL sum = (REAL)0;
 #pragma omp simd
@@ -124,7 +129,7 @@ int MT_T(mt_attention_backward_ex)(REAL *dinp, REAL *scratch, const REAL *dout, 
       for (int t = 0; t < T; t++) {
         const REAL *ar = a + (int64_t)t * T;
         REAL *dr = da + (int64_t)t * T;
-        const int up = (t + ATT_VROW) / ATT_VROW * ATT_VROW, nv = up < T ? up : T;
+        const int nv = att_row_span(t, T);
         REAL dot = (REAL)0;
 #pragma omp simd reduction(+ : dot)
         for (int t2 = 0; t2 <= t; t2++) dot += ar[t2] * dr[t2];
