@@ -12,8 +12,10 @@
  * matmul primitive made once per shape and reused (the handles set per call,
  * as a cache behind mt_gemm would); "xsmm" a libxsmm JIT kernel of the whole
  * shape (-DHAVE_XSMM); "pack" our kernel (src/nn/gemm_pack.c) at every
- * shape; "mt" what mt_gemm runs when built --with-gemm=pack (src/nn/gemm.c:
- * pack for 'N','N' at M <= 384, N >= 512, K >= 256, dnnl_sgemm otherwise;
+ * shape; "mt" what mt_gemm runs on one thread when built --with-gemm=pack
+ * (src/nn/gemm.c: pack for 'N','N' at M <= 384, N >= 512, K >= 256;
+ * otherwise mt_sgemm, src/nn/gemm_matmul.c: the forward's 'N','T' as a
+ * brgemm matmul primitive where oneDNN has one, dnnl_sgemm for the rest;
  * the rule of run_lib's case 5 must follow gemm.c's). "fused" times the
  * forward with its bias and ReLU: sgemm plus the two element-wise passes
  * mpitrain runs today against one matmul primitive carrying bias and ReLU
@@ -50,6 +52,12 @@
 #include <libxsmm.h>
 #endif
 #include "nn/gemm_pack.h"
+#if DNNL_VERSION_MAJOR < 3
+#include "nn/gemm_matmul.h" /* mt_gemm's dnnl_sgemm (the forward as a brgemm matmul) */
+#define MT_SGEMM mt_sgemm
+#else
+#define MT_SGEMM dnnl_sgemm /* mpitrain builds against oneDNN 2.x only */
+#endif
 #include "nn/precision.h" /* mt_float_from_bf16, inline */
 
 #define MAXL 8
@@ -334,7 +342,8 @@ static void run_lib(job *j, int lib) {
       break;
     case 5: /* mt_gemm built --with-gemm=pack (src/nn/gemm.c's rule) */
       if (!(s->ta == 'N' && s->tb == 'N' && s->M <= 384 && s->N >= 512 && s->K >= 256)) {
-        run_lib(j, 0);
+        DN(MT_SGEMM(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->A, s->lda, j->B, s->ldb, s->beta, j->C,
+                    s->ldc));
         break;
       }
       /* fall through */
@@ -349,12 +358,12 @@ static void run_lib(job *j, int lib) {
                                s->beta, j->C, s->ldc));
       break;
 #endif
-    case BF16_EMU: { /* gemm_lowp.c's bf16_emulated: widen both, then dnnl_sgemm */
+    case BF16_EMU: { /* gemm_lowp.c's bf16_emulated: widen both, then mt_sgemm */
       int64_t ar = s->ta == 'N' ? s->M : s->K, br = s->tb == 'N' ? s->K : s->N;
       widen(j->Aw, j->Ah, ar * s->lda);
       widen(j->Bw, j->Bh, br * s->ldb);
-      DN(dnnl_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->Aw, s->lda, j->Bw, s->ldb, s->beta,
-                    j->C, s->ldc));
+      DN(MT_SGEMM(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->Aw, s->lda, j->Bw, s->ldb, s->beta,
+                  j->C, s->ldc));
       break;
     }
     default: break;

@@ -32,7 +32,8 @@ pick_pythons() {
 }
 
 # gemm_shapes_build BIN: builds bench/gemm_shapes.c (with mpitrain's own
-# kernel, src/nn/gemm_pack.c, and libxsmm where its header is installed)
+# kernel, src/nn/gemm_pack.c, mt_gemm's src/nn/gemm_matmul.c, and libxsmm
+# where its header is installed)
 # against the system oneDNN, as bench_gemm.sh does. Environment: CC;
 # GEMM_SHAPES_ARCH (default -march=native);
 # GEMM_SHAPES, a gemm_shapes built elsewhere (scripts/gpu_bundle.sh's, on
@@ -43,7 +44,7 @@ gemm_shapes_build() {
 	d=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 	if [ -f /usr/include/libxsmm.h ]; then xs=(-DHAVE_XSMM); xl=(-lxsmm -lblas -ldl); fi
 	"${CC:-cc}" -std=c11 -O2 "${GEMM_SHAPES_ARCH:--march=native}" -fopenmp-simd -Wall -Wextra -Werror -I"$d/../src" \
-		"${xs[@]}" "$d/gemm_shapes.c" "$d/../src/nn/gemm_pack.c" -o "$1" -ldnnl "${xl[@]}" -lpthread -lm
+		"${xs[@]}" "$d/gemm_shapes.c" "$d/../src/nn/gemm_pack.c" "$d/../src/nn/gemm_matmul.c" -o "$1" -ldnnl "${xl[@]}" -lpthread -lm
 }
 
 # gemm_limit BIN RECORD LOG: the GEMMs of one training step as mpitrain

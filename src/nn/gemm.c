@@ -1,4 +1,6 @@
-/* GEMM. float: through oneDNN (the CPU library PyTorch itself uses), and,
+/* GEMM. float: through oneDNN (the CPU library PyTorch itself uses:
+ * mt_sgemm, gemm_matmul.c, which runs the forward's 'N','T' as a brgemm
+ * matmul primitive where oneDNN has one and the rest as dnnl_sgemm), and,
  * built with --with-gemm=pack (configure's default on AVX2 machines without
  * AVX-512), the row-major 'N','N' ones (the linear layers' input gradients)
  * through our packed kernel gemm_pack.c, which ran them 1.7x dnnl_sgemm at
@@ -9,6 +11,7 @@
  * policy (fp64 runs have no mixed precision). */
 #include "config.h"
 #include "nn/gemm_log.h"
+#include "nn/gemm_matmul.h"
 #include "nn/gemm_pack.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
@@ -42,7 +45,7 @@ void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
 #ifdef _OPENMP
 /* The linear layers' forward, C = A B^T ('N','T'), on the OpenMP threads
  * of one model (-thread_split gemm) as a block of C's columns (B's rows)
- * per thread, each a one-thread dnnl_sgemm. oneDNN's own threading split
+ * per thread, each a one-thread mt_sgemm. oneDNN's own threading split
  * K there: 1.61x one thread at M N K = 128 x 1024 x 1024 and 1.70x at 256
  * rows, with other bits than one thread's; the column blocks ran 1.96-1.98x
  * (1.96x against 2.00x at K = 784) and give one thread's bits
@@ -62,8 +65,8 @@ static int columns_split(int64_t M, int64_t N, int64_t K, float alpha, const flo
   {
     const int64_t n0 = omp_get_thread_num() * per, n1 = n0 + per < N ? n0 + per : N;
     if (n1 > n0)
-      failed |= dnnl_sgemm('N', 'T', M, n1 - n0, K, alpha, A, lda, B + n0 * ldb, ldb, beta, C + n0,
-                           ldc) != dnnl_success;
+      failed |= mt_sgemm('N', 'T', M, n1 - n0, K, alpha, A, lda, B + n0 * ldb, ldb, beta, C + n0,
+                         ldc) != dnnl_success;
   }
   MT_CHECK(!failed, MT_ERR_LIB, "dnnl_sgemm(N,T,M=%lld,N=%lld,K=%lld) failed in a column block",
            (long long)M, (long long)N, (long long)K);
@@ -106,7 +109,7 @@ static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alp
     if (done) return 0;
   }
 #endif
-  dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  dnnl_status_t s = mt_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", ta, tb, (long long)M,
            (long long)N, (long long)K, (int)s);

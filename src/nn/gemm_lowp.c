@@ -3,6 +3,7 @@
  * operands to fp16 and running the fp32 GEMM. On a CPU without bf16
  * instructions bf16 is emulated the same way (mt_gemm_bf16_native). */
 #include "nn/gemm_log.h"
+#include "nn/gemm_matmul.h"
 #include "nn/lowp.h"
 #include "nn/precision.h"
 #include "nn/nn.h"
@@ -249,7 +250,7 @@ static dnnl_status_t bf16_emulated(char ta, char tb, int64_t M, int64_t N, int64
   if (*err) return dnnl_out_of_memory;
   for (int64_t r = 0; r < ra; r++) mt_bf16_to_f32(fa + r * ca, a + r * la, (size_t)ca);
   for (int64_t r = 0; r < rb; r++) mt_bf16_to_f32(fb + r * cb, b + r * lb, (size_t)cb);
-  return dnnl_sgemm(ta, tb, M, N, K, alpha, fa, ca, fb, cb, beta, C, ldc);
+  return mt_sgemm(ta, tb, M, N, K, alpha, fa, ca, fb, cb, beta, C, ldc);
 }
 
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -276,7 +277,7 @@ int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
     MT_CALL(err);
   }
   else
-    s = dnnl_sgemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+    s = mt_sgemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "%s GEMM (%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d",
            mt_precision_name(p->compute), ta, tb, (long long)M, (long long)N, (long long)K, (int)s);

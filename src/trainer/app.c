@@ -6,6 +6,7 @@
 #include "cuda/device.h"
 #include "core/core.h"
 #include "io/io.h"
+#include "nn/gemm_matmul.h"
 #include "trainer/mode.h"
 #include "trainer/trainer.h"
 
@@ -156,6 +157,7 @@ int mt_main(int argc, char **argv) {
   }
   mt_guard_stop(&guard);
   mt_comm_destroy(&comm);
+  mt_sgemm_matmul_free(); /* the forward's kept oneDNN primitives */
   PetscFinalize(); /* the signals stay blocked: a late one cannot kill a clean stop */
   MPI_Finalize();
   return rc;
