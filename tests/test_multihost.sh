@@ -16,7 +16,8 @@
 #    ranks: reduce in the host, all-reduce across, read back in the host.
 #    -ddp_overlap auto overlaps the all-reduce with the backward across hosts;
 #    -ddp_shard_optimizer 1 at 2 hosts x 2 ranks gives the bits of the run
-#    without it.
+#    without it, with clipping (the whole sum) and without (each slice
+#    summed across the hosts inside its step).
 # 3. 4 hosts, one rank each: ddp equals sp; the hang guard (-comm_timeout 4)
 #    fires when rank 1's host stops (SIGSTOP of that rank), names the step
 #    and rank 1, and the job ends within the timeout + 16 s; nothing is left
@@ -209,6 +210,21 @@ if train_mh zero2x2 4 mlp 1 ddp -ddp_allreduce shm -ddp_shard_optimizer 1; then
   else
     fail "mlp: ddp -ddp_shard_optimizer 1, 4 ranks on 2 hosts == without, bit for bit" \
       "model_final.h5 differs from shm2x2's (or no $H5DIGEST)"
+  fi
+fi
+# without clipping nothing reads the whole gradient: each rank sums its
+# slice in its optimizer step, across hosts after the hosts' all-reduce of
+# the slice (comm/shm_reduce.c, mt_shm_reduce_apply): the bits without it
+if train_mh shm2x2n 4 mlp 1 ddp -ddp_allreduce shm -ddp_overlap 0 -clip_grad_norm 0 &&
+  train_mh zerof2x2 4 mlp 1 ddp -ddp_allreduce shm -ddp_overlap 0 -clip_grad_norm 0 \
+    -ddp_shard_optimizer 1; then
+  expect_output "ddp -ddp_shard_optimizer 1 on 2 hosts, no clipping: each slice summed in its step" \
+    "each rank sums its slice of the gradient and steps it in one pass"
+  if [ "$("${H5DIGEST:=$top_builddir/tests/h5digest}" "$WORK/shm2x2n/model_final.h5")" = "$("$H5DIGEST" "$WORK/zerof2x2/model_final.h5")" ]; then
+    pass "mlp: ddp -ddp_shard_optimizer 1 summed in the step, 4 ranks on 2 hosts == without, bit for bit"
+  else
+    fail "mlp: ddp -ddp_shard_optimizer 1 summed in the step, 4 ranks on 2 hosts == without, bit for bit" \
+      "model_final.h5 differs from shm2x2n's"
   fi
 fi
 # hybrid_shard's sharding groups are the hosts (the node communicator)

@@ -16,7 +16,12 @@
  *   both waits: the same bits as the copy-in path's (the reference) on every
  *   rank, the data outside the range untouched, and the bytes counted as
  *   summed in place (the path was taken) -- or, with one rank per node, no
- *   window (NULL) and the copy-in path's MPI sums. */
+ *   window (NULL) and the copy-in path's MPI sums;
+ * - mt_shm_reduce_apply on that buffer (ZeRO-1's sum in its step): each
+ *   rank is handed its slice of the partition (none past the node's
+ *   slices), in pieces that follow one another, holding the copy-in path's
+ *   bits, across 16 pieces and more; fn's error comes back on its rank
+ *   alone, without a hang; a buffer outside the window is refused. */
 #include "comm/shm_reduce.h"
 #include "nn/precision.h"
 #include "testutil.h"
@@ -169,6 +174,64 @@ static void in_window(mt_shm_reduce *s, char *buf, size_t cap, size_t off, size_
   free(out);
 }
 
+/* mt_shm_reduce_apply's pieces gathered: each must follow the last */
+typedef struct {
+  char *got;
+  size_t e, lo, next, calls;
+  int in_order, fail_with;
+} pieces;
+
+static int gather(void *ctx, size_t first, size_t k, const void *sum) {
+  pieces *p = ctx;
+  if (p->calls++ == 0) p->lo = p->next = first;
+  p->in_order &= first == p->next;
+  memcpy(p->got + first * p->e, sum, k * p->e);
+  p->next = first + k;
+  return p->fail_with;
+}
+
+/* The sum handed over slice by slice: this rank's slice of the node's
+ * partition, in order, with the copy-in path's bits (the reference). */
+static void applied(mt_shm_reduce *s, char *buf, size_t n, mt_shm_type t, const char *how) {
+  const size_t e = esz_[t];
+  const uint64_t seed = n * 19u + (uint64_t)t;
+  char *want = tu_xmalloc(n * e);
+  for (size_t i = 0; i < n; i++) put(buf, i, t, value(rank_, i, seed));
+  reference(want, n, t, seed);
+  pieces p = {tu_xmalloc(n * e), e, 0, 0, 0, 1, 0};
+  const int rc = mt_shm_reduce_apply(s, buf, n, t, gather, &p);
+  size_t lo = 0, hi = 0;
+  const int L = mt_shm_slices(s), me = local_of_[rank_];
+  if (me < L) mt_shm_partition(n, e, L, me, &lo, &hi);
+  const int slice_ok = hi == lo ? p.calls == 0 : p.lo == lo && p.next == hi && p.in_order;
+  CHECK(all_ranks(rc == 0 && slice_ok),
+        "%s, %zu %s: apply hands over this rank's slice of the partition, piece after piece", how,
+        n, tname_[t]);
+  CHECK(all_ranks(!memcmp(p.got + lo * e, want + lo * e, (hi - lo) * e)),
+        "%s, %zu %s: each piece holds the copy-in path's bits", how, n, tname_[t]);
+  free(p.got);
+  free(want);
+}
+
+static void apply_checks(mt_shm_reduce *s, char *b, size_t cap, const char *how) {
+  for (int t = 0; t < 4; t++) {
+    const size_t n[] = {1, 7, 1023, 3 * 65536 + 5, ((size_t)1 << 20) + 3};
+    for (int i = 0; i < 5; i++)
+      if (n[i] <= cap * 8 / esz_[t]) applied(s, b, n[i], (mt_shm_type)t, how);
+  }
+  /* fn's error on one rank: returned there, the others pass, nobody hangs */
+  pieces p = {tu_xmalloc(4096 * 4), 4, 0, 0, 0, 1, rank_ == 0 ? MT_ERR_ARG : 0};
+  int rc = mt_shm_reduce_apply(s, b, 4096, MT_SHM_F32, gather, &p);
+  mt_error_clear();
+  CHECK(all_ranks(rank_ == 0 ? rc == MT_ERR_ARG : rc == 0),
+        "%s: apply returns fn's error where fn failed, and the other ranks go on", how);
+  float x[4] = {0};
+  rc = mt_shm_reduce_apply(s, x, 4, MT_SHM_F32, gather, &p);
+  mt_error_clear();
+  CHECK(all_ranks(rc == MT_ERR_ARG), "%s: apply refuses a buffer outside the window", how);
+  free(p.got);
+}
+
 /* mt_shm_buffer's path for every type, whole and at odd offsets. */
 static void buffer_checks(size_t chunk, int sync, const char *how) {
   mt_shm_reduce *s = NULL;
@@ -192,6 +255,7 @@ static void buffer_checks(size_t chunk, int sync, const char *how) {
         if (off[i] + n[i] <= c) in_window(s, b, c, off[i], n[i], (mt_shm_type)t, how);
       in_window(s, b, c, 0, c, (mt_shm_type)t, how); /* the whole buffer */
     }
+    apply_checks(s, b, cap, how);
     /* a buffer outside the window still takes the copy in */
     float *x = tu_xmalloc(1000 * sizeof(float));
     for (size_t i = 0; i < 1000; i++) x[i] = 1.0f;

@@ -5,7 +5,10 @@
 #   3 ranks, the MLP with SGD (momentum, Nesterov, weight decay) and AdamW,
 #   the all-reduce after the backward and overlapped with it,
 #   with and without -clip_grad_norm (and -clip_grad_value), -precision
-#   fp64, ddp-amp (bf16 autocast), -restore_best, and the CNN;
+#   fp64, ddp-amp (bf16 autocast; fp16 with its loss scaler), -restore_best,
+#   and the CNN; at 4 ranks; each slice's sum fused into its step where
+#   nothing reads the whole gradient (no clipping, scaler or overlap), the
+#   whole sum first otherwise (which one, from the run's output);
 # - checkpoints: one written mid-epoch at 2 ranks with it holds the tensors
 #   of one written without it; resumed at 2 ranks with it, at 1 rank without
 #   it and at 3 ranks with it, the results are those of the uninterrupted run
@@ -69,17 +72,37 @@ pair() {
     "$WORK/$name-off/model_final.h5" "$WORK/$name-on/model_final.h5"
 }
 
+# which way the slices got their sum: fused into the step when nothing reads
+# the whole gradient, else the whole sum first (the last run's output)
+FUSED="each rank sums its slice of the gradient and steps it in one pass"
+WHOLE="the gradient summed whole (clipping, the loss scaler or the backward's buckets read it)"
+fused() { expect_output "$1: each slice summed and stepped in one pass" "$FUSED"; }
+whole() { expect_output "$1: the gradient summed whole, then stepped" "$WHOLE"; }
+
 pair sgd2 2 mlp ddp "${sgd[@]}"
+fused sgd2
 # the buckets summed by the communication thread during the backward
 pair overlap2 2 mlp ddp "${sgd[@]}" -ddp_overlap 1 -ddp_comm_thread 1
 expect_output "overlap2: with the option, buckets started during the backward" \
   "started during the backward by the communication thread"
+whole overlap2
 pair sgd2clip 2 mlp ddp "${sgd[@]}" -clip_grad_norm 0.5 -clip_grad_value 0.2
+whole sgd2clip
 pair adamw2clip 2 mlp ddp "${adamw[@]}" -clip_grad_norm 0.5
 pair sgd3clip 3 mlp ddp "${sgd[@]}" -clip_grad_norm 0.5
 pair adamw3 3 mlp ddp "${adamw[@]}"
+fused adamw3
+pair sgd4 4 mlp ddp "${sgd[@]}"
+fused sgd4
 pair fp64 2 mlp ddp "${adamw[@]}" -clip_grad_norm 0.5 -precision fp64
+pair fp64fused 2 mlp ddp "${adamw[@]}" -precision fp64
+fused fp64fused
 pair amp2 2 mlp ddp-amp "${sgd[@]}" -clip_grad_norm 0.5 -amp_dtype bf16
+pair amp2fused 2 mlp ddp-amp "${sgd[@]}" -amp_dtype bf16
+fused amp2fused
+# fp16's loss scaler checks and unscales the whole gradient
+pair fp16 2 mlp ddp-amp "${sgd[@]}" -amp_dtype fp16
+whole fp16
 # the best model (an earlier epoch's at this lr) put back after training:
 # each rank writes its slice of the shared copy
 pair best2 2 mlp ddp "${sgd[@]}" -lr 0.5 -epochs 4 -restore_best

@@ -48,5 +48,15 @@ int mt_backend_params_window(mt_backend *b, size_t bytes, void **buf);
 /* Collective on the node: its ranks wait for one another, in the sequence
  * of the window's in-place sums (mt_shm_arrive); an error without one. */
 int mt_backend_window_arrive(mt_backend *b);
+/* Collective: the step's gradient (grads, n elements, in the window of
+ * mt_backend_grads_window, no bucket started by the backward) summed over
+ * the ranks and handed to fn slice by slice, this rank's slice of each
+ * node's partition only, without writing the sums back
+ * (comm/shm_reduce.h, mt_shm_reduce_apply): ZeRO-1's sum fused with its
+ * step (trainer/own_zero.c). fn's type is mt_shm_apply_fn; an error where
+ * the gradient is not in the window. */
+int mt_backend_reduce_apply(mt_backend *b, void *grads, size_t n,
+                            int (*fn)(void *ctx, size_t first, size_t k, const void *sum),
+                            void *ctx);
 
 #endif

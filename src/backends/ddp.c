@@ -418,6 +418,22 @@ int mt_backend_window_arrive(mt_backend *b) {
   return mt_shm_arrive(d->shm);
 }
 
+int mt_backend_reduce_apply(mt_backend *b, void *grads, size_t n,
+                            int (*fn)(void *ctx, size_t first, size_t k, const void *sum),
+                            void *ctx) {
+  ddp *d = b->ops == &mt_ddp_ops ? b->data : NULL;
+  MT_CHECK(d && d->shm && !d->active, MT_ERR_STATE,
+           "ddp: a fused sum needs the shared window and no bucket under way");
+  double t0;
+  MT_CALL(mt_backend_arrive(b, &t0)); /* the wait for the slowest rank, as reduce_any */
+  /* the sum is the optimizer's time now: comm_seconds keeps the wait */
+  MT_CALL(mt_shm_reduce_apply(d->shm, grads, n, d->tesz == sizeof(double) ? MT_SHM_F64 : MT_SHM_F32,
+                              fn, ctx));
+  b->comm_bytes += (double)n * (double)esz(b);
+  in_place_bytes(b, d);
+  return 0;
+}
+
 static int ddp_sync(mt_backend *b, float *params, size_t n) {
   MT_CALL(check_type(b, MT_FP32));
   return sync_any(b, params, n);

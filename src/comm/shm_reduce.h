@@ -63,6 +63,22 @@ int mt_shm_create(mt_shm_reduce **s, MPI_Comm comm, size_t chunk_bytes, int sync
  * mt_shm_buffer (every rank passing the same offset in its own) is summed
  * in place there, without the copy in: the same bits. */
 int mt_shm_allreduce(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t);
+/* What mt_shm_reduce_apply hands a piece of this rank's slice to: the sum
+ * of elements [first, first + k) of the buffer (sum: k elements, valid
+ * during the call). Nonzero: an error, returned by mt_shm_reduce_apply. */
+typedef int (*mt_shm_apply_fn)(void *ctx, size_t first, size_t k, const void *sum);
+/* The in-place sum of n elements at buf (in this rank's mt_shm_buffer,
+ * every rank passing the same range) reduced to this rank's slice alone (a
+ * reduce-scatter: mt_shm_partition(n, esz, L, local rank); ranks past L
+ * have none), each piece of it handed to fn as it is summed (in cache, in
+ * order, with the bits mt_shm_allreduce would give), instead of written
+ * back into the ranks' buffers: ZeRO-1's sum fused with its optimizer step
+ * (trainer/own_zero.c). Across nodes the slice is summed into this rank's
+ * buffer, all-reduced among the nodes and handed to fn in one call. No
+ * rank returns before every rank of the node is past its slice. Collective
+ * as mt_shm_allreduce; afterwards the buffers hold no sum (stale). */
+int mt_shm_reduce_apply(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t, mt_shm_apply_fn fn,
+                        void *ctx);
 /* Collective over the communicator: *buf = bytes for this rank (zeroed,
  * 64-byte aligned) in a window of the node's, which mt_shm_allreduce reads
  * where it lies: the other ranks read and write it during the calls on it,

@@ -158,6 +158,11 @@ static int csv_row(mt_trainer *t, int found, int skip) {
   return 0;
 }
 
+int mt_amp_reads_grads(const mt_trainer *t) {
+  const struct mt_amp *a = t->amp;
+  return a && (a->level == 2 || a->scaling);
+}
+
 int mt_amp_after_reduce(mt_trainer *t, int *skip) {
   struct mt_amp *a = t->amp;
   *skip = 0;

@@ -47,6 +47,9 @@ float mt_amp_loss_scale(const mt_trainer *t);
  * update; *skip: the optimizer must not step. MT_ERR_NUMERIC at the
  * minimum scale. */
 int mt_amp_after_reduce(mt_trainer *t, int *skip);
+/* 1 when mt_amp_after_reduce reads or writes the reduced gradient (O2's
+ * rounding, the loss scaler's check and unscale); 0 without -amp. */
+int mt_amp_reads_grads(const mt_trainer *t);
 /* The device path (gpu/gpu.c), which keeps its gradients on the GPU:
  * the step's loss scale without the host's cast cache or working copy
  * (mt_amp_loss_scale then gives it); whether loss scaling is on; and the

@@ -43,6 +43,13 @@ typedef struct mt_owner_ops {
    * parameters readable again (zero1: the node's ranks wait for one
    * another; collective; NULL: nothing to do). */
   int (*params_done)(mt_trainer *t);
+  /* Optional (NULL: no): 1 when the owner sums the step's gradient itself
+   * inside its optimizer step (zero1 when nothing reads the whole reduced
+   * gradient: each rank sums its slice and steps it in one pass); the step
+   * then skips the backend's reduce and runs reduce_step instead of the
+   * optimizer and params_done. */
+  int (*sums_in_step)(const mt_trainer *t);
+  int (*reduce_step)(mt_trainer *t, double lr, long step, int all_decay);
   /* The step's gradient zeroed. */
   void (*step_begin)(mt_trainer *t);
   /* The global gradient norm when the owned part is not the whole gradient

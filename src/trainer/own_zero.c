@@ -21,10 +21,17 @@
  * update saved (0.99x samples/s over 5 pairs); one copy has nothing to
  * copy, and the parameters' memory per rank is / L too.
  *
- * Every rank keeps the whole reduced gradient (ddp's in-place all-reduce
- * is unchanged), so the clipping, the loss scaler's inf check and unscale
- * run on the whole gradient as the replicated owner's do (whole_grads):
- * the slice each rank steps holds the replicated run's bits, and so does
+ * Where something reads the whole reduced gradient (clipping, the loss
+ * scaler's inf check and unscale, buckets summed during the backward),
+ * every rank keeps it whole (ddp's in-place all-reduce is unchanged) and
+ * those run on it as the replicated owner's do (whole_grads). Where
+ * nothing does, the sum goes into the step (sums_in_step): each rank sums
+ * only its slice, a piece at a time, and steps the piece while it is in
+ * cache (mt_backend_reduce_apply), so no rank writes the sum into every
+ * rank's buffer and reads it back; its final wait is params_done's. On a
+ * 4096-wide MLP (80 MB) at 2 ranks the sum and step took 13-15% less time
+ * than the two passes; on the 1024-wide one (7 MB, in cache) the same. Either
+ * way the slice each rank steps holds the replicated run's bits, and so does
  * the result. Across nodes nothing more is needed: local rank j of every
  * node owns the same slice of its node's copy and steps it from the same
  * reduced gradient (checkpoints: overlapping shards, written once). Every
@@ -37,6 +44,8 @@
 #include "trainer/own.h"
 #include "backends/backends.h"
 #include "comm/shm_reduce.h"
+#include "trainer/amp.h"
+#include "trainer/step.h"
 
 #include <string.h>
 
@@ -45,6 +54,15 @@
 struct mt_zero {
   size_t lo, hi;       /* this rank's slice of the layout                 */
   mt_param_table table; /* the optimizer's view of it (offsets from lo)  */
+  /* fused (sums_in_step): the slice's sum and step in one pass, piece by
+   * piece; each piece's view of the table, kept from the first step on
+   * (the pieces are the same every step) */
+  int fused;
+  int npieces, cap;
+  struct piece {
+    size_t a, k; /* elements [a, a + k) of the slice                     */
+    mt_param_table table;
+  } *pieces;
 };
 
 /* This rank's slice of a layout of n elements: node index j of L. */
@@ -107,11 +125,86 @@ static int z_setup(mt_trainer *t) {
   mt_print0("ddp: optimizer sharded over the %d ranks of each node (" OPTION " 1): rank 0 "
             "steps elements [%zu, %zu) of %zu of the parameters the node's ranks share\n",
             m->node_min, z->lo, z->hi, t->model->params.total);
+  z->fused = -1; /* at the first step, when the loss scaler and the privacy policy are known */
   return 0;
+}
+
+/* Nothing reads the whole reduced gradient (no clipping, no loss scaler,
+ * no privacy hook) and the backward starts no bucket: each rank sums only
+ * its slice, and steps each piece of it while the piece is in cache,
+ * instead of the node's ranks writing the whole sum back into every rank's
+ * buffer and the optimizer reading it again. The same sums, the same bits. */
+static int z_sums_in_step(const mt_trainer *t) {
+  struct mt_zero *z = t->zero;
+  if (z->fused < 0) {
+    const mt_config *c = t->cfg;
+    z->fused = c->clip_grad_norm == 0 && c->clip_grad_value == 0 && !mt_amp_reads_grads(t) &&
+               !t->privacy->before_reduce && !t->privacy->after_reduce && !t->backend->overlap;
+    mt_print0("ddp: %s\n", z->fused ? "each rank sums its slice of the gradient and steps it in "
+                                       "one pass"
+                                     : "the gradient summed whole (clipping, the loss scaler or "
+                                       "the backward's buckets read it), then each slice stepped");
+  }
+  return z->fused;
+}
+
+/* The view of the slice's elements [a, a + k) as piece i (made at the
+ * first step, checked after: the pieces do not change). */
+static int piece_table(struct mt_zero *z, int i, size_t a, size_t k, const mt_param_table **tab) {
+  if (i < z->npieces && z->pieces[i].a == a && z->pieces[i].k == k) {
+    *tab = &z->pieces[i].table;
+    return 0;
+  }
+  MT_CHECK(i == z->npieces, MT_ERR_STATE, "zero1: piece %d of the slice moved (%zu, %zu)", i, a, k);
+  if (z->npieces == z->cap) {
+    const int cap = z->cap ? 2 * z->cap : 64;
+    struct piece *p = NULL;
+    MT_CALL(mt_calloc(&p, (size_t)cap, sizeof(*p), "zero1's pieces of the slice"));
+    if (z->npieces) memcpy(p, z->pieces, (size_t)z->npieces * sizeof(*p));
+    mt_free(&z->pieces);
+    z->pieces = p;
+    z->cap = cap;
+  }
+  struct piece *p = &z->pieces[z->npieces];
+  p->a = a;
+  p->k = k;
+  MT_CALL(mt_param_table_slice(&z->table, a, a + k, &p->table));
+  z->npieces++;
+  *tab = &p->table;
+  return 0;
+}
+
+typedef struct {
+  mt_trainer *t;
+  double lr;
+  long step;
+  int all_decay, next;
+} fused_step;
+
+/* One summed piece of the slice (layout elements [first, first + k)):
+ * stepped from the sum, the state at its place in the slice's. */
+static int step_piece(void *ctx, size_t first, size_t k, const void *sum) {
+  fused_step *f = ctx;
+  mt_trainer *t = f->t;
+  struct mt_zero *z = t->zero;
+  const mt_param_table *tab = NULL;
+  MT_CALL(piece_table(z, f->next++, first - z->lo, k, &tab));
+  return mt_optimizer_step(t->optim, tab, (char *)t->params + first * t->esz, sum, first - z->lo,
+                           f->lr, f->step, f->all_decay);
+}
+
+/* The step's gradient summed and stepped slice by slice; the wait at its
+ * end is params_done's (nobody reads the parameters before every rank
+ * stepped its slice) */
+static int z_reduce_step(mt_trainer *t, double lr, long step, int all_decay) {
+  fused_step f = {t, lr, step, all_decay, 0};
+  return mt_backend_reduce_apply(t->backend, t->grads, t->model->params.total, step_piece, &f);
 }
 
 static void z_destroy(mt_trainer *t) {
   if (!t->zero) return;
+  for (int i = 0; i < t->zero->npieces; i++) mt_param_table_free(&t->zero->pieces[i].table);
+  mt_free(&t->zero->pieces);
   mt_param_table_free(&t->zero->table);
   mt_free(&t->zero);
 }
@@ -152,6 +245,17 @@ static void z_memory(const mt_trainer *t, const mt_param_table *tab, int measure
   *m = (mt_owner_memory){0, rest, 0, 1, hi - lo};
 }
 
+/* The end of run's line when the sum went into the steps: the bytes and
+ * the wait for the slowest rank (the sum itself is the optimizer's time) */
+static int z_report(const mt_trainer *t, double share) {
+  const mt_backend *b = t->backend;
+  if (t->zero->fused != 1) return 0;
+  mt_print0("\ngradient sum (rank 0): each rank summed its slice in its optimizer step, %.0f MB; "
+            "%.2f s waiting for the slowest rank, %.0f%% of training",
+            b->comm_bytes / 1e6, b->wait_seconds, share);
+  return 1;
+}
+
 const mt_owner_ops mt_owner_zero1 = {.name = "zero1",
                                      .sharded = 1,
                                      .whole_grads = 1,
@@ -159,8 +263,11 @@ const mt_owner_ops mt_owner_zero1 = {.name = "zero1",
                                      .destroy = z_destroy,
                                      .owned = z_owned,
                                      .params_done = z_params_done,
+                                     .sums_in_step = z_sums_in_step,
+                                     .reduce_step = z_reduce_step,
                                      .step_begin = z_step_begin,
                                      .grad_norm = z_grad_norm,
                                      .pinned = z_pinned,
                                      .comm_seconds = z_comm_seconds,
-                                     .memory = z_memory};
+                                     .memory = z_memory,
+                                     .report = z_report};

@@ -77,7 +77,13 @@ static int cpu_micro_done(mt_trainer *t) {
   return 0;
 }
 
+/* the owner sums the gradient in its step (own.h: zero1's fused slices) */
+static int owner_sums(const mt_trainer *t) {
+  return t->owner->sums_in_step && t->owner->sums_in_step(t);
+}
+
 static int cpu_reduce(mt_trainer *t) {
+  if (owner_sums(t)) return 0;
   return mt_backend_reduce(t->backend, t->grads, t->model->params.total);
 }
 
@@ -92,6 +98,7 @@ static int cpu_clip(mt_trainer *t) {
 }
 
 static int cpu_optim(mt_trainer *t, double lr, long step, int all_decay) {
+  if (owner_sums(t)) return t->owner->reduce_step(t, lr, step, all_decay);
   mt_owned o;
   mt_trainer_owned(t, &o);
   MT_CALL(mt_optimizer_step(t->optim, o.table, o.params, o.grads, 0, lr, step, all_decay));
