@@ -47,9 +47,13 @@ void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
  * of one model (-thread_split gemm) as a block of C's columns (B's rows)
  * per thread, each a one-thread mt_sgemm. oneDNN's own threading split
  * K there: 1.61x one thread at M N K = 128 x 1024 x 1024 and 1.70x at 256
- * rows, with other bits than one thread's; the column blocks ran 1.96-1.98x
- * (1.96x against 2.00x at K = 784) and give one thread's bits
- * (bench/README.md, "The forward's columns on two threads"). Only where
+ * rows, with other bits than one thread's; the column blocks (dnnl_sgemm)
+ * ran 1.96-1.98x (1.96x against 2.00x at K = 784) and gave one thread's
+ * bits (bench/README.md, "The forward's columns on two threads"). Where
+ * mt_sgemm runs them as brgemm matmuls (AVX-512) a block's bits differ from
+ * the whole width's (its K blocking follows N), so -threads 2 no longer
+ * repeats -threads 1's bits there; the bits still do not depend on the
+ * machine's load or the run. Only where
  * every thread gets at least 256 columns (the MLP's head, 10 columns, ran
  * 0.9x). *done: whether it ran the GEMM (not its case: 0, nothing done). */
 static int columns_split(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
