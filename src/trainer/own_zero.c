@@ -188,6 +188,9 @@ static int step_piece(void *ctx, size_t first, size_t k, const void *sum) {
   mt_trainer *t = f->t;
   struct mt_zero *z = t->zero;
   const mt_param_table *tab = NULL;
+  MT_CHECK(first >= z->lo && first + k <= z->hi, MT_ERR_STATE,
+           "zero1: the window's slice [%zu, %zu) is not this rank's [%zu, %zu)", first, first + k,
+           z->lo, z->hi);
   MT_CALL(piece_table(z, f->next++, first - z->lo, k, &tab));
   return mt_optimizer_step(t->optim, tab, (char *)t->params + first * t->esz, sum, first - z->lo,
                            f->lr, f->step, f->all_decay);
