@@ -24,20 +24,6 @@
 #include <omp.h>
 #endif
 
-#ifdef MT_GEMM_PACK
-/* the GEMM runs on the calling thread alone: inside a parallel region (under
- * -thread_split batch each of T threads runs its own rows' GEMMs, nested
- * regions off), or outside one with one OpenMP thread; not a GEMM that
- * OpenMP threads itself (-thread_split gemm) */
-static int own_thread(void) {
-#ifdef _OPENMP
-  return omp_in_parallel() || omp_get_max_threads() == 1;
-#else
-  return 1;
-#endif
-}
-#endif
-
 mt_nn_trace_fn mt_nn_trace_hook;
 
 void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
@@ -102,7 +88,7 @@ static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alp
    * at run time: dnnl_sgemm then. */
   if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
       K >= 256 &&
-      M > 0 && lda >= K && ldb >= N && ldc >= N && own_thread() &&
+      M > 0 && lda >= K && ldb >= N && ldc >= N && mt_gemm_own_thread() &&
       mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
     return 0;
 #endif

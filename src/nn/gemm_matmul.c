@@ -51,7 +51,7 @@ static entry table_[MAXE];
 static dnnl_engine_t eng_;
 static uint64_t tick_;
 
-static int one_thread(void) {
+int mt_gemm_own_thread(void) {
 #ifdef _OPENMP
   return omp_in_parallel() || omp_get_max_threads() == 1;
 #else
@@ -180,7 +180,7 @@ dnnl_status_t mt_sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float 
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc) {
   if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f && M > 0 && N > 0 && K > 0 &&
-      lda >= K && ldb >= K && ldc >= N && one_thread()) {
+      lda >= K && ldb >= K && ldc >= N && mt_gemm_own_thread()) {
     entry *e = take(M, N, K, lda, ldb, ldc);
     if (e) return run(e, A, B, C);
   }

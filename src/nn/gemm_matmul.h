@@ -18,6 +18,12 @@ dnnl_status_t mt_sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float 
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc);
 
+/* 1 when a GEMM called now runs on the calling thread alone: inside an
+ * OpenMP parallel region (under -thread_split batch each of T threads runs
+ * its own rows' GEMMs, nested regions off), or outside one with one OpenMP
+ * thread; not a GEMM that OpenMP threads itself (-thread_split gemm). */
+int mt_gemm_own_thread(void);
+
 /* Shapes run by a primitive so far (and kept), shapes declined (oneDNN
  * offered no brgemm kernel: dnnl_sgemm for them). For tests. */
 void mt_sgemm_matmul_stats(int *kept, int *declined);
