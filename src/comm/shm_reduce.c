@@ -483,32 +483,60 @@ static int chunk(mt_shm_reduce *s, char *x, size_t m, mt_shm_type t) {
   return 0;
 }
 
+/* Between the two waits of an in-place call: this rank's slice of n
+ * elements at byte off of every rank's buffer, summed (in local rank order)
+ * into scratch per elements at a time and handed to fn piece by piece;
+ * across nodes summed into this rank's buffer, all-reduced among the nodes
+ * and handed to fn whole. Ranks past L have no slice. */
+static int slice_sums(mt_shm_reduce *s, size_t off, size_t n, mt_shm_type t, size_t per,
+                      void *scratch, mt_shm_apply_fn fn, void *ctx) {
+  const size_t esz = esz_[t];
+  const int me = s->lrank;
+  if (me >= s->L) return 0;
+  size_t lo, hi;
+  slice(s, n, esz, me, &lo, &hi);
+  char *mine = buf_of(s, me) + off;
+  for (size_t a = lo; a < hi; a += per) {
+    const size_t k = hi - a < per ? hi - a : per;
+    for (int q = 0; q < s->lsize; q++) s->src[q] = buf_of(s, q) + off + a * esz;
+    sum_any(scratch, s->src, s->lsize, k, t);
+    if (s->nnodes == 1)
+      MT_CALL(fn(ctx, a, k, scratch));
+    else
+      memcpy(mine + a * esz, scratch, k * esz);
+  }
+  if (s->nnodes > 1 && hi > lo) {
+    MT_CALL(across(s, mine + lo * esz, hi - lo, t));
+    MT_CALL(fn(ctx, lo, hi - lo, mine + lo * esz));
+  }
+  return 0;
+}
+
+typedef struct {
+  mt_shm_reduce *s;
+  size_t off, esz;
+} write_back;
+
+/* in_place's fn: a summed piece into every rank's buffer (but where it
+ * already lies: this rank's, across nodes) */
+static int write_piece(void *ctx, size_t first, size_t k, const void *sum) {
+  const write_back *w = ctx;
+  for (int q = 0; q < w->s->lsize; q++) {
+    char *dst = buf_of(w->s, q) + w->off + first * w->esz;
+    if (dst != sum) memcpy(dst, sum, k * w->esz);
+  }
+  return 0;
+}
+
 /* n elements at byte off of every rank's mt_shm_buffer, in place (see the
  * top of the file). */
 static int in_place(mt_shm_reduce *s, size_t off, size_t n, mt_shm_type t) {
-  const size_t esz = esz_[t], per = PIECE / esz;
   const uint64_t c = s->bseq++;
-  const int me = s->lrank;
+  write_back w = {s, off, esz_[t]};
   MT_CALL(arrive(s, &s->b, (uint32_t)(2 * c + 1))); /* 1 */
-  if (me < s->L) { /* 2 */
-    size_t lo, hi;
-    slice(s, n, esz, me, &lo, &hi);
-    char *mine = buf_of(s, me) + off;
-    for (size_t a = lo; a < hi; a += per) {
-      const size_t k = hi - a < per ? hi - a : per;
-      for (int q = 0; q < s->lsize; q++) s->src[q] = buf_of(s, q) + off + a * esz;
-      sum_any(s->piece, s->src, s->lsize, k, t);
-      for (int q = 0; q < s->lsize; q++)
-        if (s->nnodes == 1 || q == me) memcpy(buf_of(s, q) + off + a * esz, s->piece, k * esz);
-    }
-    if (s->nnodes > 1 && hi > lo) {
-      MT_CALL(across(s, mine + lo * esz, hi - lo, t));
-      for (int q = 0; q < s->lsize; q++)
-        if (q != me) memcpy(buf_of(s, q) + off + lo * esz, mine + lo * esz, (hi - lo) * esz);
-    }
-  }
-  MT_CALL(arrive(s, &s->b, (uint32_t)(2 * c + 2))); /* 3 */
-  return 0;
+  const int rc = slice_sums(s, off, n, t, PIECE / esz_[t], s->piece, write_piece, &w); /* 2 */
+  const int rc2 = arrive(s, &s->b, (uint32_t)(2 * c + 2)); /* 3 */
+  return rc ? rc : rc2;
 }
 
 /* Whether n elements at buf lie in this rank's mt_shm_buffer; *off their
@@ -523,31 +551,14 @@ int mt_shm_reduce_apply(mt_shm_reduce *s, void *buf, size_t n, mt_shm_type t, mt
                         void *ctx) {
   MT_CHECK(t >= MT_SHM_F32 && t <= MT_SHM_FP16, MT_ERR_ARG, "shared-memory reduce: type %d",
            (int)t);
-  const size_t esz = esz_[t], per = APPLY_PIECE / esz;
+  const size_t esz = esz_[t];
   size_t off;
   MT_CHECK(!s->alone && in_buffer(s, buf, n, esz, &off), MT_ERR_ARG,
            "shared-memory reduce of a slice: the buffer is not in the window");
   if (!s->apiece) MT_CALL(mt_calloc(&s->apiece, 1, APPLY_PIECE, "shared-memory reduce scratch"));
   const uint64_t c = s->bseq++;
-  const int me = s->lrank;
   MT_CALL(arrive(s, &s->b, (uint32_t)(2 * c + 1))); /* every rank's buffer written */
-  int rc = 0;
-  size_t lo = 0, hi = 0;
-  if (me < s->L) slice(s, n, esz, me, &lo, &hi);
-  char *mine = buf_of(s, me) + off;
-  for (size_t a = lo; a < hi && !rc; a += per) {
-    const size_t k = hi - a < per ? hi - a : per;
-    for (int q = 0; q < s->lsize; q++) s->src[q] = buf_of(s, q) + off + a * esz;
-    sum_any(s->apiece, s->src, s->lsize, k, t);
-    if (s->nnodes == 1)
-      rc = fn(ctx, a, k, s->apiece);
-    else
-      memcpy(mine + a * esz, s->apiece, k * esz);
-  }
-  if (!rc && s->nnodes > 1 && hi > lo) {
-    rc = across(s, mine + lo * esz, hi - lo, t);
-    if (!rc) rc = fn(ctx, lo, hi - lo, mine + lo * esz);
-  }
+  const int rc = slice_sums(s, off, n, t, APPLY_PIECE / esz, s->apiece, fn, ctx);
   /* nobody writes a buffer (the next backward) or reads the others' slices
    * of what fn wrote before every rank is past its slice */
   const int rc2 = arrive(s, &s->b, (uint32_t)(2 * c + 2));
