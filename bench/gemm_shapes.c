@@ -29,15 +29,17 @@
  * calls, and prints the step's GEMM time at the best library of each shape
  * (the per-shape minimum of the medians over the libraries that compute
  * it): "LIMIT ms_per_step=..." for the bench scripts. bf16 shapes run the
- * path mt_gemm_lowp takes: "bf16" (dnnl_gemm_bf16bf16f32, where oneDNN 2.x
- * has a bf16 kernel: AVX-512 CPUs) and "bf16emu" (the operands widened to
- * fp32 and dnnl_sgemm, gemm_lowp.c's emulation elsewhere); fp16 shapes are
+ * paths mt_gemm_lowp takes: "bf16" (mt_gemm_bf16: a kept brgemm matmul
+ * primitive, or dnnl_gemm_bf16bf16f32, where oneDNN 2.x has bf16 kernels:
+ * AVX512_BF16, AMX) and "bf16emu" (the operands widened to fp32 and
+ * mt_sgemm, gemm_lowp.c's emulation elsewhere), and "bf16api"
+ * (dnnl_gemm_bf16bf16f32 always, what mt_gemm_lowp ran before); fp16 shapes are
  * fp32 GEMMs on rounded operands (gemm_lowp.c), so the fp32 libraries.
  * Run it with OMP_NUM_THREADS=1: oneDNN threads its calls otherwise.
  *
  *   gemm_shapes [-batch 64,128] [-in 784] [-hidden 1024,1024] [-out 10]
  *               [-shapes FILE] [-reps 15] [-ms 20]
- *               [-libs sgemm,matmul,xsmm,fused,pack,mt,bf16,bf16emu] [-raw]
+ *               [-libs sgemm,matmul,xsmm,fused,pack,mt,bf16,bf16emu,bf16api] [-raw]
  * -raw prints one line per (rep, batch, shape, library) for a script to take
  * medians across processes: "raw TAG B shape lib seconds_per_call flops". */
 #define _POSIX_C_SOURCE 200809L
@@ -62,11 +64,12 @@
 
 #define MAXL 8
 #define MAXS 256 /* shapes of one run: 3 per layer, or a record's lines */
-#define NLIB 8
-static const char *lib_name[NLIB] = {"sgemm", "matmul", "xsmm", "fused",
-                                     "pack",  "mt",     "bf16", "bf16emu"};
-#define BF16_NATIVE 6 /* dnnl_gemm_bf16bf16f32 (oneDNN 2.x, AVX-512 CPUs)   */
-#define BF16_EMU 7    /* bf16 widened to fp32, then dnnl_sgemm: gemm_lowp.c */
+#define NLIB 9
+static const char *lib_name[NLIB] = {"sgemm", "matmul", "xsmm",    "fused",  "pack",
+                                     "mt",    "bf16",   "bf16emu", "bf16api"};
+#define BF16_NATIVE 6 /* mt_gemm_bf16 (oneDNN 2.x bf16 kernels)             */
+#define BF16_EMU 7    /* bf16 widened to fp32, then mt_sgemm: gemm_lowp.c   */
+#define BF16_API 8    /* dnnl_gemm_bf16bf16f32                              */
 
 typedef struct {
   char name[16], ta, tb;
@@ -277,11 +280,6 @@ static uint16_t *bf16_copy(float *p, size_t n) {
 }
 
 #if DNNL_VERSION_MAJOR < 3
-/* exported by libdnnl 2.x, not declared in its headers (as gemm_lowp.c) */
-dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
-                                    dnnl_dim_t K, float alpha, const uint16_t *A, dnnl_dim_t lda,
-                                    const uint16_t *B, dnnl_dim_t ldb, float beta, float *C,
-                                    dnnl_dim_t ldc);
 static int bf16_native(void) { /* what mt_gemm_bf16_native finds: bf16 instructions */
   const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(),
                  bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
@@ -354,6 +352,10 @@ static void run_lib(job *j, int lib) {
       break;
 #if DNNL_VERSION_MAJOR < 3
     case BF16_NATIVE:
+      DN(mt_gemm_bf16(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->Ah, s->lda, j->Bh, s->ldb, s->beta,
+                      j->C, s->ldc));
+      break;
+    case BF16_API:
       DN(dnnl_gemm_bf16bf16f32(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->Ah, s->lda, j->Bh, s->ldb,
                                s->beta, j->C, s->ldc));
       break;
@@ -399,14 +401,14 @@ static int cmpd(const void *a, const void *b) {
 
 static int reps = 15, raw = 0;
 static double ms = 20;
-static int use[NLIB] = {1, 1, 1, 1, 1, 1, 1, 1};
+static int use[NLIB] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
 static const char *tag = "";
 
 /* whether library l computes shape s (fused: a forward of the MLP only;
  * bf16 shapes: the bf16 paths only) */
 static int applies(const job *j, int l) {
-  if (j->s.bf16) return l == BF16_EMU || (l == BF16_NATIVE && bf16_native());
-  if (l == BF16_NATIVE || l == BF16_EMU) return 0;
+  if (j->s.bf16) return l == BF16_EMU || ((l == BF16_NATIVE || l == BF16_API) && bf16_native());
+  if (l == BF16_NATIVE || l == BF16_EMU || l == BF16_API) return 0;
 #ifdef HAVE_XSMM
   if (l == 2 && !j->xk) return 0;
 #endif
@@ -614,7 +616,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gemm_shapes: bad -batch, -hidden, -in, -out, -reps or -ms\n");
     return 2;
   }
-  if (!record && !libs_given) use[BF16_NATIVE] = use[BF16_EMU] = 0; /* the MLP's are fp32 */
+  if (!record && !libs_given) /* the MLP's are fp32 */
+    use[BF16_NATIVE] = use[BF16_EMU] = use[BF16_API] = 0;
   if (!mt_gemm_pack_available()) use[4] = use[5] = 0;
 #ifndef HAVE_XSMM
   use[2] = 0;
@@ -623,7 +626,7 @@ int main(int argc, char **argv) {
 #endif
   DN(dnnl_engine_create(&eng, dnnl_cpu, 0));
   DN(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
-  if (!bf16_native()) use[BF16_NATIVE] = 0;
+  if (!bf16_native()) use[BF16_NATIVE] = use[BF16_API] = 0;
   const dnnl_version_t *ver = dnnl_version();
   if (!raw)
     printf("oneDNN %d.%d.%d, 1 thread; ms per timing %.0f, %d interleaved reps, medians; "

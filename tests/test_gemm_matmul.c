@@ -11,9 +11,18 @@
  *    call: its bits;
  *  - where oneDNN's ISA has AVX-512 (avx512_core) the shapes are kept as
  *    primitives; elsewhere declined;
- *  - more shapes than the table holds: still right, the table bounded.
+ *  - more shapes than the table holds: still right, the table bounded;
+ *  - every transpose, alpha and beta, odd and strided shapes (an attention
+ *    head's slices, C rows apart), through the primitive table in fp32
+ *    (mt_sgemm_matmul_any) and bf16 (mt_gemm_bf16): where oneDNN has
+ *    brgemm kernels of the type (fp32: AVX-512; bf16: AVX512_BF16, AMX)
+ *    against a double product, repeated calls and two threads with the
+ *    first call's bits, dense cases kept and strided A or B declined;
+ *    elsewhere the library's bits (dnnl_sgemm, dnnl_gemm_bf16bf16f32), or
+ *    its status where it has no bf16 GEMM (no AVX-512).
  * Prints one line per check; exits non-zero when any check fails. */
 #include "nn/gemm_matmul.h"
+#include "nn/precision.h" /* mt_bf16_from_float, mt_float_from_bf16 */
 #include "testutil.h"
 
 #include <dnnl.h>
@@ -60,6 +69,33 @@ static void check_values(const nt_case *c, const float *C, const char *what) {
   CHECK(pad_ok, "%s: padding columns untouched", what);
 }
 
+/* Two OpenMP threads running a call at once, three times each (an entry
+ * each): both must end with want's bits. Each run starts from C0 (NULL:
+ * NaN everywhere). */
+static void two_threads(dnnl_status_t (*run)(const void *, float *), const void *ctx,
+                        const float *C0, const float *want, size_t nc, const char *what) {
+#ifdef _OPENMP
+  float *two[2] = {tu_xmalloc(nc * sizeof(float)), tu_xmalloc(nc * sizeof(float))};
+  int failed = 0;
+#pragma omp parallel num_threads(2) reduction(| : failed)
+  {
+    float *mine = two[omp_get_thread_num()];
+    for (int r = 0; r < 3; r++) {
+      for (size_t i = 0; i < nc; i++) mine[i] = C0 ? C0[i] : NAN;
+      failed |= run(ctx, mine) != dnnl_success;
+    }
+  }
+  CHECK(!failed && memcmp(two[0], want, nc * sizeof(float)) == 0 &&
+            memcmp(two[1], want, nc * sizeof(float)) == 0,
+        "%s: two threads at once give the one-thread bits", what);
+  free(two[0]), free(two[1]);
+#else
+  (void)run, (void)ctx, (void)C0, (void)want, (void)nc, (void)what;
+#endif
+}
+
+static dnnl_status_t nt_call(const void *c, float *C) { return run_nt(c, C); }
+
 static void test_nt(void) {
   uint64_t rng = 7;
   const int64_t shapes[][4] = {{128, 1024, 784, 0}, {64, 1024, 1024, 0}, {128, 10, 1024, 0},
@@ -78,21 +114,7 @@ static void test_nt(void) {
     for (size_t i = 0; i < nc; i++) again[i] = NAN;
     CHECK(run_nt(&c, again) == dnnl_success && memcmp(again, c.C, nc * sizeof(float)) == 0,
           "%s: a second call gives the same bits", what);
-#ifdef _OPENMP
-    /* two threads at once on the shape: an entry each, one thread's bits */
-    float *two[2] = {tu_xmalloc(nc * sizeof(float)), tu_xmalloc(nc * sizeof(float))};
-    int failed = 0;
-#pragma omp parallel num_threads(2) reduction(| : failed)
-    {
-      float *mine = two[omp_get_thread_num()];
-      for (size_t i = 0; i < nc; i++) mine[i] = NAN;
-      for (int r = 0; r < 3; r++) failed |= run_nt(&c, mine) != dnnl_success;
-    }
-    CHECK(!failed && memcmp(two[0], c.C, nc * sizeof(float)) == 0 &&
-              memcmp(two[1], c.C, nc * sizeof(float)) == 0,
-          "%s: two threads at once give the one-thread bits", what);
-    free(two[0]), free(two[1]);
-#endif
+    two_threads(nt_call, &c, NULL, c.C, nc, what);
     free(again);
     free_case(&c);
   }
@@ -140,11 +162,11 @@ static void test_others(void) {
   free(A), free(B), free(C0), free(C1), free(C2);
 }
 
-/* more shapes than the table's 64: every one right, the table bounded */
+/* more shapes than the table's 128: every one right, the table bounded */
 static void test_table(void) {
   uint64_t rng = 13;
   int ok = 1, kept, declined;
-  for (int s = 0; s < 80 && ok; s++) {
+  for (int s = 0; s < 150 && ok; s++) {
     nt_case c;
     make_case(&c, 3 + s % 5, 40 + s, 20 + (s * 7) % 50, 0, &rng);
     ok = run_nt(&c, c.C) == dnnl_success;
@@ -160,9 +182,143 @@ static void test_table(void) {
     free_case(&c);
   }
   mt_sgemm_matmul_stats(&kept, &declined);
-  CHECK(ok, "80 shapes in turn: each right (1e-5)");
-  CHECK(kept + declined <= 64, "the table holds at most 64 shapes (%d kept, %d declined)", kept,
+  CHECK(ok, "150 shapes in turn: each right (1e-5)");
+  CHECK(kept + declined <= 128, "the table holds at most 128 shapes (%d kept, %d declined)", kept,
         declined);
+}
+
+/* bf16 operands: random values' bits, the ld-padded matrices */
+static uint16_t *bf16_rand(int64_t n, uint64_t *rng) {
+  float *f = tu_xmalloc((size_t)n * sizeof(float));
+  uint16_t *h = tu_xmalloc((size_t)n * sizeof(uint16_t));
+  tu_fill(f, (size_t)n, rng, 1.0f);
+  for (int64_t i = 0; i < n; i++) h[i] = mt_bf16_from_float(f[i]);
+  free(f);
+  return h;
+}
+
+static float *widened(const uint16_t *h, int64_t n) {
+  float *f = tu_xmalloc((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++) f[i] = mt_float_from_bf16(h[i]);
+  return f;
+}
+
+/* one call of the case's library pair: bf16 through mt_gemm_bf16 (lib 0) or
+ * dnnl_gemm_bf16bf16f32 (1); fp32 through mt_sgemm_matmul_any (0) or
+ * dnnl_sgemm (1) */
+typedef struct {
+  char ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  const uint16_t *A, *B;
+  const float *Af, *Bf;
+} gcase;
+
+static dnnl_status_t call(const gcase *g, int bf16, int lib, float *C) {
+  if (bf16)
+    return (lib ? dnnl_gemm_bf16bf16f32 : mt_gemm_bf16)(g->ta, g->tb, g->M, g->N, g->K, g->alpha,
+                                                         g->A, g->lda, g->B, g->ldb, g->beta, C,
+                                                         g->ldc);
+  return (lib ? dnnl_sgemm : mt_sgemm_matmul_any)(g->ta, g->tb, g->M, g->N, g->K, g->alpha,
+                                                  g->Af, g->lda, g->Bf, g->ldb, g->beta, C, g->ldc);
+}
+
+static dnnl_status_t any_call_bf16(const void *g, float *C) { return call(g, 1, 0, C); }
+static dnnl_status_t any_call_f32(const void *g, float *C) { return call(g, 0, 0, C); }
+
+/* Every transpose, alpha and beta, strided operands and C through the
+ * primitive table: bf16 (mt_gemm_bf16) or fp32 (mt_sgemm_matmul_any, the
+ * same keys and descriptors in fp32, so that CPUs without bf16 kernels
+ * test them too). kernels: oneDNN has brgemm kernels of the type here
+ * (values against a double product, repeated and two-thread calls the
+ * first call's bits, keys kept); else the library's bits (declined);
+ * none: the type has no GEMM at all here (bf16 without AVX-512): its
+ * status. */
+static void test_any(int bf16, int kernels, int none) {
+  const char *name = bf16 ? "mt_gemm_bf16" : "mt_sgemm_matmul_any";
+  uint64_t rng = 21;
+  const struct {
+    char ta, tb;
+    int64_t M, N, K, pad, ldc_pad;
+    float alpha, beta;
+  } cases[] = {
+      {'N', 'T', 128, 1024, 784, 0, 0, 1, 0},     /* the MLP's forward          */
+      {'N', 'N', 128, 784, 1024, 0, 0, 1, 1},     /* its input gradient         */
+      {'T', 'N', 1024, 784, 128, 0, 0, 1, 1},     /* its weight gradient        */
+      {'N', 'T', 64, 64, 32, 352, 0, 0.125f, 0},  /* a head's q k^T: strided    */
+      {'N', 'N', 64, 32, 64, 0, 352, 1, 0},       /* att v into out's slice     */
+      {'T', 'N', 64, 32, 64, 0, 352, 0.125f, 1},  /* into C rows apart, added   */
+      {'T', 'T', 7, 300, 33, 0, 5, 0.5f, 1},
+      {'N', 'T', 1, 17, 5, 2, 1, 1, 0},
+  };
+  int kept0, declined0, kept, declined;
+  mt_sgemm_matmul_stats(&kept0, &declined0);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    gcase g = {cases[i].ta, cases[i].tb, cases[i].M, cases[i].N, cases[i].K, 0, 0, 0,
+               cases[i].alpha, cases[i].beta, NULL, NULL, NULL, NULL};
+    const int64_t M = g.M, N = g.N, K = g.K;
+    const int64_t ar = g.ta == 'N' ? M : K, ac = g.ta == 'N' ? K : M;
+    const int64_t br = g.tb == 'N' ? K : N, bc = g.tb == 'N' ? N : K;
+    g.lda = ac + cases[i].pad, g.ldb = bc + cases[i].pad, g.ldc = N + cases[i].ldc_pad;
+    uint16_t *A = bf16_rand(ar * g.lda, &rng), *B = bf16_rand(br * g.ldb, &rng);
+    float *Af = widened(A, ar * g.lda), *Bf = widened(B, br * g.ldb);
+    g.A = A, g.B = B, g.Af = Af, g.Bf = Bf;
+    const size_t nc = (size_t)(M * g.ldc);
+    float *C0 = tu_xmalloc(nc * sizeof(float)), *C = tu_xmalloc(nc * sizeof(float));
+    float *C2 = tu_xmalloc(nc * sizeof(float));
+    tu_fill(C0, nc, &rng, 1.0f);
+    for (int64_t r = 0; r < M; r++) /* beta 0: never read */
+      for (int64_t j = 0; j < N && g.beta == 0.0f; j++) C0[r * g.ldc + j] = NAN;
+    char what[128];
+    snprintf(what, sizeof(what), "%s %c%c M=%lld N=%lld K=%lld lda=%lld ldc=%lld alpha=%g beta=%g",
+             name, g.ta, g.tb, (long long)M, (long long)N, (long long)K, (long long)g.lda,
+             (long long)g.ldc, g.alpha, g.beta);
+    memcpy(C, C0, nc * sizeof(float));
+    const dnnl_status_t s = call(&g, bf16, 0, C);
+    memcpy(C2, C0, nc * sizeof(float));
+    const dnnl_status_t s2 = call(&g, bf16, 1, C2);
+    if (none) {
+      CHECK(s == s2, "%s: the library's status (%d)", what, (int)s2);
+    } else if (!kernels) {
+      CHECK(s == dnnl_success && s2 == dnnl_success && memcmp(C, C2, nc * sizeof(float)) == 0,
+            "%s: no brgemm kernels, the library's bits", what);
+    } else {
+      CHECK(s == dnnl_success, "%s: succeeds", what);
+      double num = 0, den = 0;
+      int rest = 1;
+      for (int64_t r = 0; r < M; r++) {
+        for (int64_t j = 0; j < N; j++) {
+          double x = 0;
+          for (int64_t k = 0; k < K; k++)
+            x += (double)(g.ta == 'N' ? Af[r * g.lda + k] : Af[k * g.lda + r]) *
+                 (g.tb == 'N' ? Bf[k * g.ldb + j] : Bf[j * g.ldb + k]);
+          x = g.alpha * x + (g.beta != 0.0f ? (double)g.beta * C0[r * g.ldc + j] : 0.0);
+          num = fmax(num, fabs(C[r * g.ldc + j] - x));
+          den = fmax(den, fabs(x));
+        }
+        for (int64_t j = N; j < g.ldc; j++)
+          rest &= memcmp(&C[r * g.ldc + j], &C0[r * g.ldc + j], sizeof(float)) == 0;
+      }
+      CHECK_ERR(num / fmax(den, 1e-30), 1e-5, "%s", what);
+      CHECK(rest, "%s: C past N untouched", what);
+      memcpy(C2, C0, nc * sizeof(float));
+      CHECK(call(&g, bf16, 0, C2) == dnnl_success && memcmp(C, C2, nc * sizeof(float)) == 0,
+            "%s: a second call gives the same bits", what);
+      two_threads(bf16 ? any_call_bf16 : any_call_f32, &g, C0, C, nc, what);
+    }
+    free(A), free(B), free(Af), free(Bf), free(C0), free(C), free(C2);
+  }
+  mt_sgemm_matmul_stats(&kept, &declined);
+  printf("# %s: %d keys kept as brgemm primitives, %d declined\n", name, kept - kept0,
+         declined - declined0);
+  /* the two with strided A or B are declined (oneDNN's brgemm takes dense
+   * operands: a matmul is its gemm again) */
+  if (!none)
+    CHECK(kernels ? kept > kept0 && declined - declined0 == 2
+                  : kept == kept0 && declined > declined0,
+          "%s: %s", name,
+          kernels ? "dense cases kept as brgemm primitives, strided A or B declined"
+                  : "every case declined without brgemm kernels (the library's call)");
 }
 
 int main(void) {
@@ -180,6 +336,10 @@ int main(void) {
         "%s: the forward's shapes %s", avx512 ? "AVX-512" : "no AVX-512",
         avx512 ? "run as brgemm primitives" : "declined (dnnl_sgemm)");
   test_others();
+  test_any(0, avx512, 0);
+  /* bf16 kernels: oneDNN's ISA has AVX512_BF16 (mt_gemm_bf16_native's test) */
+  const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+  test_any(1, ((unsigned)isa & bf16) == bf16, !avx512);
   test_table();
   mt_sgemm_matmul_free();
   mt_sgemm_matmul_stats(&kept, &declined);

@@ -1,5 +1,6 @@
 /* GEMMs under the low-precision policy of nn/lowp.h: bf16 through oneDNN's
- * bf16 GEMM (fp32 accumulation, fp32 C), fp16 emulated by rounding the
+ * bf16 kernels (fp32 accumulation, fp32 C; mt_gemm_bf16: a kept brgemm
+ * matmul primitive, or dnnl_gemm_bf16bf16f32), fp16 emulated by rounding the
  * operands to fp16 and running the fp32 GEMM. On a CPU without bf16
  * instructions bf16 is emulated the same way (mt_gemm_bf16_native). */
 #include "nn/gemm_log.h"
@@ -13,13 +14,6 @@
 #include <dnnl_debug.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Exported by libdnnl 2.x but not declared in its public headers: the same
- * row-major convention as dnnl_sgemm, A and B bf16 (bits), C fp32. */
-dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
-                                    dnnl_dim_t K, float alpha, const uint16_t *A, dnnl_dim_t lda,
-                                    const uint16_t *B, dnnl_dim_t ldb, float beta, float *C,
-                                    dnnl_dim_t ldc);
 
 mt_nn_policy mt_nn_policy_make(mt_precision compute, int round_outputs) {
   return (mt_nn_policy){.compute = compute,
@@ -270,7 +264,7 @@ int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
   if (K == 0)
     s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else if (p->compute == MT_PREC_BF16 && mt_gemm_bf16_native())
-    s = dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+    s = mt_gemm_bf16(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
   else if (p->compute == MT_PREC_BF16) {
     int err = 0;
     s = bf16_emulated(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, &err);

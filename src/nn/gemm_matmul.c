@@ -12,7 +12,16 @@
  * Where oneDNN offers no brgemm kernel (AVX2 CPUs: a matmul is its GEMM
  * again) the shape is declined once and dnnl_sgemm runs it.
  *
- * A primitive is made for a shape (sizes and leading dimensions) at its
+ * bf16 (mt_gemm_bf16): where oneDNN has bf16 brgemm kernels (AVX512_BF16,
+ * AMX) every transpose, alpha and beta runs as a kept matmul primitive.
+ * Through dnnl_gemm_bf16bf16f32, the older GEMM, the gpt's and the CNN's
+ * bf16 GEMMs took only 1.5x less time than their fp32 ones under AMX, and
+ * the gpt's attention (3,072 small per-head products a step) 41 ms in
+ * bf16 against 22.5 ms in fp32 (E1, 2026-11-28: bench/README.md, "bf16
+ * with bf16 instructions"). Declined shapes run dnnl_gemm_bf16bf16f32.
+ *
+ * A primitive is made for a call's key (sizes, leading dimensions,
+ * transposes, alpha, beta, the operands' type) at its
  * first call, with oneDNN's threads at one: it runs only where the GEMM
  * has the calling thread alone (a -thread_split gemm column block, a
  * -thread_split batch thread's rows, a one-thread run), so its bits do not
@@ -28,21 +37,34 @@
 #include <omp.h>
 #endif
 
-#define MAXE 64 /* entries kept; the least recently used free one goes first */
+/* entries kept, the least recently used free one going first: a thread
+ * needs one per key it runs (the gpt under bf16: ~25), and -thread_split
+ * batch threads run the same keys at once */
+#define MAXE 128
 
+/* what a primitive is made for: the call's shape, transposes, alpha and
+ * beta, and A and B's type (C is fp32) */
 typedef struct {
   int64_t M, N, K, lda, ldb, ldc;
+  char ta, tb;
+  int bf16;
+  float alpha, beta;
+} key;
+
+typedef struct {
+  key k;
   int used;      /* a slot of the table                                     */
-  int declined;  /* no brgemm kernel: dnnl_sgemm                            */
+  int declined;  /* no brgemm kernel: the library's GEMM call               */
   int busy;      /* a call is running it                                    */
   uint64_t last; /* the tick of its last call                               */
   dnnl_primitive_t p;
   dnnl_memory_t a, b, c, scratch;
   dnnl_stream_t strm;
-  /* ldc > N (a -thread_split gemm column block): the primitive writes a
-   * dense M x N here and the rows are copied out; into rows ldc apart the
-   * matmul ran 7% slower (128 x 512 x 1024 at ldc 1024: 153.8-154.3
-   * GFLOP/s dense-and-copied 160.3-161.0, X1) */
+  /* ldc > N (a -thread_split gemm column block, an attention head's slice):
+   * the primitive writes a dense M x N here and the rows are copied out
+   * (and in first, when beta is not 0); into rows ldc apart the matmul ran
+   * 7% slower (fp32 128 x 512 x 1024 at ldc 1024: 153.8-154.3 GFLOP/s,
+   * dense-and-copied 160.3-161.0, X1) */
   float *dense;
 } entry;
 
@@ -70,26 +92,48 @@ static void release(entry *e) {
   memset(e, 0, sizeof(*e));
 }
 
-static dnnl_status_t md(dnnl_memory_desc_t *d, int64_t r, int64_t c, int64_t sr, int64_t sc) {
+/* the (r x c) matrix whose rows are sr elements apart and columns sc */
+static dnnl_status_t md(dnnl_memory_desc_t *d, int64_t r, int64_t c, int64_t sr, int64_t sc,
+                        dnnl_data_type_t t) {
   dnnl_dims_t dims = {r, c}, st = {sr, sc};
-  return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_f32, st);
+  return dnnl_memory_desc_init_by_strides(d, 2, dims, t, st);
 }
 
-/* e's primitive for its shape, or e->declined; under the lock */
+/* alpha as the output scale, beta as a sum post-op; NULL on failure */
+static dnnl_primitive_attr_t make_attr(const key *k) {
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  int ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+           dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+               dnnl_success &&
+           (k->alpha == 1.0f ||
+            dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success);
+  if (ok && k->beta != 0.0f)
+    ok = dnnl_post_ops_create(&po) == dnnl_success &&
+         dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+  if (po) dnnl_post_ops_destroy(po);
+  if (!ok && attr) dnnl_primitive_attr_destroy(attr);
+  return ok ? attr : NULL;
+}
+
+/* e's primitive for its key, or e->declined; under the lock */
 static void make(entry *e) {
+  const key *k = &e->k;
+  const dnnl_data_type_t t = k->bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_memory_desc_t a, b, c;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_matmul_desc_t d;
   const char *impl = "";
-  /* C (M,N) = A (M,K) B^T: B is (N,K) with rows ldb apart, B^T (K,N) */
-  int ok = md(&a, e->M, e->K, e->lda, 1) == dnnl_success &&
-           md(&b, e->K, e->N, 1, e->ldb) == dnnl_success &&
-           md(&c, e->M, e->N, e->N, 1) == dnnl_success &&
-           dnnl_primitive_attr_create(&attr) == dnnl_success &&
-           dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+  /* C (M,N) = op(A) (M,K) op(B) (K,N); a transposed operand is the same
+   * memory read with its strides swapped */
+  int ok = (k->ta == 'N' ? md(&a, k->M, k->K, k->lda, 1, t) : md(&a, k->M, k->K, 1, k->lda, t)) ==
                dnnl_success &&
-           dnnl_matmul_desc_init(&d, &a, &b, NULL, &c) == dnnl_success;
+           (k->tb == 'N' ? md(&b, k->K, k->N, k->ldb, 1, t) : md(&b, k->K, k->N, 1, k->ldb, t)) ==
+               dnnl_success &&
+           md(&c, k->M, k->N, k->N, 1, dnnl_f32) == dnnl_success &&
+           (attr = make_attr(k)) != NULL && dnnl_matmul_desc_init(&d, &a, &b, NULL, &c) == dnnl_success;
 #ifdef _OPENMP
   const int nt = omp_get_max_threads();
   omp_set_num_threads(1); /* the primitive's partition: one thread's */
@@ -107,37 +151,36 @@ static void make(entry *e) {
                           dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), eng_,
                           DNNL_MEMORY_ALLOCATE) == dnnl_success &&
        dnnl_stream_create(&e->strm, eng_, dnnl_stream_default_flags) == dnnl_success;
-  if (ok && e->ldc != e->N) {
-    const size_t bytes = ((size_t)e->M * (size_t)e->N * sizeof(float) + 63) / 64 * 64;
+  if (ok && k->ldc != k->N) {
+    const size_t bytes = ((size_t)k->M * (size_t)k->N * sizeof(float) + 63) / 64 * 64;
     ok = (e->dense = aligned_alloc(64, bytes)) != NULL;
   }
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (attr) dnnl_primitive_attr_destroy(attr);
   if (!ok) {
-    const entry key = *e;
+    const entry keep = {.k = *k, .used = 1, .declined = 1, .last = e->last};
     release(e);
-    *e = (entry){key.M, key.N, key.K, key.lda, key.ldb, key.ldc, 1, 1, 0, key.last,
-                 NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    *e = keep;
   }
 }
 
-static int same(const entry *e, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                int64_t ldc) {
-  return e->used && e->M == M && e->N == N && e->K == K && e->lda == lda && e->ldb == ldb &&
-         e->ldc == ldc;
+static int same(const key *a, const key *b) {
+  return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda && a->ldb == b->ldb &&
+         a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb && a->bf16 == b->bf16 &&
+         a->alpha == b->alpha && a->beta == b->beta;
 }
 
-/* A free entry of the shape, taken (busy), made in a free slot (or in the
- * least recently used entry's) if none is; NULL: dnnl_sgemm (the shape
- * declined, or every entry busy) */
-static entry *take(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+/* A free entry of the key, taken (busy), made in a free slot (or in the
+ * least recently used entry's) if none is; NULL: the library's call (the
+ * key declined, or every entry busy) */
+static entry *take(const key *k) {
   entry *got = NULL, *slot = NULL;
   int declined = 0;
   pthread_mutex_lock(&lock_);
   if (!eng_ && dnnl_engine_create(&eng_, dnnl_cpu, 0) != dnnl_success) eng_ = NULL;
   for (int i = 0; eng_ && i < MAXE; i++) {
     entry *e = &table_[i];
-    if (same(e, M, N, K, lda, ldb, ldc)) {
+    if (e->used && same(&e->k, k)) {
       declined |= e->declined;
       if (!e->declined && !e->busy && !got) got = e;
     }
@@ -145,7 +188,7 @@ static entry *take(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, in
   }
   if (eng_ && !got && !declined && slot) {
     release(slot);
-    *slot = (entry){M, N, K, lda, ldb, ldc, 1, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    *slot = (entry){.k = *k, .used = 1};
     make(slot);
     if (!slot->declined) got = slot;
   }
@@ -157,7 +200,18 @@ static entry *take(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, in
   return got;
 }
 
-static dnnl_status_t run(entry *e, const float *A, const float *B, float *C) {
+/* e given back to the table */
+static void put(entry *e) {
+  pthread_mutex_lock(&lock_);
+  e->busy = 0;
+  pthread_mutex_unlock(&lock_);
+}
+
+static dnnl_status_t run(entry *e, const void *A, const void *B, float *C) {
+  const key *k = &e->k;
+  if (e->dense && k->beta != 0.0f)
+    for (int64_t r = 0; r < k->M; r++)
+      memcpy(e->dense + r * k->N, C + r * k->ldc, (size_t)k->N * sizeof(float));
   dnnl_status_t s = dnnl_memory_set_data_handle(e->a, (void *)A);
   if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->b, (void *)B);
   if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->c, e->dense ? e->dense : C);
@@ -168,23 +222,58 @@ static dnnl_status_t run(entry *e, const float *A, const float *B, float *C) {
   if (s == dnnl_success) s = dnnl_primitive_execute(e->p, e->strm, 4, args);
   if (s == dnnl_success) s = dnnl_stream_wait(e->strm);
   if (s == dnnl_success && e->dense)
-    for (int64_t r = 0; r < e->M; r++)
-      memcpy(C + r * e->ldc, e->dense + r * e->N, (size_t)e->N * sizeof(float));
-  pthread_mutex_lock(&lock_);
-  e->busy = 0;
-  pthread_mutex_unlock(&lock_);
+    for (int64_t r = 0; r < k->M; r++)
+      memcpy(C + r * k->ldc, e->dense + r * k->N, (size_t)k->N * sizeof(float));
+  put(e);
   return s;
+}
+
+/* Runs k's call as a primitive: 1 and its status in *s, or 0 (declined:
+ * the caller's library call). */
+static int run_key(const key *k, const void *A, const void *B, float *C, dnnl_status_t *s) {
+  entry *e = take(k);
+  if (!e) return 0;
+  *s = run(e, A, B, C);
+  return 1;
+}
+
+/* a call's key, or 0 when its arguments are not ones a primitive takes */
+static int call_key(key *k, char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    int64_t lda, int64_t ldb, float beta, int64_t ldc, int bf16) {
+  ta = ta == 't' ? 'T' : ta == 'n' ? 'N' : ta;
+  tb = tb == 't' ? 'T' : tb == 'n' ? 'N' : tb;
+  *k = (key){M, N, K, lda, ldb, ldc, ta, tb, bf16, alpha, beta};
+  return (ta == 'N' || ta == 'T') && (tb == 'N' || tb == 'T') && M > 0 && N > 0 && K > 0 &&
+         lda >= (ta == 'N' ? K : M) && ldb >= (tb == 'N' ? N : K) && ldc >= N &&
+         mt_gemm_own_thread();
+}
+
+dnnl_status_t mt_sgemm_matmul_any(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                  const float *A, int64_t lda, const float *B, int64_t ldb,
+                                  float beta, float *C, int64_t ldc) {
+  key k;
+  dnnl_status_t s;
+  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 0) && run_key(&k, A, B, C, &s))
+    return s;
+  return dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 dnnl_status_t mt_sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc) {
-  if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f && M > 0 && N > 0 && K > 0 &&
-      lda >= K && ldb >= K && ldc >= N && mt_gemm_own_thread()) {
-    entry *e = take(M, N, K, lda, ldb, ldc);
-    if (e) return run(e, A, B, C);
-  }
+  if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f)
+    return mt_sgemm_matmul_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   return dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+dnnl_status_t mt_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                           float beta, float *C, int64_t ldc) {
+  key k;
+  dnnl_status_t s;
+  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 1) && run_key(&k, A, B, C, &s))
+    return s;
+  return dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void mt_sgemm_matmul_stats(int *kept, int *declined) {

@@ -1,5 +1,6 @@
-/* dnnl_sgemm, with the linear layers' forward ('N','T') run as oneDNN's
- * brgemm matmul primitive where oneDNN has one for this CPU (gemm_matmul.c).
+/* dnnl_sgemm and dnnl_gemm_bf16bf16f32, run as oneDNN's brgemm matmul
+ * primitives where oneDNN has them for this CPU (gemm_matmul.c): fp32 the
+ * linear layers' forward ('N','T'), bf16 every GEMM.
  * Standalone (oneDNN and OpenMP only, no mpitrain header) so that
  * bench/gemm_shapes.c times exactly what mt_gemm runs. */
 #ifndef MT_NN_GEMM_MATMUL_H
@@ -18,14 +19,41 @@ dnnl_status_t mt_sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float 
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc);
 
+/* Exported by libdnnl 2.x but not declared in its public headers: the same
+ * row-major convention as dnnl_sgemm, A and B bf16 (bits), C fp32. */
+dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
+                                    dnnl_dim_t K, float alpha, const uint16_t *A, dnnl_dim_t lda,
+                                    const uint16_t *B, dnnl_dim_t ldb, float beta, float *C,
+                                    dnnl_dim_t ldc);
+
+/* dnnl_gemm_bf16bf16f32's arguments, result and status. On one thread (as
+ * mt_sgemm's forward) every transpose, alpha and beta runs a matmul
+ * primitive made once per call's shape and kept, when oneDNN implements it
+ * with brgemm (CPUs with AVX512_BF16 or AMX); everything else is
+ * dnnl_gemm_bf16bf16f32.
+ * Only where oneDNN has bf16 kernels (mt_gemm_bf16_native). Safe from
+ * several threads at once. */
+dnnl_status_t mt_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                           float beta, float *C, int64_t ldc);
+
+/* mt_sgemm without its forward-only rule: every transpose, alpha and beta
+ * through the kept primitives as mt_gemm_bf16 runs bf16, else dnnl_sgemm.
+ * For tests (the table's descriptors, scales, sums and strided C in fp32,
+ * on CPUs without bf16 kernels); mt_gemm uses mt_sgemm. */
+dnnl_status_t mt_sgemm_matmul_any(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                  const float *A, int64_t lda, const float *B, int64_t ldb,
+                                  float beta, float *C, int64_t ldc);
+
 /* 1 when a GEMM called now runs on the calling thread alone: inside an
  * OpenMP parallel region (under -thread_split batch each of T threads runs
  * its own rows' GEMMs, nested regions off), or outside one with one OpenMP
  * thread; not a GEMM that OpenMP threads itself (-thread_split gemm). */
 int mt_gemm_own_thread(void);
 
-/* Shapes run by a primitive so far (and kept), shapes declined (oneDNN
- * offered no brgemm kernel: dnnl_sgemm for them). For tests. */
+/* Calls' keys run by a primitive so far (and kept), keys declined (oneDNN
+ * offered no brgemm kernel: the library's GEMM for them); fp32 and bf16
+ * together. For tests. */
 void mt_sgemm_matmul_stats(int *kept, int *declined);
 
 /* The kept primitives released (at exit; later calls make them again). */
