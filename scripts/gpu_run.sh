@@ -12,8 +12,13 @@
 # and the node's PyTorch, 1 rank x 1 thread; GPU nodes' CPUs often have
 # AVX512_BF16 or AMX; the data is synthetic, of Fashion-MNIST's shape, unless
 # MT_BENCH_DATA names a folder of bench_amp.sh's files; MT_CPUAMP_REPEATS,
-# _STEPS and _MODELS: its -r, --steps and --models; --kernels adds each
-# mpitrain variant's step by kind of layer, -log_view's events). The CUDA runtime, cuBLAS and NCCL (of the CUDA major version the
+# _STEPS, _MODELS and _VARIANTS: its -r, --steps, --models and --variants; --kernels adds each
+# mpitrain variant's step by kind of layer, -log_view's events), cpuunits
+# (the CPU unit tests whose bf16 paths take the node's bf16 instructions:
+# test_gemm_matmul, test_amp, test_layout), dnnlv (a short sp-amp bf16 run
+# of each model under ONEDNN_VERBOSE: the primitives oneDNN chose on the
+# node's CPU, their implementations and time a step, largest first).
+# The CUDA runtime, cuBLAS and NCCL (of the CUDA major version the
 # build used) are looked for under
 # /usr/local/cuda* and the site-packages of $PYTHON (default python3; also
 # the benchmarks' PyTorch peer, run without the bundle's libraries).
@@ -87,6 +92,28 @@ memcheck() { # compute-sanitizer over short runs of each model and precision
   rm -rf "$w"
   return $bad
 }
+dnnlv() { # oneDNN's primitives in a few sp-amp steps of each model, by time
+  local w m margs steps=6
+  w=$(mktemp -d)
+  "$MT/build/tests/mkdata" synth "$w/t.h5" 2048 784 10 1 image >/dev/null &&
+    "$MT/build/mt-data" text /usr/share/common-licenses/GPL-3 -out "$w" -name g -val_fraction 0.1 >/dev/null ||
+    return 1
+  for m in mlp cnn gpt; do
+    case $m in
+      mlp) margs=(-model mlp -mlp_hidden 1024,1024 -data_train "$w/t.h5" -batch_size 128) ;;
+      cnn) margs=(-model cnn -cnn_channels 32,64 -cnn_kernel 3 -cnn_hidden 128 -data_train "$w/t.h5" -batch_size 128) ;;
+      gpt) margs=(-model gpt -gpt_layers 4 -gpt_heads 4 -gpt_embd 128 -gpt_block 64 -data_train "$w/g-train.h5"
+        -batch_size 32 -optimizer adamw) ;;
+    esac
+    echo "--- $m sp-amp bf16, $steps steps: kind impl problem | calls/step ms/step (the largest 25)"
+    OMP_NUM_THREADS=1 ONEDNN_VERBOSE=1 "$MT/build/mpitrain" "${margs[@]}" -backend sp-amp -amp_dtype bf16 \
+      -threads 1 -epochs 1 -max_train_steps_per_epoch $steps -max_val_steps_per_epoch 0 -log_every 0 \
+      -checkpoint_at_end 0 -output_dir "$w/o" 2>&1 |
+      awk -F, -v n=$steps '$1 ~ /verbose$/ && $2 == "exec" {k = $4 " " $5 " " $(NF-1); c[k]++; t[k] += $NF}
+        END {for (k in t) printf "%10.3f %6.1f  %s\n", t[k] / n, c[k] / n, k}' | sort -rn | head -25
+  done
+  rm -rf "$w"
+}
 for s in "${@:-units train bench}"; do
   for s1 in $s; do
     case $s1 in
@@ -105,10 +132,15 @@ for s in "${@:-units train bench}"; do
         [ -f "$d/fashion-mnist-train.h5" ] ||
           "$MT/build/tests/mkdata" synth "$d/fashion-mnist-train.h5" 10000 784 10 1 image >/dev/null
         echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); $(grep -o -w -m1 -e avx512_bf16 -e amx_bf16 -e amx_tile /proc/cpuinfo | sort -u | tr '\n' ' ')"
-        step "bench_amp.sh on the CPU" 600 env GEMM_SHAPES="$MT/build/bench/gemm_shapes" bash bench/bench_amp.sh -r "${MT_CPUAMP_REPEATS:-2}" --steps "${MT_CPUAMP_STEPS:-60}" --models "${MT_CPUAMP_MODELS:-mlp cnn gpt}" --variants "mt-fp32 mt-amp pt-fp32 pt-bf16" --kernels \
+        step "bench_amp.sh on the CPU" 600 env GEMM_SHAPES="$MT/build/bench/gemm_shapes" bash bench/bench_amp.sh -r "${MT_CPUAMP_REPEATS:-2}" --steps "${MT_CPUAMP_STEPS:-60}" --models "${MT_CPUAMP_MODELS:-mlp cnn gpt}" --variants "${MT_CPUAMP_VARIANTS:-mt-fp32 mt-amp pt-fp32 pt-bf16}" --kernels \
           --python "$PYTHON" "$MT/build/mpitrain" "$d" ;;
       memcheck) step "compute-sanitizer memcheck" 900 bash -c "$(declare -f memcheck); memcheck" ;;
-      *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck, cpuamp)" >&2; status=2 ;;
+      cpuunits)
+        for t in test_gemm_matmul test_amp test_layout; do
+          step "$t" 300 sh -c "OMP_NUM_THREADS=1 '$MT/build/tests/$t' >'$MT/$t.log' 2>&1; rc=\$?; grep -E '^FAIL|^not ok|^#' '$MT/$t.log' | head -20; tail -1 '$MT/$t.log'; exit \$rc"
+        done ;;
+      dnnlv) step "oneDNN's primitives under sp-amp bf16" 300 bash -c "$(declare -f dnnlv); dnnlv" ;;
+      *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck, cpuamp, cpuunits, dnnlv)" >&2; status=2 ;;
     esac
   done
 done
