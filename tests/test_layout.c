@@ -14,9 +14,11 @@
  *  - with src_any the input and its (added) gradient in the layout the
  *    convolution picked (src_block: blocked with 8 or 32 input channels,
  *    NCHW with 1 or 6) give the same results;
- *  - under bf16 emulated (no bf16 instructions) the first convolution's
- *    blocked output and fp32 weight gradient (conv_first.c) equal the
- *    fp32 convolution on bf16-rounded operands;
+ *  - under bf16, emulated (no bf16 instructions) and native (oneDNN's bf16
+ *    kernels, forced on any AVX-512 CPU), the first convolution's blocked
+ *    output and fp32 weight gradient (conv_first.c), and the second's
+ *    blocked input and input gradient, equal the fp32 convolution on
+ *    bf16-rounded operands;
  *  - max and average pools on a blocked input, their output (argmax, output
  *    gradient) in NCHW or blocked (oblock: the next convolution's input),
  *    give the plain path's outputs, argmax and added input gradients
@@ -134,54 +136,75 @@ static void test_conv(mt_conv2d_shape s, int n, int want_blocked, int want_src, 
   free(dx0), free(dx1), free(dw0), free(dw1), free(db0), free(db1), free(db2), free(xb), free(tx);
 }
 
-/* bf16 emulated (a CPU without bf16 instructions; forced here): the first
- * convolution (few input channels) keeps its blocked output, whose weight
- * gradient conv_first_bwd_w computes in fp32, and equals the plain fp32
- * convolution on the bf16-rounded input, weights and output gradient. */
-static void test_conv_emulated(mt_conv2d_shape s, uint64_t seed) {
+/* bf16, emulated (fp32 kernels on rounded values, as a CPU without bf16
+ * instructions runs it) or native (oneDNN's bf16 kernels, forced where
+ * oneDNN has them at all: AVX-512; skipped elsewhere): a convolution with
+ * few input channels (the CNN's first) keeps its blocked output, whose
+ * weight gradient conv_first_bwd_w computes in fp32 on the rounded
+ * operands; one asked for src_any (the CNN's second) takes its input
+ * blocked and gives its input gradient in that layout. Each equals the
+ * plain fp32 convolution on the bf16-rounded input, weights and output
+ * gradient. */
+static void test_conv_bf16(mt_conv2d_shape s, int native, uint64_t seed) {
   char what[160];
-  snprintf(what, sizeof(what), "bf16 emulated conv %d->%d %dx%d k%d B=%d", s.IC, s.OC, s.H, s.W,
-           s.KH, s.B);
+  snprintf(what, sizeof(what), "bf16 %s conv %d->%d %dx%d k%d B=%d",
+           native ? "native" : "emulated", s.IC, s.OC, s.H, s.W, s.KH, s.B);
   const mt_nn_policy pol = mt_nn_policy_make(MT_PREC_BF16, 0);
   mt_conv2d c0, c1;
   mt_conv2d_shape s1 = s;
   s1.relu = s1.dst_any = 1;
-  mt_gemm_bf16_emulate(1); /* the choice is made with the convolution */
+  s1.src_any = s.IC > 4; /* few channels: the data's NCHW images */
+  /* the choice is made with the convolution */
+  if (native && !mt_gemm_bf16_force_native()) {
+    printf("skip %s: oneDNN has no bf16 kernels on this CPU\n", what);
+    return;
+  }
+  if (!native) mt_gemm_bf16_emulate(1);
   int rc = mt_conv2d_init(&c0, &s, 1, NULL);
   if (!rc) rc = mt_conv2d_init(&c1, &s1, 1, &pol);
   mt_gemm_bf16_emulate(0);
   CHECK(rc == 0, "%s: made (%s)", what, rc ? mt_error_message() : "");
   if (rc) return;
-  const int cb = c1.dst_block, n = s.B;
+  const int cb = c1.dst_block, sb = c1.src_block, n = s.B, data = s1.src_any;
   CHECK(cb == 8 || cb == 16, "%s: blocked output (%d)", what, cb);
-  const int64_t hw = (int64_t)c0.s.OH * c0.s.OW, ni = (int64_t)n * s.IC * s.H * s.W;
-  const int64_t no = (int64_t)n * s.OC * hw, nw = (int64_t)s.OC * s.IC * s.KH * s.KW;
+  CHECK(data ? sb == 8 || sb == 16 : sb == 0, "%s: input %s (%d)", what,
+        data ? "blocked" : "NCHW", sb);
+  const int64_t hw = (int64_t)c0.s.OH * c0.s.OW, ihw = (int64_t)s.H * s.W;
+  const int64_t ni = (int64_t)n * s.IC * ihw, no = (int64_t)n * s.OC * hw;
+  const int64_t nw = (int64_t)s.OC * s.IC * s.KH * s.KW;
   uint64_t rng = seed;
   float *x = rnd(ni, &rng), *w = rnd(nw, &rng), *b = rnd(s.OC, &rng), *g = rnd(no, &rng);
   float *xr = zeros(ni), *wr = zeros(nw), *y0 = zeros(no), *y1 = zeros(no), *t = zeros(no);
   float *gb = zeros(no), *dw0 = zeros(nw), *dw1 = zeros(nw), *db0 = zeros(s.OC), *db1 = zeros(s.OC);
+  float *xb = zeros(ni), *dx0 = zeros(ni), *dx1 = zeros(ni), *tx = zeros(ni);
   memcpy(xr, x, (size_t)ni * sizeof(float));
   memcpy(wr, w, (size_t)nw * sizeof(float));
   mt_round_to(MT_PREC_BF16, xr, (size_t)ni);
   mt_round_to(MT_PREC_BF16, wr, (size_t)nw);
+  to_blocked(xb, x, n, s.IC, ihw, sb);
   rc = mt_conv2d_forward(y0, xr, wr, b, n, &c0);
   mt_relu_forward(y0, y0, no);
-  if (!rc) rc = mt_conv2d_forward(y1, x, w, b, n, &c1);
+  if (!rc) rc = mt_conv2d_forward(y1, xb, w, b, n, &c1);
   to_plain(t, y1, n, s.OC, hw, cb);
   CHECK(rc == 0, "%s: forwards run", what);
   CHECK_CLOSE_F(t, y0, (size_t)no, TOL, "%s: output = fp32's on rounded operands", what);
   mt_relu_backward(g, g, y0, no);
   to_blocked(gb, g, n, s.OC, hw, cb);
   mt_round_to(MT_PREC_BF16, g, (size_t)no);
-  rc = mt_conv2d_backward(NULL, dw0, db0, g, xr, wr, n, &c0);
-  if (!rc) rc = mt_conv2d_backward(NULL, dw1, db1, gb, x, w, n, &c1);
+  rc = mt_conv2d_backward(data ? dx0 : NULL, dw0, db0, g, xr, wr, n, &c0);
+  if (!rc) rc = mt_conv2d_backward(data ? dx1 : NULL, dw1, db1, gb, xb, w, n, &c1);
   CHECK(rc == 0, "%s: backwards run", what);
   CHECK_CLOSE_F(dw1, dw0, (size_t)nw, TOL, "%s: dw = fp32's on rounded operands", what);
   CHECK_CLOSE_F(db1, db0, (size_t)s.OC, TOL, "%s: db = fp32's on rounded operands", what);
+  if (data) {
+    to_plain(tx, dx1, n, s.IC, ihw, sb);
+    CHECK_CLOSE_F(tx, dx0, (size_t)ni, TOL, "%s: dinp (in its layout) = fp32's on rounded operands",
+                  what);
+  }
   mt_conv2d_free(&c0);
   mt_conv2d_free(&c1);
   free(x), free(w), free(b), free(g), free(xr), free(wr), free(y0), free(y1), free(t), free(gb);
-  free(dw0), free(dw1), free(db0), free(db1);
+  free(dw0), free(dw1), free(db0), free(db1), free(xb), free(dx0), free(dx1), free(tx);
 }
 
 /* Pools on nChw{cb}c or NCHW (cb 0), their output in nChw{ob}c or NCHW
@@ -288,11 +311,16 @@ int main(void) {
             22);
   test_conv((mt_conv2d_shape){3, 6, 8, 8, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, 3, 0, 0,
             5); /* 6 channels in, 12 out: no multiple of 8 */
-  /* the CNN's first convolution, and 3 channels in with 5x5 taps */
-  test_conv_emulated((mt_conv2d_shape){4, 1, 12, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0},
-                     23);
-  test_conv_emulated((mt_conv2d_shape){3, 3, 10, 9, 16, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0},
-                     24);
+  /* the CNN's first convolution, 3 channels in with 5x5 taps, and the
+   * CNN's second, under bf16 emulated and native */
+  for (int native = 0; native < 2; native++) {
+    test_conv_bf16((mt_conv2d_shape){4, 1, 12, 10, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0},
+                   native, 23);
+    test_conv_bf16((mt_conv2d_shape){3, 3, 10, 9, 16, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0},
+                   native, 24);
+    test_conv_bf16((mt_conv2d_shape){4, 32, 7, 7, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0},
+                   native, 25);
+  }
   /* B, C, H, W, KH, KW, stride, pad; input block, output block */
   const mt_pool2d_shape p2 = {3, 16, 8, 6, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
   const mt_pool2d_shape p2odd = {2, 16, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};

@@ -206,7 +206,8 @@ static void geom_init(cv_geom *g, const mt_conv2d_shape *s, int B) {
 }
 
 /* The blocked layout b (8 or 16) that the primitive descriptor pd keeps
- * argument `what` (its src or dst md, dims dims, C channels) in, or 0
+ * argument `what` (its src or dst md, dims dims, C channels; of either
+ * type) in, or 0
  * (NCHW or a layout the caller's buffers cannot hold: C no multiple of b
  * would pad channels). */
 static int md_block(dnnl_primitive_desc_t pd, dnnl_query_t what, const dnnl_dims_t dims, int C) {
@@ -214,7 +215,7 @@ static int md_block(dnnl_primitive_desc_t pd, dnnl_query_t what, const dnnl_dims
   dnnl_memory_desc_t blk;
   int block = 0;
   for (int b = 16; b >= 8 && got; b /= 2)
-    if (C % b == 0 && cv_md_init(&blk, 4, dims, dst_tag(b), dnnl_f32) == 0 &&
+    if (C % b == 0 && cv_md_init(&blk, 4, dims, dst_tag(b), got->data_type) == 0 &&
         dnnl_memory_desc_equal(got, &blk))
       block = b;
   return block;
@@ -245,9 +246,11 @@ static int layout_probe(dnnl_engine_t eng, const mt_conv2d_shape *s, int has_bia
   dnnl_primitive_desc_t pd;
   DNNL_CALL(dnnl_primitive_desc_create(&pd, &d, NULL, eng, NULL));
   *dblk = want_dst ? md_block(pd, dnnl_query_dst_md, g.dst, s->OC) : 0;
-  /* under bf16 the primitives read a bf16 copy of the input anyway (a
-   * converting reorder): it stays NCHW */
-  *sblk = want_src && L == dnnl_f32 ? md_block(pd, dnnl_query_src_md, g.src, s->IC) : 0;
+  /* under bf16 the primitives read a bf16 copy of the input (a converting
+   * reorder): the caller's fp32 input in the block the bf16 one has, so
+   * that the reorder only converts (no transposition), and the pool before
+   * and its backward stay blocked */
+  *sblk = want_src ? md_block(pd, dnnl_query_src_md, g.src, s->IC) : 0;
   dnnl_primitive_desc_destroy(pd);
   return 0;
 }
@@ -281,10 +284,12 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   MT_CALL(cv_md_init(&ddst_any, 4, dd, dnnl_format_tag_any, L));
   MT_CALL(cv_md_init(&dw_any, wn, wdims, dnnl_format_tag_any, F));
   /* with a blocked output (blk) the primitives read and write the caller's
-   * buffers in it, with a blocked input (sblk, fp32 only) likewise;
+   * buffers in it, with a blocked input (sblk) likewise (under bf16 the
+   * input through a converting reorder into the primitives' bf16 one);
    * backward-data on plain activations (act_plain) still wants NCHW and
    * reorders diff_dst */
-  const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_pl : sblk ? &src_md : &src_any;
+  const int src_user = sblk && L == F; /* the primitives read the caller's input */
+  const dnnl_memory_desc_t *src_f = act_plain(s) ? &src_pl : src_user ? &src_md : &src_any;
   const dnnl_memory_desc_t *dst_f = act_plain(s) || blk ? &dst_md : &dst_any;
   const dnnl_memory_desc_t *dsrc_f = act_plain(s) || sblk ? &src_md : &dsrc_any;
   const dnnl_memory_desc_t *ddst_f = act_plain(s) ? &ddst_pl : blk ? &ddst_blk : &ddst_any;
@@ -346,7 +351,7 @@ static int set_create(cv_set *set, dnnl_engine_t eng, const mt_conv2d_shape *s, 
   cv_op *bwo = &set->bwd_w;
   if (!rc) {
     st = dnnl_dilated_convolution_backward_weights_desc_init(
-        &d, dnnl_convolution_direct, sblk ? &src_md : &src_any, &dw_any, bias, ddst_wf, strides,
+        &d, dnnl_convolution_direct, src_user ? &src_md : &src_any, &dw_any, bias, ddst_wf, strides,
         dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &d, attr, eng, fpd);
     if (st != dnnl_success)
@@ -416,8 +421,9 @@ static int conv_create(mt_conv2d_impl *m, const mt_conv2d_shape *s, int has_bias
    * a wrong CNN curve (1% off PyTorch by step 47, tests/test_torch_curves.sh)
    * where its results from the same blocked gradient reordered out of NCHW
    * had been right (cause not found) */
-  /* (its kernel is fp32: fp32, or bf16 and fp16 emulated on rounded values) */
-  const int first_ok = (m->prec == MT_PREC_FP32 || m->emulate) && conv_first_fits(s);
+  /* (its kernel is fp32: on low-precision values rounded first, whether the
+   * other passes are oneDNN's bf16 kernels or emulated) */
+  const int first_ok = conv_first_fits(s);
   const int want_dst = s->dst_any && (!act_plain(s) || first_ok);
   const int want_src = s->src_any && !act_plain(s);
   if (want_dst || want_src)
@@ -591,12 +597,14 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
   const int64_t wn = (int64_t)s->OC * (s->IC / s->groups) * s->KH * s->KW;
   const mt_precision p = c->impl->prec;
   if (mt_gemm_log_active() && B > 0) log_conv(c, B, 0, dinp != NULL, dw != NULL);
-  if (c->impl->emulate && (dinp || dw)) {
+  const int first = dw && c->impl->first_bw;
+  /* fp32 kernels on low-precision values: every pass when emulated, else
+   * conv_first_bwd_w's weight gradient (no-ops in fp32) */
+  if (c->impl->emulate ? dinp || dw : first) {
     MT_CALL(mt_nn_rounded_copy(p, 2, dout, (size_t)(B * out1), &dout));
     if (dw) MT_CALL(mt_nn_rounded_copy(p, 3, inp, (size_t)(B * in1), &inp));
-    if (dinp) MT_CALL(mt_nn_rounded_copy(p, 4, w, (size_t)wn, &w));
+    if (dinp && c->impl->emulate) MT_CALL(mt_nn_rounded_copy(p, 4, w, (size_t)wn, &w));
   }
-  const int first = dw && c->impl->first_bw;
   if (dinp || (dw && !first)) {
     int saved, rc = 0;
     const int v = var_enter(c->impl, &saved);

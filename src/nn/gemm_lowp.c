@@ -209,6 +209,19 @@ static _Atomic int bf16_native_ = -1;
 
 void mt_gemm_bf16_emulate(int on) { bf16_native_ = on ? 0 : -1; }
 
+int mt_gemm_bf16_force_native(void) {
+  const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(),
+                 avx512 = (unsigned)dnnl_cpu_isa_avx512_core;
+  const uint16_t one = 0x3F80; /* 1.0 */
+  float c = 0;
+  if ((isa & avx512) != avx512 ||
+      dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) ==
+          dnnl_unimplemented)
+    return 0;
+  bf16_native_ = 1;
+  return 1;
+}
+
 const char *mt_dnnl_isa_name(void) {
   const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
   return !s ? "?" : strncmp(s, "cpu_isa_", 8) ? s : s + 8;

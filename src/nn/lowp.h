@@ -137,6 +137,11 @@ const char *mt_dnnl_isa_name(void);
 /* Tests: emulate bf16 from now on (1), or ask the CPU again (0). Models made
  * before keep their convolutions' choice. */
 void mt_gemm_bf16_emulate(int on);
+/* Tests: oneDNN's bf16 kernels from now on wherever oneDNN has them at all
+ * (AVX-512; without bf16 instructions oneDNN emulates them itself, slowly),
+ * so the native path's layouts run on any AVX-512 CPU. 0 where it has none
+ * (nothing changed). mt_gemm_bf16_emulate(0) asks the CPU again. */
+int mt_gemm_bf16_force_native(void);
 
 /* mt_gemm under the low-precision policy p (gemm.c dispatches here). */
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
