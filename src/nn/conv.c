@@ -48,7 +48,9 @@
  * convolution is made, as are its primitives): under bf16
  * the primitives take bf16 src, weights and diff_dst (the reorders from the
  * user's fp32 buffers convert) and write fp32 dst, diff_src and
- * diff_weights; under fp16 the user's inputs are rounded to fp16 into fp32
+ * diff_weights (the user's layouts, blocked or not, as in fp32; a first
+ * layer's weight gradient by conv_first_bwd_w in fp32 on rounded copies);
+ * under fp16 the user's inputs are rounded to fp16 into fp32
  * scratch copies and the fp32 primitives run on them. Under O2 (the
  * policy's round_outputs, also kept when made) the outputs and the
  * gradients are rounded to the low precision after each call. */

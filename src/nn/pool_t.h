@@ -22,9 +22,10 @@ static inline __attribute__((always_inline)) REAL MT_T(max4)(REAL a, REAL b, REA
 
 /* 2x2 windows, stride 2, no padding (the CNN's pool) on an NCHW input,
  * vectorised over a row; the output (and argmax) NCHW, or blocked
- * nChw{ob}c for the convolution after it (a store every ob elements: the
- * first convolution's output is NCHW under bf16, where the next one takes
- * blocks; the branchy general loop took a fifth of that CNN step). */
+ * nChw{ob}c for the convolution after it (a store every ob elements: an
+ * NCHW convolution output before a blocked input, which the CNN had under
+ * native bf16 until its first convolution kept a blocked output; the
+ * branchy general loop took a fifth of that CNN step). */
 static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
                               const mt_pool2d_shape *s) {
   const int64_t planes = (int64_t)s->B * s->C, hw = (int64_t)s->H * s->W;
