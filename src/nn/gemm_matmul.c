@@ -1,8 +1,8 @@
-/* dnnl_sgemm, with the linear layers' forward as oneDNN's brgemm matmul
- * (gemm_matmul.h).
+/* dnnl_sgemm and dnnl_gemm_bf16bf16f32 as oneDNN's brgemm matmul
+ * primitives, kept (gemm_matmul.h).
  *
- * Why: on AVX-512 CPUs oneDNN 2.6 implements a matmul primitive with its
- * brgemm kernels, while dnnl_sgemm keeps its older GEMM kernels. At the
+ * Why, fp32: on AVX-512 CPUs oneDNN 2.6 implements a matmul primitive with
+ * its brgemm kernels, while dnnl_sgemm keeps its older GEMM kernels. At the
  * forward's 'N','T' shapes the matmul ran (one thread, X1, 2026-11-28,
  * bench/README.md "The forward as a matmul primitive") 1.07x dnnl_sgemm at
  * 128 x 1024 x 1024, 1.11x at 64 rows, 1.16x at 32, 1.11x on the gpt's
@@ -12,13 +12,15 @@
  * Where oneDNN offers no brgemm kernel (AVX2 CPUs: a matmul is its GEMM
  * again) the shape is declined once and dnnl_sgemm runs it.
  *
- * bf16 (mt_gemm_bf16): where oneDNN has bf16 brgemm kernels (AVX512_BF16,
- * AMX) every transpose, alpha and beta runs as a kept matmul primitive.
- * Through dnnl_gemm_bf16bf16f32, the older GEMM, the gpt's and the CNN's
- * bf16 GEMMs took only 1.5x less time than their fp32 ones under AMX, and
- * the gpt's attention (3,072 small per-head products a step) 41 ms in
- * bf16 against 22.5 ms in fp32 (E1, 2026-11-28: bench/README.md, "bf16
- * with bf16 instructions"). Declined shapes run dnnl_gemm_bf16bf16f32.
+ * Why, bf16 (mt_gemm_bf16): where oneDNN has bf16 brgemm kernels
+ * (AVX512_BF16, AMX) every transpose, alpha and beta runs as a kept
+ * matmul primitive. Under AMX (E1, 2026-11-28, bench/README.md "bf16 GEMMs
+ * as matmul primitives under AMX") a step's bf16 GEMMs took 4.23 ms for
+ * the mlp against 5.49 through dnnl_gemm_bf16bf16f32, 21.3 against 28.8
+ * for the gpt and 12.0 against 14.0 for the CNN (the gpt's weight
+ * gradients, K = 2048, are 7-26% slower: left). Strided operands (an
+ * attention head's q, k, v, rows 3C apart) are declined, oneDNN's matmul
+ * being its gemm then, and run dnnl_gemm_bf16bf16f32.
  *
  * A primitive is made for a call's key (sizes, leading dimensions,
  * transposes, alpha, beta, the operands' type) at its
