@@ -172,15 +172,49 @@ static int same(const key *a, const key *b) {
          a->alpha == b->alpha && a->beta == b->beta;
 }
 
-/* A free entry of the key, taken (busy), made in a free slot (or in the
- * least recently used entry's) if none is; NULL: the library's call (the
- * key declined, or every entry busy) */
+/* A thread's recent keys: the entry it last took for each, or -1 where
+ * oneDNN declined the key (its answer for a key does not change: a
+ * declined call then takes no lock and scans nothing; the attention's
+ * strided per-head products are thousands of calls a step). An entry is
+ * checked against its key before use: it may have been given to another. */
+#define MEMO 16
+static _Thread_local struct {
+  key k;
+  int slot;
+} memo_[MEMO];
+static _Thread_local int memo_n_, memo_next_;
+
+static int memo_find(const key *k) {
+  for (int i = 0; i < memo_n_; i++)
+    if (same(&memo_[i].k, k)) return i;
+  return -1;
+}
+
+static void memo_put(int i, const key *k, int slot) {
+  if (i < 0) {
+    i = memo_n_ < MEMO ? memo_n_++ : memo_next_;
+    memo_next_ = (i + 1) % MEMO;
+  }
+  memo_[i].k = *k;
+  memo_[i].slot = slot;
+}
+
+/* A free entry of the key, taken (busy): the one this thread took last if
+ * free, else one found in the table, else made in a free slot (or in the
+ * least recently used entry's); NULL: the library's call (the key
+ * declined, or every entry busy) */
 static entry *take(const key *k) {
+  const int m = memo_find(k);
+  if (m >= 0 && memo_[m].slot < 0) return NULL;
   entry *got = NULL, *slot = NULL;
   int declined = 0;
   pthread_mutex_lock(&lock_);
+  if (m >= 0) {
+    entry *e = &table_[memo_[m].slot];
+    if (e->used && !e->declined && !e->busy && same(&e->k, k)) got = e;
+  }
   if (!eng_ && dnnl_engine_create(&eng_, dnnl_cpu, 0) != dnnl_success) eng_ = NULL;
-  for (int i = 0; eng_ && i < MAXE; i++) {
+  for (int i = 0; eng_ && !got && i < MAXE; i++) {
     entry *e = &table_[i];
     if (e->used && same(&e->k, k)) {
       declined |= e->declined;
@@ -192,13 +226,15 @@ static entry *take(const key *k) {
     release(slot);
     *slot = (entry){.k = *k, .used = 1};
     make(slot);
-    if (!slot->declined) got = slot;
+    declined = slot->declined;
+    if (!declined) got = slot;
   }
   if (got) {
     got->busy = 1;
     got->last = ++tick_;
   }
   pthread_mutex_unlock(&lock_);
+  if (got || declined) memo_put(m, k, got ? (int)(got - table_) : -1);
   return got;
 }
 
