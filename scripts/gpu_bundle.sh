@@ -18,7 +18,7 @@ out=${2:?usage: $0 BUILD_DIR OUT.tar.xz}
 grep -q 'MT_HAVE_CUDA 1' "$B/config.h" || { echo "$B is not a --with-cuda build" >&2; exit 2; }
 progs="mpitrain mt-data tests/mkdata tests/test_cuda_bits tests/test_cuda_kernels
   tests/test_cuda_layers tests/test_cuda_optim tests/test_device tests/test_nccl_id bench/cuda_gpt
-  bench/gemm_shapes tests/test_gemm_matmul tests/test_amp tests/test_layout"
+  bench/gemm_shapes tests/test_gemm_matmul tests/test_amp tests/test_layout bench/attn_parts"
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/lib" "$S/build/tests" "$S/build/bench" "$S/usr/bin" "$S/usr/lib/x86_64-linux-gnu/pmix2" \
@@ -29,7 +29,9 @@ arch=$(sed -n 's/^CFLAGS = .*\(-march=[^ ]*\).*/\1/p' "$B/Makefile")
 (. "$(dirname "$0")/../bench/lib.sh" && GEMM_SHAPES_ARCH=${arch:--march=native} gemm_shapes_build "$B/bench/gemm_shapes") ||
   { echo "cannot build bench/gemm_shapes" >&2; exit 1; }
 for p in $progs; do
-  [ -x "$B/$p" ] || (cd "$B" && make "$p" >/dev/null) || { echo "cannot build $p" >&2; exit 1; }
+  # made (or brought up to date: a program left from an older build would
+  # be bundled stale)
+  (cd "$B" && make "$p" >/dev/null) || { echo "cannot build $p" >&2; exit 1; }
   cp "$B/$p" "$S/build/$p"
 done
 cp "$B/config.h" "$S/build/"

@@ -17,7 +17,9 @@
 # (the CPU unit tests whose bf16 paths take the node's bf16 instructions:
 # test_gemm_matmul, test_amp, test_layout), dnnlv (a short sp-amp bf16 run
 # of each model under ONEDNN_VERBOSE: the primitives oneDNN chose on the
-# node's CPU, their implementations and time a step, largest first).
+# node's CPU, their implementations and time a step, largest first), attn
+# (bench/attn_parts: one gpt attention layer's time by part, fp32 against
+# bf16 held and converted, on one thread).
 # The CUDA runtime, cuBLAS and NCCL (of the CUDA major version the
 # build used) are looked for under
 # /usr/local/cuda* and the site-packages of $PYTHON (default python3; also
@@ -140,7 +142,8 @@ for s in "${@:-units train bench}"; do
           step "$t" 300 sh -c "OMP_NUM_THREADS=1 '$MT/build/tests/$t' >'$MT/$t.log' 2>&1; rc=\$?; grep -E '^FAIL|^not ok|^#' '$MT/$t.log' | head -20; tail -1 '$MT/$t.log'; exit \$rc"
         done ;;
       dnnlv) step "oneDNN's primitives under sp-amp bf16" 300 bash -c "$(declare -f dnnlv); dnnlv" ;;
-      *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck, cpuamp, cpuunits, dnnlv)" >&2; status=2 ;;
+      attn) step "attention by part (bench/attn_parts)" 300 env OMP_NUM_THREADS=1 "$MT/build/bench/attn_parts" -reps 15 ;;
+      *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck, cpuamp, cpuunits, dnnlv, attn)" >&2; status=2 ;;
     esac
   done
 done
