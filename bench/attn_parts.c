@@ -83,9 +83,9 @@ static int run(layer *L, int pol, int part) {
   const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
   const float scale = 1.0f / sqrtf((float)hs);
   int rc = 0;
-  if (pol == HELD) { /* the gpt holds qkv (forward) and the output gradient */
+  if (pol == HELD) { /* the gpt holds qkv, and the backward its output gradient */
     mt_nn_hold(t, p, L->inp, (size_t)B * T * C3);
-    mt_nn_hold(t, p, L->dout, (size_t)B * T * C);
+    if (part != FWD) mt_nn_hold(t, p, L->dout, (size_t)B * T * C);
     p = mt_nn_with_holds(p, t, &with);
   }
   switch (part) {

@@ -209,15 +209,19 @@ static _Atomic int bf16_native_ = -1;
 
 void mt_gemm_bf16_emulate(int on) { bf16_native_ = on ? 0 : -1; }
 
-int mt_gemm_bf16_force_native(void) {
-  const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(),
-                 avx512 = (unsigned)dnnl_cpu_isa_avx512_core;
+/* Whether oneDNN's effective ISA contains `need` and its bf16 GEMM answers
+ * a 1 x 1 x 1 product (not dnnl_unimplemented). */
+static int bf16_gemm_on(dnnl_cpu_isa_t need) {
+  const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
   const uint16_t one = 0x3F80; /* 1.0 */
   float c = 0;
-  if ((isa & avx512) != avx512 ||
-      dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) ==
-          dnnl_unimplemented)
-    return 0;
+  return (isa & (unsigned)need) == (unsigned)need &&
+         dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) !=
+             dnnl_unimplemented;
+}
+
+int mt_gemm_bf16_force_native(void) {
+  if (!bf16_gemm_on(dnnl_cpu_isa_avx512_core)) return 0;
   bf16_native_ = 1;
   return 1;
 }
@@ -228,15 +232,7 @@ const char *mt_dnnl_isa_name(void) {
 }
 
 int mt_gemm_bf16_native(void) {
-  if (bf16_native_ < 0) {
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(),
-                   bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    const uint16_t one = 0x3F80; /* 1.0 */
-    float c = 0;
-    bf16_native_ = (isa & bf16) == bf16 &&
-                   dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c,
-                                         1) != dnnl_unimplemented;
-  }
+  if (bf16_native_ < 0) bf16_native_ = bf16_gemm_on(dnnl_cpu_isa_avx512_core_bf16);
   return bf16_native_;
 }
 
