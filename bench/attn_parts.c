@@ -10,15 +10,18 @@
  *   make bench/attn_parts
  *   OMP_NUM_THREADS=1 bench/attn_parts [-B 32] [-T 64] [-C 128] [-NH 4] [-reps 9]
  *
- * Rows (ms a layer call, the median of reps, interleaved):
- *   layer fwd / bwd        mt_attention_forward / _backward: fp32; bf16
- *                          with q, k, v and the output gradient held (the
- *                          gpt's way); bf16 converting at every product
+ * Rows (ms a layer call, the median of reps, interleaved), in four
+ * columns: fp32; bf16 with q, k, v and the output gradient held (the
+ * gpt's way) and each head's operands laid out dense (the default); the
+ * same with the strided per-head calls (mt_attention_dense_heads(0), as
+ * before); bf16 dense, converting instead of holding:
+ *   layer fwd / bwd        mt_attention_forward / _backward
  *   products               the six per-head products of a forward and
- *                          backward alone, as attention calls them
- *                          (mt_gemm under the row's policy, strided q, k, v)
+ *                          backward alone: strided q, k, v through mt_gemm
+ *                          (fp32, strided), or dense bf16 operands through
+ *                          mt_gemm_bf16_ops (dense)
  *   att conversions        the four T x T conversions a head's products
- *                          make (att twice, its gradient twice)
+ *                          made before (att twice, its gradient twice)
  * The bf16 layer's outputs are checked against fp32's (relative 2e-2): a
  * wrong one exits 1. */
 #define _POSIX_C_SOURCE 200809L
@@ -63,15 +66,15 @@ static int cmpd(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-enum { FP32, HELD, CONVERTED, NPOL };
-static const char *pol_name[NPOL] = {"fp32", "bf16 held", "bf16 converted"};
+enum { FP32, HELD, STRIDED, CONVERTED, NPOL };
+static const char *pol_name[NPOL] = {"fp32", "bf16 dense", "bf16 strided", "bf16 converted"};
 enum { FWD, BWD, PROD, CONV, NPART };
 static const char *part_name[NPART] = {"layer fwd", "layer bwd", "products", "att conversions"};
 
 typedef struct {
   int B, T, C, NH;
   float *inp, *dout, *out, *pre, *att, *dinp, *scratch;
-  uint16_t *bf; /* conversion target */
+  uint16_t *bf; /* conversion target; dense (T, hs) q, k, v, dout and a (T, T) */
 } layer;
 
 static int run(layer *L, int pol, int part) {
@@ -83,7 +86,8 @@ static int run(layer *L, int pol, int part) {
   const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
   const float scale = 1.0f / sqrtf((float)hs);
   int rc = 0;
-  if (pol == HELD) { /* the gpt holds qkv, and the backward its output gradient */
+  mt_attention_dense_heads(pol != STRIDED);
+  if (pol == HELD || pol == STRIDED) { /* the gpt holds qkv, and the backward its dout */
     mt_nn_hold(t, p, L->inp, (size_t)B * T * C3);
     if (part != FWD) mt_nn_hold(t, p, L->dout, (size_t)B * T * C);
     p = mt_nn_with_holds(p, t, &with);
@@ -97,7 +101,18 @@ static int run(layer *L, int pol, int part) {
                                     MT_ATTN_SET_DINP, p);
       break;
     case PROD:
-      for (int h = 0; h < B * NH && !rc; h++) {
+      for (int h = 0; h < B * NH && !rc && pol == HELD; h++) {
+        const uint16_t *q = L->bf + TT, *k = q + T * hs, *v = k + T * hs, *d = v + T * hs;
+        float *s = L->scratch + h * TT, *o = L->out + (int64_t)(h / NH) * T * C + (h % NH) * hs;
+        float *dq = L->dinp + (int64_t)(h / NH) * T * C3 + (int64_t)(h % NH) * hs;
+        rc |= mt_gemm_bf16_ops('N', 'T', T, T, hs, scale, q, hs, k, hs, 0.0f, s, T, p);
+        rc |= mt_gemm_bf16_ops('N', 'N', T, hs, T, 1.0f, L->bf, T, v, hs, 0.0f, o, C, p);
+        rc |= mt_gemm_bf16_ops('N', 'T', T, T, hs, 1.0f, d, hs, v, hs, 0.0f, s, T, p);
+        rc |= mt_gemm_bf16_ops('T', 'N', T, hs, T, 1.0f, L->bf, T, d, hs, 0.0f, dq + 2 * C, C3, p);
+        rc |= mt_gemm_bf16_ops('N', 'N', T, hs, T, scale, L->bf, T, k, hs, 0.0f, dq, C3, p);
+        rc |= mt_gemm_bf16_ops('T', 'N', T, hs, T, scale, L->bf, T, q, hs, 0.0f, dq + C, C3, p);
+      }
+      for (int h = 0; h < B * NH && !rc && pol != HELD; h++) {
         const int64_t off = (int64_t)(h / NH) * T * C3 + (int64_t)(h % NH) * hs;
         const float *q = L->inp + off, *k = q + C, *v = q + 2 * (int64_t)C;
         const float *d = L->dout + (int64_t)(h / NH) * T * C + (h % NH) * hs;
@@ -117,6 +132,7 @@ static int run(layer *L, int pol, int part) {
       break;
   }
   mt_nn_holds_clear(t, t0);
+  mt_attention_dense_heads(1);
   return rc;
 }
 
@@ -144,14 +160,16 @@ int main(int argc, char **argv) {
   const size_t natt = (size_t)L.B * L.NH * L.T * L.T;
   L.inp = buf(nin, 1), L.dout = buf(nout, 2), L.out = buf(nout, 3), L.pre = buf(natt, 4);
   L.att = buf(natt, 5), L.dinp = buf(nin, 6), L.scratch = buf(natt, 7);
-  L.bf = malloc((size_t)L.T * L.T * sizeof(uint16_t));
+  L.bf = calloc((size_t)L.T * L.T + 4 * (size_t)L.T * (L.C / L.NH), sizeof(uint16_t));
   float *out32 = buf(nout, 8), *dinp32 = buf(nin, 9);
   /* the check: bf16 (held) against fp32, forward and backward */
   int bad = run(&L, FP32, FWD) || run(&L, FP32, BWD);
   memcpy(out32, L.out, nout * sizeof(float));
   memcpy(dinp32, L.dinp, nin * sizeof(float));
+  bad = bad || run(&L, STRIDED, FWD) || run(&L, STRIDED, BWD);
+  const double so = rel(L.out, out32, nout), sd = rel(L.dinp, dinp32, nin);
   bad = bad || run(&L, HELD, FWD) || run(&L, HELD, BWD);
-  const double eo = rel(L.out, out32, nout), ed = rel(L.dinp, dinp32, nin);
+  const double eo = fmax(so, rel(L.out, out32, nout)), ed = fmax(sd, rel(L.dinp, dinp32, nin));
   printf("# attention B=%d T=%d C=%d NH=%d, one thread; oneDNN ISA %s, bf16 %s; "
          "bf16 against fp32: out %.2e, dinp %.2e\n",
          L.B, L.T, L.C, L.NH, mt_dnnl_isa_name(),
@@ -172,8 +190,8 @@ int main(int argc, char **argv) {
         }
         t[((size_t)part * NPOL + pol) * reps + r] = now() - t0;
       }
-  printf("%-16s %12s %12s %16s   (ms a layer call, median of %d)\n", "", pol_name[0],
-         pol_name[1], pol_name[2], reps);
+  printf("%-16s %12s %12s %12s %16s   (ms a layer call, median of %d)\n", "", pol_name[0],
+         pol_name[1], pol_name[2], pol_name[3], reps);
   for (int part = 0; part < NPART; part++) {
     printf("%-16s", part_name[part]);
     for (int pol = 0; pol < NPOL; pol++) {

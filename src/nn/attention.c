@@ -6,13 +6,16 @@
  * The (b,h) pairs run in parallel; oneDNN's GEMM runs single-threaded
  * inside a parallel region, and every pair writes its own slices. For
  * float and double (the template attention_t.h; double's products through
- * the BLAS's dgemm). */
+ * the BLAS's dgemm). Under a bf16 policy every head's operands are laid out
+ * dense in bf16 first (attention_t.h, "dense head operands"). */
 #include "nn/fastmath.h"
 #include "nn/lowp.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #define MT_TEMPLATE "nn/attention_t.h"
 #include "core/real_t.h"

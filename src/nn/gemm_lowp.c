@@ -159,28 +159,37 @@ static _Thread_local mt_nn_holds local_;
 
 mt_nn_holds *mt_nn_holds_local(void) { return &local_; }
 
-/* The operand X (rows x cols, leading dimension ld) converted to p's
- * precision: a view into p's weight cache when X lies inside the cached
- * parameters, or into a held copy when inside a held range, else a packed
- * copy (leading dimension cols) in scratch slot. */
-static int operand(const mt_nn_policy *p, const float *X, int64_t rows, int64_t cols, int64_t ld,
-                   int slot, const void **out, int64_t *ldo) {
-  const size_t es = mt_nn_weight_cache_elem(p->compute);
-  const float *end = X + (rows - 1) * ld + cols;
-  if (p->cache && X >= p->cache_src && end <= p->cache_src + p->cache_n) {
-    *out = (const char *)p->cache + (size_t)(X - p->cache_src) * es;
-    *ldo = ld;
-    return 0;
-  }
+const void *mt_nn_held_copy(const mt_nn_policy *p, const float *x, size_t n) {
+  const size_t es = mt_nn_weight_cache_elem(mt_nn_compute(p));
+  if (!es || !x || !n) return NULL;
+  const float *end = x + n;
+  if (p->cache && x >= p->cache_src && end <= p->cache_src + p->cache_n)
+    return (const char *)p->cache + (size_t)(x - p->cache_src) * es;
   for (const mt_nn_holds *t = p->holds; t; t = t->next)
     for (int i = 0; i < t->n; i++) {
       const held *h = &t->h[i];
-      if (X >= h->src && end <= h->src + h->n) {
-        *out = (const char *)h->copy + (size_t)(X - h->src) * es;
-        *ldo = ld;
-        return 0;
-      }
+      if (x >= h->src && end <= h->src + h->n)
+        return (const char *)h->copy + (size_t)(x - h->src) * es;
     }
+  return NULL;
+}
+
+void mt_nn_to_bf16(uint16_t *dst, const float *src, size_t n) {
+  mt_f32_to_bf16(dst, src, n);
+  converted_ += n;
+}
+
+/* The operand X (rows x cols, leading dimension ld) converted to p's
+ * precision: a view into p's weight cache or a held copy when X lies inside
+ * one (mt_nn_held_copy), else a packed copy (leading dimension cols) in
+ * scratch slot. */
+static int operand(const mt_nn_policy *p, const float *X, int64_t rows, int64_t cols, int64_t ld,
+                   int slot, const void **out, int64_t *ldo) {
+  const size_t es = mt_nn_weight_cache_elem(p->compute);
+  if ((*out = mt_nn_held_copy(p, X, (size_t)((rows - 1) * ld + cols)))) {
+    *ldo = ld;
+    return 0;
+  }
   void *s;
   MT_CALL(mt_nn_scratch(slot, (size_t)(rows * cols) * es, &s));
   if (ld == cols)
@@ -256,6 +265,29 @@ static dnnl_status_t bf16_emulated(char ta, char tb, int64_t M, int64_t N, int64
   return mt_sgemm(ta, tb, M, N, K, alpha, fa, ca, fb, cb, beta, C, ldc);
 }
 
+/* p's bf16 product of bf16 operands into C, and its status */
+static int bf16_product(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const uint16_t *a, int64_t la, const uint16_t *b, int64_t lb, float beta,
+                        float *C, int64_t ldc, dnnl_status_t *s) {
+  int err = 0;
+  if (mt_gemm_bf16_native())
+    *s = mt_gemm_bf16(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+  else
+    *s = bf16_emulated(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, &err);
+  return err;
+}
+
+/* the status s of p's M x N product into C, then O2's rounding of C */
+static int finish(dnnl_status_t s, char ta, char tb, int64_t M, int64_t N, int64_t K, float *C,
+                  int64_t ldc, const mt_nn_policy *p) {
+  MT_CHECK(s == dnnl_success, MT_ERR_LIB,
+           "%s GEMM (%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d",
+           mt_precision_name(p->compute), ta, tb, (long long)M, (long long)N, (long long)K, (int)s);
+  if (p->round_outputs)
+    for (int64_t r = 0; r < M; r++) mt_round_to(p->compute, C + r * ldc, (size_t)N);
+  return 0;
+}
+
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
                  const mt_nn_policy *p) {
@@ -272,19 +304,34 @@ int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
   dnnl_status_t s;
   if (K == 0)
     s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else if (p->compute == MT_PREC_BF16 && mt_gemm_bf16_native())
-    s = mt_gemm_bf16(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
-  else if (p->compute == MT_PREC_BF16) {
-    int err = 0;
-    s = bf16_emulated(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, &err);
-    MT_CALL(err);
-  }
+  else if (p->compute == MT_PREC_BF16)
+    MT_CALL(bf16_product(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, &s));
   else
     s = mt_sgemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
-  MT_CHECK(s == dnnl_success, MT_ERR_LIB,
-           "%s GEMM (%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d",
-           mt_precision_name(p->compute), ta, tb, (long long)M, (long long)N, (long long)K, (int)s);
-  if (p->round_outputs)
-    for (int64_t r = 0; r < M; r++) mt_round_to(p->compute, C + r * ldc, (size_t)N);
-  return 0;
+  return finish(s, ta, tb, M, N, K, C, ldc, p);
+}
+
+static int gemm_bf16_ops(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                         float beta, float *C, int64_t ldc, const mt_nn_policy *p) {
+  MT_CHECK(mt_nn_compute(p) == MT_PREC_BF16, MT_ERR_ARG,
+           "mt_gemm_bf16_ops: the policy computes in %s, not bf16",
+           mt_precision_name(mt_nn_compute(p)));
+  if (M == 0 || N == 0) return 0;
+  if (mt_gemm_log_active())
+    mt_gemm_log_record(MT_GEMM_LOG_GEMM, ta, tb, M, N, K, beta, p->compute, 1);
+  dnnl_status_t s = dnnl_success;
+  if (K == 0) /* C = beta C */
+    for (int64_t r = 0; r < M; r++)
+      for (int64_t c = 0; c < N; c++) C[r * ldc + c] = beta == 0.0f ? 0.0f : beta * C[r * ldc + c];
+  else
+    MT_CALL(bf16_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &s));
+  return finish(s, ta, tb, M, N, K, C, ldc, p);
+}
+
+int mt_gemm_bf16_ops(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta,
+                     float *C, int64_t ldc, const mt_nn_policy *p) {
+  return MT_NN_TRACED(MT_K_GEMM,
+                      gemm_bf16_ops(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, p));
 }

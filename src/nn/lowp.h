@@ -126,6 +126,19 @@ mt_nn_holds *mt_nn_holds_local(void);
 /* Elements converted by the calling thread's GEMM operands and holds so far
  * (tests: a held operand is converted once). */
 uint64_t mt_nn_converted(void);
+
+/* For layers that lay out their own bf16 operands (attention's heads): the
+ * copy of x[0..n) that p's weight cache or held operands keep, in p's
+ * precision (bf16: uint16_t bits), or NULL when none covers it. */
+const void *mt_nn_held_copy(const mt_nn_policy *p, const float *x, size_t n);
+/* n floats to bf16 (round to nearest even), counted in mt_nn_converted. */
+void mt_nn_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* mt_gemm_lowp for a bf16 policy p whose A and B are bf16 already: the
+ * product as p computes it (oneDNN's bf16 kernels, or widened to fp32
+ * where the CPU has none), outputs rounded under O2. */
+int mt_gemm_bf16_ops(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta,
+                     float *C, int64_t ldc, const mt_nn_policy *p);
 /* Whether oneDNN's bf16 GEMM runs on this CPU in bf16 instructions
  * (AVX512_BF16 or AMX, as oneDNN's effective ISA says); without them
  * mt_gemm_lowp computes bf16 products in fp32 from the bf16 operands (the

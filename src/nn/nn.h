@@ -126,6 +126,10 @@ enum { MT_POOL_SET_DINP = 1 /* dinp written whole (=), not += */ };
 /* What mt_gelu_backward_ex and mt_attention_backward_ex do. */
 enum { MT_GELU_SET_DINP = 1 /* dinp written whole (=), not += */ };
 enum { MT_ATTN_SET_DINP = 1 /* dinp written whole (=), not += */ };
+/* Tests and bench/attn_parts: attention under a bf16 policy lays each
+ * head's operands out dense in bf16 (1, the default; attention_t.h) or
+ * hands mt_gemm their strided slices (0, as it did before). */
+void mt_attention_dense_heads(int on);
 
 /* ------------------------------------------------- every layer, both types */
 
