@@ -11,7 +11,8 @@
  *    call: its bits;
  *  - where oneDNN's ISA has AVX-512 (avx512_core) the shapes are kept as
  *    primitives; elsewhere declined;
- *  - more shapes than the table holds: still right, the table bounded;
+ *  - more shapes than a thread's table holds: still right, the table
+ *    bounded; a second thread's keys go into a table of its own;
  *  - every transpose, alpha and beta, odd and strided shapes (an attention
  *    head's slices, C rows apart), through the primitive table in fp32
  *    (mt_sgemm_matmul_any) and bf16 (mt_gemm_bf16): where oneDNN has
@@ -162,10 +163,12 @@ static void test_others(void) {
   free(A), free(B), free(C0), free(C1), free(C2);
 }
 
-/* more shapes than the table's 128: every one right, the table bounded */
+/* more shapes than a thread's table holds (64): every one right, the
+ * table bounded; a second thread keeps a table of its own */
 static void test_table(void) {
   uint64_t rng = 13;
-  int ok = 1, kept, declined;
+  int ok = 1, kept, declined, kept0, declined0;
+  mt_sgemm_matmul_stats(&kept0, &declined0); /* other threads' tables too */
   for (int s = 0; s < 300 && ok; s++) { /* twice: the first ones evicted by then */
     nt_case c;
     make_case(&c, 3 + s % 150 % 5, 40 + s % 150, 20 + (s % 150 * 7) % 50, 0, &rng);
@@ -183,8 +186,23 @@ static void test_table(void) {
   }
   mt_sgemm_matmul_stats(&kept, &declined);
   CHECK(ok, "150 shapes in turn, twice: each right (1e-5)");
-  CHECK(kept + declined <= 128, "the table holds at most 128 shapes (%d kept, %d declined)", kept,
-        declined);
+  CHECK(kept + declined - kept0 - declined0 <= 64,
+        "a thread's table holds at most 64 shapes (%d kept, %d declined; %d before)", kept,
+        declined, kept0 + declined0);
+#ifdef _OPENMP
+  /* one more shape on a second thread: a second table, this one unchanged */
+  int kept2, declined2;
+  nt_case c;
+  make_case(&c, 5, 48, 24, 0, &rng);
+  dnnl_status_t st = dnnl_success;
+#pragma omp parallel num_threads(2)
+  if (omp_get_thread_num() == 1) st = run_nt(&c, c.C);
+  free_case(&c);
+  mt_sgemm_matmul_stats(&kept2, &declined2);
+  CHECK(st == dnnl_success && kept2 + declined2 == kept + declined + 1,
+        "a second thread's key goes into a table of its own (%d -> %d entries)",
+        kept + declined, kept2 + declined2);
+#endif
 }
 
 /* bf16 operands: random values' bits, the ld-padded matrices */
@@ -312,9 +330,15 @@ static void test_any(int bf16, int kernels, int none) {
   printf("# %s: %d keys kept as brgemm primitives, %d declined\n", name, kept - kept0,
          declined - declined0);
   /* the two with strided A or B are declined (oneDNN's brgemm takes dense
-   * operands: a matmul is its gemm again) */
+   * operands: a matmul is its gemm again), in the table of each of the two
+   * threads that ran them */
+#ifdef _OPENMP
+  const int tables = 2;
+#else
+  const int tables = 1;
+#endif
   if (!none)
-    CHECK(kernels ? kept > kept0 && declined - declined0 == 2
+    CHECK(kernels ? kept > kept0 && declined - declined0 == 2 * tables
                   : kept == kept0 && declined > declined0,
           "%s: %s", name,
           kernels ? "dense cases kept as brgemm primitives, strided A or B declined"

@@ -27,9 +27,13 @@
  * first call, with oneDNN's threads at one: it runs only where the GEMM
  * has the calling thread alone (a -thread_split gemm column block, a
  * -thread_split batch thread's rows, a one-thread run), so its bits do not
- * depend on the thread count it meets. Each kept entry has its own memory
- * objects, stream and scratchpad, and is taken by one call at a time (a
- * mutex guards the table; two threads on one shape make two entries). */
+ * depend on the thread count it meets. Each thread keeps its own table of
+ * entries (each with its memory objects, stream and scratchpad): no lock
+ * on a call, and the table a thread needs does not grow with the threads.
+ * One table for all had to hold threads x keys entries: 16 threads of the
+ * gpt's -thread_split batch need ~21 keys each, 336 entries, and a table
+ * of 128 under that cyclic use would have evicted and remade a primitive
+ * at nearly every call. */
 #include "nn/gemm_matmul.h"
 
 #include <pthread.h>
@@ -39,10 +43,9 @@
 #include <omp.h>
 #endif
 
-/* entries kept, the least recently used free one going first: a thread
- * needs one per key it runs (the gpt under bf16: ~25), and -thread_split
- * batch threads run the same keys at once */
-#define MAXE 128
+/* entries a thread keeps, the least recently used going first (the gpt
+ * under bf16 runs ~21 keys a thread) */
+#define MAXE 64
 
 /* what a primitive is made for: the call's shape, transposes, alpha and
  * beta, and A and B's type (C is fp32) */
@@ -57,7 +60,6 @@ typedef struct {
   key k;
   int used;      /* a slot of the table                                     */
   int declined;  /* no brgemm kernel: the library's GEMM call               */
-  int busy;      /* a call is running it                                    */
   uint64_t last; /* the tick of its last call                               */
   dnnl_primitive_t p;
   dnnl_memory_t a, b, c, scratch;
@@ -70,10 +72,18 @@ typedef struct {
   float *dense;
 } entry;
 
-static pthread_mutex_t lock_ = PTHREAD_MUTEX_INITIALIZER;
-static entry table_[MAXE];
+/* a thread's table; every table is on the list (mt_sgemm_matmul_free and
+ * _stats walk it) */
+typedef struct table {
+  entry e[MAXE];
+  uint64_t tick;
+  struct table *next;
+} table;
+
+static pthread_mutex_t lock_ = PTHREAD_MUTEX_INITIALIZER; /* the list and the engine */
+static table *tables_;
 static dnnl_engine_t eng_;
-static uint64_t tick_;
+static _Thread_local table *mine_;
 
 int mt_gemm_own_thread(void) {
 #ifdef _OPENMP
@@ -119,7 +129,7 @@ static dnnl_primitive_attr_t make_attr(const key *k) {
   return ok ? attr : NULL;
 }
 
-/* e's primitive for its key, or e->declined; under the lock */
+/* e's primitive for its key, or e->declined */
 static void make(entry *e) {
   const key *k = &e->k;
   const dnnl_data_type_t t = k->bf16 ? dnnl_bf16 : dnnl_f32;
@@ -172,11 +182,11 @@ static int same(const key *a, const key *b) {
          a->alpha == b->alpha && a->beta == b->beta;
 }
 
-/* A thread's recent keys: the entry it last took for each, or -1 where
- * oneDNN declined the key (its answer for a key does not change: a
- * declined call then takes no lock and scans nothing; the attention's
- * strided per-head products are thousands of calls a step). An entry is
- * checked against its key before use: it may have been given to another. */
+/* A thread's recent keys and their slots in its table, or -1 where oneDNN
+ * declined the key (its answer for a key does not change): a call finds
+ * its entry without scanning the table (the attention's per-head products
+ * are thousands of calls a step). A slot is checked against its key
+ * before use: it may have been given to another. */
 #define MEMO 16
 static _Thread_local struct {
   key k;
@@ -199,50 +209,52 @@ static void memo_put(int i, const key *k, int slot) {
   memo_[i].slot = slot;
 }
 
-/* A free entry of the key, taken (busy): the one this thread took last if
- * free, else one found in the table, else made in a free slot (or in the
- * least recently used entry's); NULL: the library's call (the key
- * declined, or every entry busy) */
+/* the calling thread's table (made and listed at its first call), NULL
+ * when out of memory or without an engine */
+static table *my_table(void) {
+  if (mine_) return mine_;
+  table *t = calloc(1, sizeof(*t));
+  if (!t) return NULL;
+  pthread_mutex_lock(&lock_);
+  if (!eng_ && dnnl_engine_create(&eng_, dnnl_cpu, 0) != dnnl_success) eng_ = NULL;
+  const int ok = eng_ != NULL;
+  if (ok) {
+    t->next = tables_;
+    tables_ = t;
+  }
+  pthread_mutex_unlock(&lock_);
+  if (!ok) {
+    free(t);
+    return NULL;
+  }
+  return mine_ = t;
+}
+
+/* The calling thread's entry for the key: the memo's slot, else one found
+ * in its table, else made in a free slot (or in the least recently used
+ * entry's); NULL: the library's call (the key declined) */
 static entry *take(const key *k) {
   const int m = memo_find(k);
   if (m >= 0 && memo_[m].slot < 0) return NULL;
+  table *t = my_table();
+  if (!t) return NULL;
   entry *got = NULL, *slot = NULL;
-  int declined = 0;
-  pthread_mutex_lock(&lock_);
-  if (m >= 0) {
-    entry *e = &table_[memo_[m].slot];
-    if (e->used && !e->declined && !e->busy && same(&e->k, k)) got = e;
+  if (m >= 0 && t->e[memo_[m].slot].used && same(&t->e[memo_[m].slot].k, k))
+    got = &t->e[memo_[m].slot];
+  for (int i = 0; !got && i < MAXE; i++) {
+    entry *e = &t->e[i];
+    if (e->used && same(&e->k, k)) got = e;
+    if (!slot || (slot->used && (!e->used || e->last < slot->last))) slot = e;
   }
-  if (!eng_ && dnnl_engine_create(&eng_, dnnl_cpu, 0) != dnnl_success) eng_ = NULL;
-  for (int i = 0; eng_ && !got && i < MAXE; i++) {
-    entry *e = &table_[i];
-    if (e->used && same(&e->k, k)) {
-      declined |= e->declined;
-      if (!e->declined && !e->busy && !got) got = e;
-    }
-    if (!e->busy && (!slot || (slot->used && (!e->used || e->last < slot->last)))) slot = e;
-  }
-  if (eng_ && !got && !declined && slot) {
+  if (!got) {
     release(slot);
     *slot = (entry){.k = *k, .used = 1};
     make(slot);
-    declined = slot->declined;
-    if (!declined) got = slot;
+    got = slot;
   }
-  if (got) {
-    got->busy = 1;
-    got->last = ++tick_;
-  }
-  pthread_mutex_unlock(&lock_);
-  if (got || declined) memo_put(m, k, got ? (int)(got - table_) : -1);
-  return got;
-}
-
-/* e given back to the table */
-static void put(entry *e) {
-  pthread_mutex_lock(&lock_);
-  e->busy = 0;
-  pthread_mutex_unlock(&lock_);
+  got->last = ++t->tick;
+  memo_put(m, k, got->declined ? -1 : (int)(got - t->e));
+  return got->declined ? NULL : got;
 }
 
 static dnnl_status_t run(entry *e, const void *A, const void *B, float *C) {
@@ -262,7 +274,6 @@ static dnnl_status_t run(entry *e, const void *A, const void *B, float *C) {
   if (s == dnnl_success && e->dense)
     for (int64_t r = 0; r < k->M; r++)
       memcpy(C + r * k->ldc, e->dense + r * k->N, (size_t)k->N * sizeof(float));
-  put(e);
   return s;
 }
 
@@ -317,16 +328,17 @@ dnnl_status_t mt_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, fl
 void mt_sgemm_matmul_stats(int *kept, int *declined) {
   *kept = *declined = 0;
   pthread_mutex_lock(&lock_);
-  for (int i = 0; i < MAXE; i++) {
-    *kept += table_[i].used && !table_[i].declined;
-    *declined += table_[i].used && table_[i].declined;
-  }
+  for (const table *t = tables_; t; t = t->next)
+    for (int i = 0; i < MAXE; i++) {
+      *kept += t->e[i].used && !t->e[i].declined;
+      *declined += t->e[i].used && t->e[i].declined;
+    }
   pthread_mutex_unlock(&lock_);
 }
 
 void mt_sgemm_matmul_free(void) {
   pthread_mutex_lock(&lock_);
-  for (int i = 0; i < MAXE; i++)
-    if (!table_[i].busy) release(&table_[i]);
+  for (table *t = tables_; t; t = t->next)
+    for (int i = 0; i < MAXE; i++) release(&t->e[i]);
   pthread_mutex_unlock(&lock_);
 }

@@ -53,10 +53,12 @@ int mt_gemm_own_thread(void);
 
 /* Calls' keys run by a primitive so far (and kept), keys declined (oneDNN
  * offered no brgemm kernel: the library's GEMM for them); fp32 and bf16
- * together. For tests. */
+ * together, every thread's table (each thread keeps its own: a key run by
+ * two threads counts twice). For tests. */
 void mt_sgemm_matmul_stats(int *kept, int *declined);
 
-/* The kept primitives released (at exit; later calls make them again). */
+/* The kept primitives released (at exit, with no GEMM running on any
+ * thread; later calls make them again). */
 void mt_sgemm_matmul_free(void);
 
 #endif
