@@ -18,7 +18,7 @@ out=${2:?usage: $0 BUILD_DIR OUT.tar.xz}
 grep -q 'MT_HAVE_CUDA 1' "$B/config.h" || { echo "$B is not a --with-cuda build" >&2; exit 2; }
 progs="mpitrain mt-data tests/mkdata tests/test_cuda_bits tests/test_cuda_kernels
   tests/test_cuda_layers tests/test_cuda_optim tests/test_device tests/test_nccl_id bench/cuda_gpt
-  bench/gemm_shapes tests/test_gemm_matmul tests/test_amp tests/test_layout tests/test_attn_bf16 bench/attn_parts"
+  bench/gemm_shapes tests/test_gemm_matmul tests/test_amp tests/test_layout tests/test_bf16_layers bench/attn_parts"
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/lib" "$S/build/tests" "$S/build/bench" "$S/usr/bin" "$S/usr/lib/x86_64-linux-gnu/pmix2" \

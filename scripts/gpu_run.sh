@@ -15,7 +15,7 @@
 # _STEPS, _MODELS and _VARIANTS: its -r, --steps, --models and --variants; --kernels adds each
 # mpitrain variant's step by kind of layer, -log_view's events), cpuunits
 # (the CPU unit tests whose bf16 paths take the node's bf16 instructions:
-# test_gemm_matmul, test_amp, test_layout, test_attn_bf16), dnnlv (a short sp-amp bf16 run
+# test_gemm_matmul, test_amp, test_layout, test_bf16_layers), dnnlv (a short sp-amp bf16 run
 # of each model under ONEDNN_VERBOSE: the primitives oneDNN chose on the
 # node's CPU, their implementations and time a step, largest first), attn
 # (bench/attn_parts: one gpt attention layer's time by part, fp32 against
@@ -138,7 +138,7 @@ for s in "${@:-units train bench}"; do
           --python "$PYTHON" "$MT/build/mpitrain" "$d" ;;
       memcheck) step "compute-sanitizer memcheck" 900 bash -c "$(declare -f memcheck); memcheck" ;;
       cpuunits)
-        for t in test_gemm_matmul test_amp test_layout test_attn_bf16; do
+        for t in test_gemm_matmul test_amp test_layout test_bf16_layers; do
           step "$t" 300 sh -c "OMP_NUM_THREADS=1 '$MT/build/tests/$t' >'$MT/$t.log' 2>&1; rc=\$?; grep -E '^FAIL|^not ok|^#' '$MT/$t.log' | head -20; tail -1 '$MT/$t.log'; exit \$rc"
         done ;;
       dnnlv) step "oneDNN's primitives under sp-amp bf16" 300 bash -c "$(declare -f dnnlv); dnnlv" ;;

@@ -8,7 +8,7 @@ make_work
 command -v xz >/dev/null || { echo "# SKIP: no xz to pack the bundle"; exit 77; }
 [ -r /usr/share/common-licenses/GPL-3 ] ||
   { echo "# SKIP: no /usr/share/common-licenses/GPL-3 (dnnlv's text)"; exit 77; }
-progs="mpitrain mt-data tests/mkdata tests/test_gemm_matmul tests/test_amp tests/test_layout tests/test_attn_bf16
+progs="mpitrain mt-data tests/mkdata tests/test_gemm_matmul tests/test_amp tests/test_layout tests/test_bf16_layers
   bench/attn_parts"
 B=$WORK/bundle
 mkdir -p "$B/build/tests" "$B/build/bench" "$B/lib" || bail "mkdir failed"
@@ -21,7 +21,7 @@ tar -C "$B" -cJf "$WORK/b.tar.xz" . || bail "tar failed"
 cd "$top_srcdir" || bail "cd $top_srcdir failed"
 expect_ok "gpu_run.sh cpuunits attn dnnlv" with_env TMPDIR="$WORK" timeout 600 \
   bash scripts/gpu_run.sh "$WORK/b.tar.xz" cpuunits attn dnnlv
-for t in test_gemm_matmul test_amp test_layout test_attn_bf16; do
+for t in test_gemm_matmul test_amp test_layout test_bf16_layers; do
   expect_output "cpuunits: $t ran" "$t: "
   if last_output | grep -Eq "^$t: [0-9]+ checks, 0 failed"; then pass "cpuunits: $t, 0 failed"
   else fail "cpuunits: $t, 0 failed" "no '$t: N checks, 0 failed' line"; fi

@@ -129,8 +129,9 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
   for (int l = 0; l < s->L; l++) {
     MT_T(block_acts) *a = &s->a[l];
     MT_CALL(mt_model_unit_use(m, l + 1, 0));
-    mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, res, PW(bidx(l, LN1W)), PW(bidx(l, LN1B)), N, C, LN_EPS);
-    MT_T(mt_model_hold)(s->held, &s->holds, pol, a->ln1, (int64_t)N * C);
+    uint16_t *hb = MT_T(mt_model_hold_out)(s->held, &s->holds, pol, a->ln1, (int64_t)N * C);
+    mt_layernorm_forward_ex(a->ln1, hb, a->ln1_mean, a->ln1_rstd, res, PW(bidx(l, LN1W)), PW(bidx(l, LN1B)), N, C, LN_EPS);
+    if (!hb) MT_T(mt_model_hold)(s->held, &s->holds, pol, a->ln1, (int64_t)N * C);
     MT_CALL(mt_linear_forward(a->qkv, a->ln1, PW(bidx(l, QKVW)), PW(bidx(l, QKVB)), N, C, 3 * C,
                               pol));
     MT_T(mt_model_hold)(s->held, &s->holds, pol, a->qkv, (int64_t)N * 3 * C);
@@ -140,12 +141,14 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
                               pol));
     if (s->dropped) MT_T(mt_model_dropout)(a->attproj, s->mask_att[l], s->drop, bt, 1 + 2 * l, row);
     mt_residual_forward(a->res2, res, a->attproj, (int64_t)N * C);
-    mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, PW(bidx(l, LN2W)), PW(bidx(l, LN2B)), N, C, LN_EPS);
-    MT_T(mt_model_hold)(s->held, &s->holds, pol, a->ln2, (int64_t)N * C);
+    hb = MT_T(mt_model_hold_out)(s->held, &s->holds, pol, a->ln2, (int64_t)N * C);
+    mt_layernorm_forward_ex(a->ln2, hb, a->ln2_mean, a->ln2_rstd, a->res2, PW(bidx(l, LN2W)), PW(bidx(l, LN2B)), N, C, LN_EPS);
+    if (!hb) MT_T(mt_model_hold)(s->held, &s->holds, pol, a->ln2, (int64_t)N * C);
     MT_CALL(mt_linear_forward(a->fch, a->ln2, PW(bidx(l, FCW)), PW(bidx(l, FCB)), N, C, 4 * C,
                               pol));
-    mt_gelu_forward(a->fch_gelu, a->fch, (int64_t)N * 4 * C, s->gelu);
-    MT_T(mt_model_hold)(s->held, &s->holds, pol, a->fch_gelu, (int64_t)N * 4 * C);
+    hb = MT_T(mt_model_hold_out)(s->held, &s->holds, pol, a->fch_gelu, (int64_t)N * 4 * C);
+    mt_gelu_forward_ex(a->fch_gelu, hb, a->fch, (int64_t)N * 4 * C, s->gelu);
+    if (!hb) MT_T(mt_model_hold)(s->held, &s->holds, pol, a->fch_gelu, (int64_t)N * 4 * C);
     MT_CALL(mt_linear_forward(a->fcproj, a->fch_gelu, PW(bidx(l, FCPW)), PW(bidx(l, FCPB)), N,
                               4 * C, C, pol));
     if (s->dropped) MT_T(mt_model_dropout)(a->fcproj, s->mask_fc[l], s->drop, bt, 2 + 2 * l, row);
@@ -153,8 +156,9 @@ static int MT_T(gpt_forward)(mt_model *m, const REAL *params, const mt_batch *bt
     res = a->res3;
   }
   MT_CALL(mt_model_unit_use(m, s->L + 1, 0));
-  mt_layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s->L, 0)), PW(lnf_idx(s->L, 1)), N, C, LN_EPS);
-  MT_T(mt_model_hold)(s->held, &s->holds, pol, s->lnf, (int64_t)N * C);
+  uint16_t *hb = MT_T(mt_model_hold_out)(s->held, &s->holds, pol, s->lnf, (int64_t)N * C);
+  mt_layernorm_forward_ex(s->lnf, hb, s->lnf_mean, s->lnf_rstd, res, PW(lnf_idx(s->L, 0)), PW(lnf_idx(s->L, 1)), N, C, LN_EPS);
+  if (!hb) MT_T(mt_model_hold)(s->held, &s->holds, pol, s->lnf, (int64_t)N * C);
   MT_CALL(mt_model_unit_use(m, 0, 0));
   MT_CALL(mt_linear_forward(s->logits, s->lnf, PW(WTE), NULL, N, C, V, pol)); /* tied head */
   if (lg) memcpy(lg, s->logits, (size_t)N * V * sizeof(REAL)); /* before the softmax below */

@@ -42,3 +42,18 @@ static inline void MT_T(mt_model_hold)(int held, mt_nn_holds *t, const mt_nn_pol
   if (held) mt_nn_hold(t, pol, x, (size_t)n);
 #endif
 }
+
+/* For x's producer (mt_layernorm_forward_ex, mt_gelu_forward_ex): the bf16
+ * copy of x to write in t when held says so and the policy takes it
+ * (mt_nn_hold_out), then x itself is not written; NULL otherwise (the
+ * double model's too): write x, then MT_T(mt_model_hold) it. */
+static inline uint16_t *MT_T(mt_model_hold_out)(int held, mt_nn_holds *t,
+                                                const mt_nn_policy *pol, const REAL *x,
+                                                int64_t n) {
+#if MT_F64
+  (void)held, (void)t, (void)pol, (void)x, (void)n;
+  return NULL;
+#else
+  return held ? mt_nn_hold_out(t, pol, x, (size_t)n) : NULL;
+#endif
+}

@@ -3,6 +3,7 @@
  * mean-squared error), for float and double (the template elementwise_t.h). */
 #include "core/core.h"
 #include "nn/fastmath.h"
+#include "nn/precision.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 

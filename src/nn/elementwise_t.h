@@ -35,6 +35,30 @@ void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind k
   }
 }
 
+void MT_T(mt_gelu_forward_ex)(REAL *out, uint16_t *out_bf16, const REAL *inp, int64_t n,
+                              mt_gelu_kind kind) {
+  if (!out_bf16) {
+    MT_T(mt_gelu_forward)(out, inp, n, kind);
+    return;
+  }
+  /* pieces in L1, then bf16; each value computed as above */
+#pragma omp parallel for schedule(static) if (n > EW_PAR)
+  for (int64_t i0 = 0; i0 < n; i0 += MT_BF16_PIECE) {
+    REAL piece[MT_BF16_PIECE];
+    const int k = n - i0 < MT_BF16_PIECE ? (int)(n - i0) : MT_BF16_PIECE;
+    const REAL *in = inp + i0;
+    if (kind == MT_GELU_TANH) {
+#pragma omp simd
+      for (int i = 0; i < k; i++) piece[i] = in[i] / ((REAL)1 + GELU_E(in[i]));
+    } else {
+#pragma omp simd
+      for (int i = 0; i < k; i++)
+        piece[i] = (REAL)0.5 * in[i] * ((REAL)1 + MT_ERF(in[i] * INV_SQRT2));
+    }
+    MT_T(mt_to_bf16)(out_bf16 + i0, piece, k);
+  }
+}
+
 /* gelu'(x), both forms */
 static inline REAL MT_T(gelu_tanh_grad)(REAL x) {
   const REAL e = GELU_E(x), sg = (REAL)1 / ((REAL)1 + e);

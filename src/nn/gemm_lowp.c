@@ -108,13 +108,13 @@ static int holds_off(void) {
   return off;
 }
 
-void mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) {
-  const size_t es = mt_nn_weight_cache_elem(mt_nn_compute(p));
-  if (!es || !x || !n || holds_off()) return;
+/* a held entry of t for x[0..n) with a copy of n elements of es bytes
+ * (not filled), or NULL */
+static held *hold_entry(mt_nn_holds *t, const float *x, size_t n, size_t es) {
   if (t->n == t->cap) {
     const int cap = t->cap ? 2 * t->cap : 16;
     held *g = realloc(t->h, (size_t)cap * sizeof(*g));
-    if (!g) return; /* not held: the GEMMs convert as before */
+    if (!g) return NULL; /* not held: the GEMMs convert as before */
     memset(g + t->cap, 0, (size_t)(cap - t->cap) * sizeof(*g));
     t->h = g;
     t->cap = cap;
@@ -125,14 +125,30 @@ void mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n)
     e->cap = 0;
     if (mt_calloc(&e->copy, n, es, "held low-precision operands")) {
       mt_error_clear();
-      return;
+      return NULL;
     }
     e->cap = n * es;
   }
-  convert(p->compute, e->copy, x, n);
   e->src = x;
   e->n = n;
+  return e;
+}
+
+void mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) {
+  const size_t es = mt_nn_weight_cache_elem(mt_nn_compute(p));
+  if (!es || !x || !n || holds_off()) return;
+  held *e = hold_entry(t, x, n, es);
+  if (!e) return;
+  convert(p->compute, e->copy, x, n);
   t->n++;
+}
+
+uint16_t *mt_nn_hold_out(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n) {
+  if (mt_nn_compute(p) != MT_PREC_BF16 || !x || !n || holds_off()) return NULL;
+  held *e = hold_entry(t, x, n, sizeof(uint16_t));
+  if (!e) return NULL;
+  t->n++;
+  return e->copy;
 }
 
 void mt_nn_holds_clear(mt_nn_holds *t, int from) {

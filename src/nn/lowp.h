@@ -114,6 +114,14 @@ int mt_nn_rounded_copy(mt_precision p, int slot, const float *x, size_t n, const
  * under fp32 or a NULL policy; when the copy cannot be made, GEMMs convert
  * as without a hold. */
 void mt_nn_hold(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n);
+/* A hold whose copy the caller writes: x[0..n) held in t as mt_nn_hold
+ * does, but nothing converted; the returned buffer (n bf16 values) is for
+ * x's producer to fill with x's values rounded to bf16 in the pass that
+ * makes them (mt_layernorm_forward_ex, mt_gelu_forward_ex), and x itself
+ * need not be written when only p's GEMMs read it. NULL (nothing held;
+ * the caller writes x, and may mt_nn_hold it) unless p computes in bf16,
+ * or with holding off (MT_NN_NO_HOLDS) or no memory. */
+uint16_t *mt_nn_hold_out(mt_nn_holds *t, const mt_nn_policy *p, const float *x, size_t n);
 /* Drops t's holds from the nth on (0: all), keeping their memory. */
 void mt_nn_holds_clear(mt_nn_holds *t, int from);
 void mt_nn_holds_free(mt_nn_holds *t);

@@ -186,6 +186,8 @@ void mt_attention_dense_heads(int on);
                     MT_NN_PICK(dout, mt_global_avgpool_backward)(dinp, dout, __VA_ARGS__))
 #define mt_layernorm_forward(out, ...) \
   MT_NN_TRACED_VOID(MT_K_NORM, MT_NN_PICK(out, mt_layernorm_forward)(out, __VA_ARGS__))
+#define mt_layernorm_forward_ex(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_NORM, MT_NN_PICK(out, mt_layernorm_forward_ex)(out, __VA_ARGS__))
 #define mt_layernorm_backward(dinp, dweight, dbias, dout, ...) \
   MT_NN_TRACED_VOID(MT_K_NORM, \
                     MT_NN_PICK(dout, mt_layernorm_backward)(dinp, dweight, dbias, dout, \
@@ -211,6 +213,8 @@ void mt_attention_dense_heads(int on);
                MT_NN_PICK(dout, mt_attention_backward_ex)(dinp, scratch, dout, __VA_ARGS__))
 #define mt_gelu_forward(out, ...) \
   MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(out, mt_gelu_forward)(out, __VA_ARGS__))
+#define mt_gelu_forward_ex(out, ...) \
+  MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(out, mt_gelu_forward_ex)(out, __VA_ARGS__))
 #define mt_gelu_backward(dinp, dout, ...) \
   MT_NN_TRACED_VOID(MT_K_ACTIVATION, MT_NN_PICK(dout, mt_gelu_backward)(dinp, dout, __VA_ARGS__))
 #define mt_gelu_backward_ex(dinp, dout, ...) \

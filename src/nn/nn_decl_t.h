@@ -106,6 +106,12 @@ void MT_T(mt_global_avgpool_backward)(REAL *dinp, const REAL *dout, int B, int C
  * (no affine part). */
 void MT_T(mt_layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
                                 const REAL *weight, const REAL *bias, int N, int C, REAL eps);
+/* The same with its output as bf16 bits (rounded to nearest even) in
+ * out_bf16 when that is not NULL, out then not written: an activation
+ * that only low-precision GEMMs read (mt_nn_hold_out). */
+void MT_T(mt_layernorm_forward_ex)(REAL *out, uint16_t *out_bf16, REAL *mean, REAL *rstd,
+                                   const REAL *inp, const REAL *weight, const REAL *bias, int N,
+                                   int C, REAL eps);
 /* dinp (N,C) += ...; dweight, dbias (C) += ...; each may be NULL. */
 void MT_T(mt_layernorm_backward)(REAL *dinp, REAL *dweight, REAL *dbias, const REAL *dout,
                                  const REAL *inp, const REAL *weight, const REAL *mean,
@@ -157,6 +163,10 @@ int MT_T(mt_attention_backward_ex)(REAL *dinp, REAL *scratch, const REAL *dout, 
 /* GELU (mt_gelu_kind). The tanh form as x sigmoid(2u) with float's
  * vectorisable mt_vexp (nn/fastmath.h), double's libm's exp. */
 void MT_T(mt_gelu_forward)(REAL *out, const REAL *inp, int64_t n, mt_gelu_kind kind);
+/* The same into out_bf16 as bf16 bits when that is not NULL (out then not
+ * written), as mt_layernorm_forward_ex. */
+void MT_T(mt_gelu_forward_ex)(REAL *out, uint16_t *out_bf16, const REAL *inp, int64_t n,
+                              mt_gelu_kind kind);
 /* dinp += dout * gelu'(inp); _ex with MT_GELU_SET_DINP: dinp = (dinp may
  * then be dout: in place). */
 void MT_T(mt_gelu_backward)(REAL *dinp, const REAL *dout, const REAL *inp, int64_t n,

@@ -2,6 +2,7 @@
  * for float and double (the template norm_t.h).
  * Statistics and the reductions of the backward are summed in double: a
  * BatchNorm channel of a 128-image batch of 28x28 maps sums 10^5 values. */
+#include "nn/precision.h"
 #include "nn/nn.h"
 #include "mpitrain/mpitrain.h"
 

@@ -2,15 +2,31 @@
 
 /* ------------------------------------------------------------- LayerNorm */
 
-void MT_T(mt_layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
-                                const REAL *weight, const REAL *bias, int N, int C, REAL eps) {
+/* a row's outputs o[0..n) from its inputs x, mean mf and 1/std s */
+static inline void MT_T(ln_out)(REAL *o, const REAL *x, REAL mf, REAL s, const REAL *weight,
+                                const REAL *bias, int n) {
+  if (weight && bias) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) o[i] = (x[i] - mf) * s * weight[i] + bias[i];
+  } else {
+    for (int i = 0; i < n; i++) {
+      REAL y = (x[i] - mf) * s;
+      if (weight) y *= weight[i];
+      if (bias) y += bias[i];
+      o[i] = y;
+    }
+  }
+}
+
+void MT_T(mt_layernorm_forward_ex)(REAL *out, uint16_t *out_bf16, REAL *mean, REAL *rstd,
+                                   const REAL *inp, const REAL *weight, const REAL *bias, int N,
+                                   int C, REAL eps) {
   // inp and out are (N,C); weight and bias are (C); mean and rstd are (N)
   /* sums in double, in vector lanes (omp simd): a row's order is fixed by
    * the code alone, never by the threads */
 #pragma omp parallel for schedule(static) if ((int64_t)N * C > 32768)
   for (int n = 0; n < N; n++) {
     const REAL *x = inp + (int64_t)n * C;
-    REAL *o = out + (int64_t)n * C;
     double m = 0.0, v = 0.0;
 #pragma omp simd reduction(+ : m)
     for (int i = 0; i < C; i++) m += x[i];
@@ -22,20 +38,25 @@ void MT_T(mt_layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *i
     }
     v /= C;
     const REAL s = (REAL)(1.0 / sqrt(v + eps)), mf = (REAL)m;
-    if (weight && bias) {
-#pragma omp simd
-      for (int i = 0; i < C; i++) o[i] = (x[i] - mf) * s * weight[i] + bias[i];
-    } else {
-      for (int i = 0; i < C; i++) {
-        REAL y = (x[i] - mf) * s;
-        if (weight) y *= weight[i];
-        if (bias) y += bias[i];
-        o[i] = y;
+    if (out_bf16) { /* through a piece of the row in L1, then bf16 */
+      REAL piece[MT_BF16_PIECE];
+      for (int i0 = 0; i0 < C; i0 += MT_BF16_PIECE) {
+        const int k = C - i0 < MT_BF16_PIECE ? C - i0 : MT_BF16_PIECE;
+        MT_T(ln_out)(piece, x + i0, mf, s, weight ? weight + i0 : NULL, bias ? bias + i0 : NULL,
+                     k);
+        MT_T(mt_to_bf16)(out_bf16 + (int64_t)n * C + i0, piece, k);
       }
+    } else {
+      MT_T(ln_out)(out + (int64_t)n * C, x, mf, s, weight, bias, C);
     }
     mean[n] = mf;
     rstd[n] = s;
   }
+}
+
+void MT_T(mt_layernorm_forward)(REAL *out, REAL *mean, REAL *rstd, const REAL *inp,
+                                const REAL *weight, const REAL *bias, int N, int C, REAL eps) {
+  MT_T(mt_layernorm_forward_ex)(out, NULL, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 void MT_T(mt_layernorm_backward)(REAL *dinp, REAL *dweight, REAL *dbias, const REAL *dout,

@@ -81,6 +81,17 @@ float mt_float_from_fp16(uint16_t h);
 
 void mt_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 void mt_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+/* The templates' (core/real_t.h) conversion of a piece of an output into
+ * bf16 (mt_layernorm_forward_ex, mt_gelu_forward_ex): float's values as
+ * mt_f32_to_bf16 converts them; double's rounded to float first. A piece
+ * is MT_BF16_PIECE values at most (a buffer in L1). */
+#define MT_BF16_PIECE 256
+static inline void mt_to_bf16(uint16_t *dst, const float *src, int n) {
+  mt_f32_to_bf16(dst, src, (size_t)n);
+}
+static inline void mt_to_bf16_f64(uint16_t *dst, const double *src, int n) {
+  for (int i = 0; i < n; i++) dst[i] = mt_bf16_from_float((float)src[i]);
+}
 void mt_f32_to_fp16(uint16_t *dst, const float *src, size_t n);
 void mt_fp16_to_f32(float *dst, const uint16_t *src, size_t n);
 

@@ -1,5 +1,6 @@
-/* Attention under a bf16 policy with dense head operands (src/nn/
- * attention_t.h, "dense head operands"; mt_attention_dense_heads):
+/* Layers under a bf16 policy (src/nn/lowp.h):
+ * Attention with dense head operands (src/nn/attention_t.h, "dense head
+ * operands"; mt_attention_dense_heads):
  *  - emulated bf16 (no bf16 instructions, or forced): the dense path gives
  *    the bits of the strided per-head calls (the same bf16 values widened
  *    into the same fp32 GEMMs): out, preatt, att; dinp set (=) and added
@@ -11,11 +12,22 @@
  *    without): the dense path within bf16 rounding of the strided one;
  *  - both within bf16 rounding of fp32 (2e-2 relative);
  *  - odd shapes: T not a multiple of 16, hs 3 and 8, one head, one sample.
+ * Outputs written as bf16 (mt_layernorm_forward_ex, mt_gelu_forward_ex,
+ * mt_nn_hold_out):
+ *  - the bf16 output is the fp32 output converted (mt_f32_to_bf16), bit
+ *    for bit, and the fp32 output is left unwritten: layer norm with and
+ *    without weight and bias, C below, at and above a piece (256), one and
+ *    several threads; GELU tanh and erf, n below and above the size where
+ *    it goes parallel; the double layers round through float;
+ *  - mt_nn_hold_out holds under bf16 only (not fp32, fp16, MT_NN_NO_HOLDS'
+ *    answer is the environment's), and a GEMM then reads the copy written
+ *    into it: the bits of holding the fp32 values.
  * Prints one line per check; exits non-zero when any check fails. */
 #define MT_NN_GENERIC
 #include "core/core.h"
 #include "nn/gemm_matmul.h"
 #include "nn/lowp.h"
+#include "nn/precision.h"
 #include "nn/nn.h"
 #include "testutil.h"
 
@@ -162,7 +174,102 @@ out:
   free(f.inp), free(f.dout);
 }
 
+static int nan_left(const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] == x[i]) return 0;
+  return 1;
+}
+
+static void fill_nan(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+static void test_layernorm_out(int N, int C, int affine) {
+  uint64_t rng = 77 + (uint64_t)(N * 1000 + C);
+  const int64_t n = (int64_t)N * C;
+  float *x = rnd(n, &rng, 3.0f), *w = rnd(C, &rng, 1.0f), *b = rnd(C, &rng, 0.5f);
+  float *o = tu_xmalloc((size_t)n * sizeof(float)), *o2 = tu_xmalloc((size_t)n * sizeof(float));
+  float m[2][4096], r[2][4096];
+  uint16_t *want = tu_xmalloc((size_t)n * 2), *got = tu_xmalloc((size_t)n * 2);
+  mt_layernorm_forward(o, m[0], r[0], x, affine ? w : NULL, affine ? b : NULL, N, C, 1e-5f);
+  mt_f32_to_bf16(want, o, (size_t)n);
+  fill_nan(o2, n);
+  mt_layernorm_forward_ex(o2, got, m[1], r[1], x, affine ? w : NULL, affine ? b : NULL, N, C,
+                          1e-5f);
+  CHECK(!memcmp(want, got, (size_t)n * 2) && !memcmp(m[0], m[1], (size_t)N * sizeof(float)) &&
+            !memcmp(r[0], r[1], (size_t)N * sizeof(float)) && nan_left(o2, n),
+        "layer norm N=%d C=%d%s as bf16: the fp32 output's bits converted, mean and rstd "
+        "the same, the fp32 output unwritten", N, C, affine ? "" : " (no weight, bias)");
+  free(x), free(w), free(b), free(o), free(o2), free(want), free(got);
+}
+
+static void test_gelu_out(int64_t n, mt_gelu_kind kind) {
+  uint64_t rng = 99 + (uint64_t)n;
+  float *x = rnd(n, &rng, 6.0f), *o = tu_xmalloc((size_t)n * sizeof(float));
+  uint16_t *want = tu_xmalloc((size_t)n * 2), *got = tu_xmalloc((size_t)n * 2);
+  mt_gelu_forward(o, x, n, kind);
+  mt_f32_to_bf16(want, o, (size_t)n);
+  fill_nan(o, n);
+  mt_gelu_forward_ex(o, got, x, n, kind);
+  CHECK(!memcmp(want, got, (size_t)n * 2) && nan_left(o, n),
+        "GELU %s n=%lld as bf16: the fp32 output's bits converted, the fp32 output unwritten",
+        kind == MT_GELU_TANH ? "tanh" : "erf", (long long)n);
+  /* double: through float */
+  double *xd = tu_xmalloc((size_t)n * sizeof(double)), *od = tu_xmalloc((size_t)n * sizeof(double));
+  for (int64_t i = 0; i < n; i++) xd[i] = x[i];
+  mt_gelu_forward(od, xd, n, kind);
+  for (int64_t i = 0; i < n; i++) want[i] = mt_bf16_from_float((float)od[i]);
+  mt_gelu_forward_ex(od, got, xd, n, kind);
+  CHECK(!memcmp(want, got, (size_t)n * 2), "GELU %s n=%lld, double, as bf16: through float",
+        kind == MT_GELU_TANH ? "tanh" : "erf", (long long)n);
+  free(x), free(o), free(want), free(got), free(xd), free(od);
+}
+
+static void test_hold_out(void) {
+  enum { R = 7, L = 12, N = 5 };
+  float X[R * L], W[L * N], C0[R * N], C1[R * N];
+  uint64_t rng = 5;
+  float *x = rnd(R * L, &rng, 2.0f), *w = rnd(L * N, &rng, 1.0f);
+  memcpy(X, x, sizeof(X)), memcpy(W, w, sizeof(W));
+  free(x), free(w);
+  const mt_nn_policy f32 = mt_nn_policy_make(MT_PREC_FP32, 0);
+  const mt_nn_policy f16 = mt_nn_policy_make(MT_PREC_FP16, 0);
+  const mt_nn_policy bf = mt_nn_policy_make(MT_PREC_BF16, 0);
+  mt_nn_holds t = {0};
+  const char *off = getenv("MT_NN_NO_HOLDS");
+  const int holding = !(off && *off && strcmp(off, "0"));
+  CHECK(!mt_nn_hold_out(&t, &f32, X, R * L) && !mt_nn_hold_out(&t, &f16, X, R * L) &&
+            !mt_nn_hold_out(&t, NULL, X, R * L) && t.n == 0,
+        "mt_nn_hold_out: nothing held under fp32, fp16, no policy");
+  uint16_t *cp = mt_nn_hold_out(&t, &bf, X, R * L);
+  CHECK(holding ? cp && t.n == 1 : !cp && t.n == 0, "mt_nn_hold_out under bf16: %s",
+        holding ? "held" : "nothing held (MT_NN_NO_HOLDS)");
+  if (cp) {
+    mt_f32_to_bf16(cp, X, R * L);
+    mt_nn_policy with;
+    const mt_nn_policy *hp = mt_nn_with_holds(&bf, &t, &with);
+    float Y[R * L];
+    memcpy(Y, X, sizeof(Y));
+    int err = mt_gemm_lowp('N', 'N', R, N, L, 1.0f, X, L, W, N, 0.0f, C0, N, &bf);
+    fill_nan(X, R * L); /* the GEMM must read the copy, not X */
+    err |= mt_gemm_lowp('N', 'N', R, N, L, 1.0f, X, L, W, N, 0.0f, C1, N, hp);
+    CHECK(!err && !memcmp(C0, C1, sizeof(C0)),
+          "a GEMM reads the copy its producer wrote: the bits of converting at the GEMM");
+    memcpy(X, Y, sizeof(Y));
+  }
+  mt_nn_holds_free(&t);
+}
+
 int main(void) {
+  static const int ln[][2] = {{5, 64}, {3, 256}, {4, 300}, {150, 384}, {2, 1}};
+  for (size_t i = 0; i < sizeof(ln) / sizeof(ln[0]); i++)
+    for (int affine = 0; affine <= 1; affine++) test_layernorm_out(ln[i][0], ln[i][1], affine);
+  static const int64_t gn[] = {1, 255, 257, 4096 + 3, 262144 * 2 + 17};
+  for (size_t i = 0; i < sizeof(gn) / sizeof(gn[0]); i++) {
+    test_gelu_out(gn[i], MT_GELU_TANH);
+    test_gelu_out(gn[i], MT_GELU_ERF);
+  }
+  test_hold_out();
   static const int shapes[][4] = {{2, 16, 32, 2}, {3, 13, 24, 3}, {1, 37, 8, 1},
                                   {2, 20, 12, 4}, {2, 64, 128, 4}};
   printf("info oneDNN bf16 kernels on this CPU: %s\n", mt_gemm_bf16_native() ? "yes" : "no");
@@ -170,5 +277,5 @@ int main(void) {
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
       test_shape(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], native);
   mt_sgemm_matmul_free();
-  return tu_finish("test_attn_bf16");
+  return tu_finish("test_bf16_layers");
 }
