@@ -10,11 +10,14 @@
  *   make bench/attn_parts
  *   OMP_NUM_THREADS=1 bench/attn_parts [-B 32] [-T 64] [-C 128] [-NH 4] [-reps 9]
  *
- * Rows (ms a layer call, the median of reps, interleaved), in four
+ * Rows (ms a layer call, the median of reps, interleaved), in five
  * columns: fp32; bf16 with q, k, v and the output gradient held (the
  * gpt's way) and each head's operands laid out dense (the default); the
  * same with the strided per-head calls (mt_attention_dense_heads(0), as
- * before); bf16 dense, converting instead of holding:
+ * before); the dense path with its products widened to fp32 (as on a CPU
+ * without bf16 instructions: mt_gemm_bf16_emulate), to tell whether the
+ * tiny per-head products pay in bf16; bf16 dense, converting instead of
+ * holding:
  *   layer fwd / bwd        mt_attention_forward / _backward
  *   products               the six per-head products of a forward and
  *                          backward alone: strided q, k, v through mt_gemm
@@ -66,8 +69,9 @@ static int cmpd(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-enum { FP32, HELD, STRIDED, CONVERTED, NPOL };
-static const char *pol_name[NPOL] = {"fp32", "bf16 dense", "bf16 strided", "bf16 converted"};
+enum { FP32, HELD, STRIDED, WIDENED, CONVERTED, NPOL };
+static const char *pol_name[NPOL] = {"fp32", "bf16 dense", "bf16 strided", "bf16 widened",
+                                     "bf16 converted"};
 enum { FWD, BWD, PROD, CONV, NPART };
 static const char *part_name[NPART] = {"layer fwd", "layer bwd", "products", "att conversions"};
 
@@ -87,7 +91,8 @@ static int run(layer *L, int pol, int part) {
   const float scale = 1.0f / sqrtf((float)hs);
   int rc = 0;
   mt_attention_dense_heads(pol != STRIDED);
-  if (pol == HELD || pol == STRIDED) { /* the gpt holds qkv, and the backward its dout */
+  if (pol == WIDENED) mt_gemm_bf16_emulate(1);
+  if (pol != FP32 && pol != CONVERTED) { /* the gpt holds qkv, and the backward its dout */
     mt_nn_hold(t, p, L->inp, (size_t)B * T * C3);
     if (part != FWD) mt_nn_hold(t, p, L->dout, (size_t)B * T * C);
     p = mt_nn_with_holds(p, t, &with);
@@ -101,7 +106,7 @@ static int run(layer *L, int pol, int part) {
                                     MT_ATTN_SET_DINP, p);
       break;
     case PROD:
-      for (int h = 0; h < B * NH && !rc && pol == HELD; h++) {
+      for (int h = 0; h < B * NH && !rc && (pol == HELD || pol == WIDENED); h++) {
         const uint16_t *q = L->bf + TT, *k = q + T * hs, *v = k + T * hs, *d = v + T * hs;
         float *s = L->scratch + h * TT, *o = L->out + (int64_t)(h / NH) * T * C + (h % NH) * hs;
         float *dq = L->dinp + (int64_t)(h / NH) * T * C3 + (int64_t)(h % NH) * hs;
@@ -112,7 +117,7 @@ static int run(layer *L, int pol, int part) {
         rc |= mt_gemm_bf16_ops('N', 'N', T, hs, T, scale, L->bf, T, k, hs, 0.0f, dq, C3, p);
         rc |= mt_gemm_bf16_ops('T', 'N', T, hs, T, scale, L->bf, T, q, hs, 0.0f, dq + C, C3, p);
       }
-      for (int h = 0; h < B * NH && !rc && pol != HELD; h++) {
+      for (int h = 0; h < B * NH && !rc && pol != HELD && pol != WIDENED; h++) {
         const int64_t off = (int64_t)(h / NH) * T * C3 + (int64_t)(h % NH) * hs;
         const float *q = L->inp + off, *k = q + C, *v = q + 2 * (int64_t)C;
         const float *d = L->dout + (int64_t)(h / NH) * T * C + (h % NH) * hs;
@@ -133,6 +138,7 @@ static int run(layer *L, int pol, int part) {
   }
   mt_nn_holds_clear(t, t0);
   mt_attention_dense_heads(1);
+  if (pol == WIDENED) mt_gemm_bf16_emulate(0);
   return rc;
 }
 
@@ -190,8 +196,8 @@ int main(int argc, char **argv) {
         }
         t[((size_t)part * NPOL + pol) * reps + r] = now() - t0;
       }
-  printf("%-16s %12s %12s %12s %16s   (ms a layer call, median of %d)\n", "", pol_name[0],
-         pol_name[1], pol_name[2], pol_name[3], reps);
+  printf("%-16s %12s %12s %12s %12s %16s   (ms a layer call, median of %d)\n", "",
+         pol_name[0], pol_name[1], pol_name[2], pol_name[3], pol_name[4], reps);
   for (int part = 0; part < NPART; part++) {
     printf("%-16s", part_name[part]);
     for (int pol = 0; pol < NPOL; pol++) {

@@ -12,11 +12,11 @@ expect_ok "attn_parts runs at a small shape, bf16 checked against fp32" with_env
 expect_output "its header says the shape and the check" "B=2 T=16 C=32 NH=2"
 num='[0-9]+\.[0-9]{3}'
 for row in "layer fwd" "layer bwd" "products"; do
-  if last_output | grep -Eq "^$row +$num +$num +$num +$num\$"; then
-    pass "row '$row': fp32, bf16 dense, strided, converted"
-  else fail "row '$row': fp32, bf16 dense, strided, converted" "no such row"; fi
+  if last_output | grep -Eq "^$row +$num +$num +$num +$num +$num\$"; then
+    pass "row '$row': fp32, bf16 dense, strided, widened, converted"
+  else fail "row '$row': fp32, bf16 dense, strided, widened, converted" "no such row"; fi
 done
-if last_output | grep -Eq "^att conversions +- +- +- +$num\$"; then pass "row 'att conversions'"
+if last_output | grep -Eq "^att conversions +- +- +- +- +$num\$"; then pass "row 'att conversions'"
 else fail "row 'att conversions'" "no such row"; fi
 expect_fail "C no multiple of NH is refused" "usage" "$ATTN" -C 30 -NH 4
 expect_fail "an unknown option is refused" "unknown option" "$ATTN" -X 1
