@@ -18,7 +18,10 @@
  * without bf16 instructions: mt_gemm_bf16_emulate), to tell whether the
  * tiny per-head products pay in bf16; bf16 dense, converting instead of
  * holding:
- *   layer fwd / bwd        mt_attention_forward / _backward
+ *   layer fwd / bwd        mt_attention_forward / _backward (a forward
+ *                          counts the hold of q, k, v, which the gpt's
+ *                          forward makes for the attention alone)
+ *   layer fwd+bwd          the two medians' sum: a step's attention
  *   products               the six per-head products of a forward and
  *                          backward alone: strided q, k, v through mt_gemm
  *                          (fp32, strided), or dense bf16 operands through
@@ -81,22 +84,26 @@ typedef struct {
   uint16_t *bf; /* conversion target; dense (T, hs) q, k, v, dout and a (T, T) */
 } layer;
 
-static int run(layer *L, int pol, int part) {
+/* one call of part under pol, its seconds in *secs: a forward counts the
+ * hold of q, k, v (the gpt's forward makes it for the attention alone), a
+ * backward and the products alone find it made */
+static int run(layer *L, int pol, int part, double *secs) {
   const mt_nn_policy bf16 = mt_nn_policy_make(MT_PREC_BF16, 0);
   const mt_nn_policy *p = pol == FP32 ? NULL : &bf16;
   mt_nn_policy with;
   mt_nn_holds *t = mt_nn_holds_local();
-  const int t0 = t->n, B = L->B, T = L->T, C = L->C, NH = L->NH, hs = C / NH;
+  const int n0 = t->n, B = L->B, T = L->T, C = L->C, NH = L->NH, hs = C / NH;
   const int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
   const float scale = 1.0f / sqrtf((float)hs);
   int rc = 0;
   mt_attention_dense_heads(pol != STRIDED);
   if (pol == WIDENED) mt_gemm_bf16_emulate(1);
-  if (pol != FP32 && pol != CONVERTED) { /* the gpt holds qkv, and the backward its dout */
+  double t0 = now();
+  if (pol != FP32 && pol != CONVERTED) { /* the gpt holds qkv */
     mt_nn_hold(t, p, L->inp, (size_t)B * T * C3);
-    if (part != FWD) mt_nn_hold(t, p, L->dout, (size_t)B * T * C);
     p = mt_nn_with_holds(p, t, &with);
   }
+  if (part != FWD) t0 = now();
   switch (part) {
     case FWD:
       rc = mt_attention_forward(L->out, L->pre, L->att, L->inp, B, T, C, NH, p);
@@ -136,8 +143,9 @@ static int run(layer *L, int pol, int part) {
         for (int r = 0; r < 4; r++) mt_f32_to_bf16(L->bf, L->att + h * TT, (size_t)TT);
       break;
   }
-  mt_nn_holds_clear(t, t0);
-  mt_attention_dense_heads(1);
+  *secs = now() - t0;
+  mt_nn_holds_clear(t, n0);
+  mt_attention_dense_heads(-1);
   if (pol == WIDENED) mt_gemm_bf16_emulate(0);
   return rc;
 }
@@ -169,12 +177,13 @@ int main(int argc, char **argv) {
   L.bf = calloc((size_t)L.T * L.T + 4 * (size_t)L.T * (L.C / L.NH), sizeof(uint16_t));
   float *out32 = buf(nout, 8), *dinp32 = buf(nin, 9);
   /* the check: bf16 (held) against fp32, forward and backward */
-  int bad = run(&L, FP32, FWD) || run(&L, FP32, BWD);
+  double dummy;
+  int bad = run(&L, FP32, FWD, &dummy) || run(&L, FP32, BWD, &dummy);
   memcpy(out32, L.out, nout * sizeof(float));
   memcpy(dinp32, L.dinp, nin * sizeof(float));
-  bad = bad || run(&L, STRIDED, FWD) || run(&L, STRIDED, BWD);
+  bad = bad || run(&L, STRIDED, FWD, &dummy) || run(&L, STRIDED, BWD, &dummy);
   const double so = rel(L.out, out32, nout), sd = rel(L.dinp, dinp32, nin);
-  bad = bad || run(&L, HELD, FWD) || run(&L, HELD, BWD);
+  bad = bad || run(&L, HELD, FWD, &dummy) || run(&L, HELD, BWD, &dummy);
   const double eo = fmax(so, rel(L.out, out32, nout)), ed = fmax(sd, rel(L.dinp, dinp32, nin));
   printf("# attention B=%d T=%d C=%d NH=%d, one thread; oneDNN ISA %s, bf16 %s; "
          "bf16 against fp32: out %.2e, dinp %.2e\n",
@@ -189,26 +198,32 @@ int main(int argc, char **argv) {
     for (int part = 0; part < NPART; part++)
       for (int pol = 0; pol < NPOL; pol++) {
         if (part == CONV && pol != CONVERTED) continue;
-        const double t0 = now();
-        if (run(&L, pol, part)) {
+        if (run(&L, pol, part, &t[((size_t)part * NPOL + pol) * reps + r])) {
           fprintf(stderr, "attn_parts: %s\n", mt_error_message());
           return 1;
         }
-        t[((size_t)part * NPOL + pol) * reps + r] = now() - t0;
       }
   printf("%-16s %12s %12s %12s %12s %16s   (ms a layer call, median of %d)\n", "",
          pol_name[0], pol_name[1], pol_name[2], pol_name[3], pol_name[4], reps);
+  double med[NPART][NPOL];
   for (int part = 0; part < NPART; part++) {
     printf("%-16s", part_name[part]);
     for (int pol = 0; pol < NPOL; pol++) {
       double *x = t + ((size_t)part * NPOL + pol) * reps;
       qsort(x, (size_t)reps, sizeof(double), cmpd);
+      med[part][pol] = x[reps / 2];
       if (part == CONV && pol != CONVERTED)
         printf(" %12s", "-");
       else
         printf(pol == CONVERTED ? " %16.3f" : " %12.3f", 1e3 * x[reps / 2]);
     }
     printf("\n");
+    if (part == BWD) { /* a training step's attention: the sum of the two medians */
+      printf("%-16s", "layer fwd+bwd");
+      for (int pol = 0; pol < NPOL; pol++)
+        printf(pol == CONVERTED ? " %16.3f" : " %12.3f", 1e3 * (med[FWD][pol] + med[BWD][pol]));
+      printf("\n");
+    }
   }
   free(t), free(L.inp), free(L.dout), free(L.out), free(L.pre), free(L.att), free(L.dinp);
   free(L.scratch), free(L.bf), free(out32), free(dinp32);

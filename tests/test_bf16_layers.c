@@ -11,6 +11,8 @@
  *  - native (oneDNN's bf16 kernels; forced on any AVX-512 CPU, skipped
  *    without): the dense path within bf16 rounding of the strided one;
  *  - both within bf16 rounding of fp32 (2e-2 relative);
+ *  - by default (mt_attention_dense_heads(-1)) the dense path where the
+ *    bf16 kernels are native, the strided one where bf16 is emulated;
  *  - odd shapes: T not a multiple of 16, hs 3 and 8, one head, one sample.
  * Outputs written as bf16 (mt_layernorm_forward_ex, mt_gelu_forward_ex,
  * mt_nn_hold_out):
@@ -158,6 +160,13 @@ static void test_shape(int B, int T, int C, int NH, int native) {
       CHECK(db == BTC + 2 * TT && sb == BTC + 3 * TT,
             "%s: a backward converts dout and two matrices a head (%llu; strided %llu)", w2,
             (unsigned long long)db, (unsigned long long)sb);
+      /* by default the dense path runs where the bf16 kernels are native */
+      uint64_t af, ab;
+      mt_attention_dense_heads(-1);
+      rc = run(&dense, &bf, hold, &af, &ab);
+      mt_attention_dense_heads(1);
+      CHECK(!rc && ab == (native ? db : sb), "%s: by default the %s path (%llu)", w2,
+            native ? "dense" : "strided", (unsigned long long)ab);
     }
   }
   if (!native) { /* O2: every product's output rounded */
@@ -169,6 +178,7 @@ static void test_shape(int B, int T, int C, int NH, int native) {
     compare("O2", &dense, &strided, 0);
   }
 out:
+  mt_attention_dense_heads(-1);
   mt_gemm_bf16_emulate(0);
   free_outputs(&dense), free_outputs(&strided), free_outputs(&fp);
   free(f.inp), free(f.dout);

@@ -91,14 +91,18 @@ static inline void MT_T(att_softmax_bwd)(const REAL *a, REAL *da, int T) {
  * primitives where the CPU has bf16 instructions (mt_gemm_bf16): rows 3C
  * apart it declined, and ran its gemm call instead. Each T x T matrix is
  * converted once (the strided calls converted att once more and dpre
- * twice). Where bf16 is emulated the products are those of the strided
- * calls, widened from the same bf16 values: the same bits. */
-static _Atomic int att_dense_ = 1;
+ * twice). Only where oneDNN's bf16 kernels run (mt_gemm_bf16_native):
+ * where bf16 is emulated the products would be the strided calls' anyway,
+ * widened from the same bf16 values (the same bits), and the dense copies
+ * cost 5% of the layer's step there (X1, bench/attn_parts: 3.45 against
+ * 3.26 ms). Tests force either path (mt_attention_dense_heads). */
+static _Atomic int att_dense_ = -1; /* -1: where native; 1: always; 0: never */
 
-void mt_attention_dense_heads(int on) { att_dense_ = on != 0; }
+void mt_attention_dense_heads(int on) { att_dense_ = on < 0 ? -1 : on != 0; }
 
 static int att_dense_heads(const mt_nn_policy *pol) {
-  return att_dense_ && mt_nn_compute(pol) == MT_PREC_BF16;
+  return mt_nn_compute(pol) == MT_PREC_BF16 &&
+         (att_dense_ < 0 ? mt_gemm_bf16_native() : att_dense_);
 }
 
 /* the head slice X (T rows of hs values, rows ld apart) as a dense bf16

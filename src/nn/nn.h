@@ -127,8 +127,9 @@ enum { MT_POOL_SET_DINP = 1 /* dinp written whole (=), not += */ };
 enum { MT_GELU_SET_DINP = 1 /* dinp written whole (=), not += */ };
 enum { MT_ATTN_SET_DINP = 1 /* dinp written whole (=), not += */ };
 /* Tests and bench/attn_parts: attention under a bf16 policy lays each
- * head's operands out dense in bf16 (1, the default; attention_t.h) or
- * hands mt_gemm their strided slices (0, as it did before). */
+ * head's operands out dense in bf16 (1; attention_t.h), hands mt_gemm
+ * their strided slices (0), or does the first where oneDNN's bf16 kernels
+ * run and the second where bf16 is emulated (-1, the default). */
 void mt_attention_dense_heads(int on);
 
 /* ------------------------------------------------- every layer, both types */
