@@ -20,7 +20,9 @@
  *    against a double product, repeated calls and two threads with the
  *    first call's bits, dense cases kept and strided A or B declined;
  *    elsewhere the library's bits (dnnl_sgemm, dnnl_gemm_bf16bf16f32), or
- *    its status where it has no bf16 GEMM (no AVX-512).
+ *    its status where it has no bf16 GEMM (no AVX-512);
+ *  - with a bias (mt_sgemm_bias, mt_gemm_bf16_bias): the GEMM's bits and
+ *    then the bias added, carried by a primitive or by a pass.
  * Prints one line per check; exits non-zero when any check fails. */
 #include "nn/gemm_matmul.h"
 #include "nn/precision.h" /* mt_bf16_from_float, mt_float_from_bf16 */
@@ -345,6 +347,72 @@ static void test_any(int bf16, int kernels, int none) {
                   : "every case declined without brgemm kernels (the library's call)");
 }
 
+/* The bias (mt_sgemm_bias, mt_gemm_bf16_bias): the GEMM's bits, then the
+ * bias added, whether a primitive carries it (NT, alpha 1, beta 0: kept
+ * where oneDNN has the kernels; dense and ldc > N) or the library's call
+ * and a pass do (NN, alpha 0.5); the padding untouched. */
+static void test_bias(int avx512) {
+  uint64_t rng = 21;
+  int kept0, declined0, kept, declined;
+  mt_sgemm_matmul_stats(&kept0, &declined0);
+  static const struct {
+    char ta, tb;
+    float alpha;
+    int64_t M, N, K, pad;
+  } cases[] = {{'N', 'T', 1.0f, 64, 96, 40, 0},  {'N', 'T', 1.0f, 33, 70, 129, 5},
+               {'N', 'N', 1.0f, 16, 48, 24, 0},  {'N', 'T', 0.5f, 8, 32, 16, 0},
+               {'N', 'T', 1.0f, 128, 256, 128, 0}};
+  for (int bf16 = 0; bf16 <= 1; bf16++)
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+      const int64_t M = cases[i].M, N = cases[i].N, K = cases[i].K, ldc = N + cases[i].pad;
+      const char ta = cases[i].ta, tb = cases[i].tb;
+      const int64_t lda = K, ldb = tb == 'T' ? K : N;
+      float *A = tu_xmalloc((size_t)(M * K) * sizeof(float));
+      float *B = tu_xmalloc((size_t)(K * N) * sizeof(float));
+      float *bias = tu_xmalloc((size_t)N * sizeof(float));
+      float *C0 = tu_xmalloc((size_t)(M * ldc) * sizeof(float));
+      float *C1 = tu_xmalloc((size_t)(M * ldc) * sizeof(float));
+      tu_fill(A, (size_t)(M * K), &rng, 1.0f);
+      tu_fill(B, (size_t)(K * N), &rng, 1.0f);
+      tu_fill(bias, (size_t)N, &rng, 2.0f);
+      uint16_t *Ah = tu_xmalloc((size_t)(M * K) * 2), *Bh = tu_xmalloc((size_t)(K * N) * 2);
+      for (int64_t j = 0; j < M * K; j++) Ah[j] = mt_bf16_from_float(A[j]);
+      for (int64_t j = 0; j < K * N; j++) Bh[j] = mt_bf16_from_float(B[j]);
+      for (int64_t j = 0; j < M * ldc; j++) C0[j] = C1[j] = NAN;
+      dnnl_status_t s0, s1;
+      if (bf16) {
+        s0 = mt_gemm_bf16(ta, tb, M, N, K, cases[i].alpha, Ah, lda, Bh, ldb, 0.0f, C0, ldc);
+        s1 = mt_gemm_bf16_bias(ta, tb, M, N, K, cases[i].alpha, Ah, lda, Bh, ldb, 0.0f, C1, ldc,
+                               bias);
+      } else {
+        s0 = mt_sgemm(ta, tb, M, N, K, cases[i].alpha, A, lda, B, ldb, 0.0f, C0, ldc);
+        s1 = mt_sgemm_bias(ta, tb, M, N, K, cases[i].alpha, A, lda, B, ldb, 0.0f, C1, ldc, bias);
+      }
+      for (int64_t r = 0; r < M; r++)
+        for (int64_t j = 0; j < N; j++) C0[r * ldc + j] += bias[j];
+      char what[160];
+      snprintf(what, sizeof(what), "%s_bias %c%c alpha=%g %lldx%lldx%lld ldc=%lld",
+               bf16 ? "mt_gemm_bf16" : "mt_sgemm", ta, tb, cases[i].alpha, (long long)M,
+               (long long)N, (long long)K, (long long)ldc);
+      if (bf16 && s0 == dnnl_unimplemented) {
+        CHECK(s1 == dnnl_unimplemented, "%s: no bf16 GEMM here, none with the bias", what);
+      } else {
+        CHECK(s0 == dnnl_success && s1 == dnnl_success &&
+                  memcmp(C0, C1, (size_t)(M * ldc) * sizeof(float)) == 0,
+              "%s: the GEMM's bits, then the bias added (padding untouched)", what);
+      }
+      free(A), free(B), free(bias), free(C0), free(C1), free(Ah), free(Bh);
+      if (!bf16 && i + 1 == sizeof(cases) / sizeof(cases[0])) {
+        mt_sgemm_matmul_stats(&kept, &declined);
+        /* fp32: three NT alpha-1 keys without a bias and three with one */
+        CHECK(avx512 ? kept - kept0 >= 6 : kept == kept0,
+              "fp32 bias: %s (%d new keys kept)",
+              avx512 ? "the keys with a bias kept as primitives of their own" : "none kept",
+              kept - kept0);
+      }
+    }
+}
+
 int main(void) {
 #ifdef _OPENMP
   omp_set_num_threads(1); /* the forward's one-thread GEMM */
@@ -364,6 +432,7 @@ int main(void) {
   /* bf16 kernels: oneDNN's ISA has AVX512_BF16 (mt_gemm_bf16_native's test) */
   const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
   test_any(1, ((unsigned)isa & bf16) == bf16, !avx512);
+  test_bias(avx512); /* before the table is full */
   test_table();
   mt_sgemm_matmul_free();
   mt_sgemm_matmul_stats(&kept, &declined);

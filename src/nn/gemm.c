@@ -44,7 +44,7 @@ void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
  * 0.9x). *done: whether it ran the GEMM (not its case: 0, nothing done). */
 static int columns_split(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                          int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                         int64_t ldc, int *done) {
+                         int64_t ldc, const float *bias, int *done) {
   const int nt = omp_get_max_threads();
   *done = 0;
   if (nt < 2 || omp_in_parallel() || N < 256 * (int64_t)nt) return 0;
@@ -55,8 +55,8 @@ static int columns_split(int64_t M, int64_t N, int64_t K, float alpha, const flo
   {
     const int64_t n0 = omp_get_thread_num() * per, n1 = n0 + per < N ? n0 + per : N;
     if (n1 > n0)
-      failed |= mt_sgemm('N', 'T', M, n1 - n0, K, alpha, A, lda, B + n0 * ldb, ldb, beta, C + n0,
-                         ldc) != dnnl_success;
+      failed |= mt_sgemm_bias('N', 'T', M, n1 - n0, K, alpha, A, lda, B + n0 * ldb, ldb, beta,
+                              C + n0, ldc, bias ? bias + n0 : NULL) != dnnl_success;
   }
   MT_CHECK(!failed, MT_ERR_LIB, "dnnl_sgemm(N,T,M=%lld,N=%lld,K=%lld) failed in a column block",
            (long long)M, (long long)N, (long long)K);
@@ -67,13 +67,17 @@ static int columns_split(int64_t M, int64_t N, int64_t K, float alpha, const flo
 
 static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
-                    const mt_nn_policy *pol) {
+                    const float *bias, const mt_nn_policy *pol) {
   if (M == 0 || N == 0) return 0;
   if (mt_nn_compute(pol) != MT_PREC_FP32)
-    return mt_gemm_lowp(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol);
+    return mt_gemm_lowp_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, pol);
   if (mt_gemm_log_active()) /* -log_gemm_shapes */
     mt_gemm_log_record(MT_GEMM_LOG_GEMM, ta, tb, M, N, K, beta, MT_PREC_FP32, 1);
 #ifdef MT_GEMM_PACK
+  /* C's rows += bias (the packed kernel has no epilogue) */
+#define ROWS_ADD(M, N, C, ldc, bias)                                                              \
+  for (int64_t r_ = 0; (bias) && r_ < (M); r_++)                                                  \
+    for (int64_t j_ = 0; j_ < (N); j_++) (C)[r_ * (ldc) + j_] += (bias)[j_]
   /* where it was measured to win (bench/README.md): 'N','N' with at most
    * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
    * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
@@ -89,17 +93,19 @@ static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alp
   if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
       K >= 256 &&
       M > 0 && lda >= K && ldb >= N && ldc >= N && mt_gemm_own_thread() &&
-      mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0)
+      mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0) {
+    ROWS_ADD(M, N, C, ldc, bias);
     return 0;
+  }
 #endif
 #ifdef _OPENMP
   if (ta == 'N' && tb == 'T') {
     int done;
-    MT_CALL(columns_split(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &done));
+    MT_CALL(columns_split(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, &done));
     if (done) return 0;
   }
 #endif
-  dnnl_status_t s = mt_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  dnnl_status_t s = mt_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", ta, tb, (long long)M,
            (long long)N, (long long)K, (int)s);
@@ -110,7 +116,14 @@ int mt_gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, cons
             int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
             const mt_nn_policy *pol) {
   return MT_NN_TRACED(MT_K_GEMM,
-                      gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol));
+                      gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, pol));
+}
+
+int mt_gemm_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                 const float *bias, const mt_nn_policy *pol) {
+  return MT_NN_TRACED(MT_K_GEMM,
+                      gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, pol));
 }
 
 static int gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha,
@@ -139,4 +152,16 @@ int mt_gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha,
                 const mt_nn_policy *pol) {
   (void)pol;
   return MT_NN_TRACED(MT_K_GEMM, gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+}
+
+int mt_gemm_bias_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha,
+                     const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
+                     double *C, int64_t ldc, const double *bias, const mt_nn_policy *pol) {
+  MT_CALL(mt_gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pol));
+  for (int64_t r = 0; bias && r < M; r++) {
+    double *c = C + r * ldc;
+#pragma omp simd
+    for (int64_t j = 0; j < N; j++) c[j] += bias[j];
+  }
+  return 0;
 }

@@ -269,7 +269,7 @@ int mt_gemm_bf16_native(void) {
  * during a GEMM). */
 static dnnl_status_t bf16_emulated(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                                    const uint16_t *a, int64_t la, const uint16_t *b, int64_t lb,
-                                   float beta, float *C, int64_t ldc, int *err) {
+                                   float beta, float *C, int64_t ldc, const float *bias, int *err) {
   const int tA = ta == 'T' || ta == 't', tB = tb == 'T' || tb == 't';
   const int64_t ra = tA ? K : M, ca = tA ? M : K, rb = tB ? N : K, cb = tB ? K : N;
   float *fa, *fb;
@@ -278,18 +278,19 @@ static dnnl_status_t bf16_emulated(char ta, char tb, int64_t M, int64_t N, int64
   if (*err) return dnnl_out_of_memory;
   for (int64_t r = 0; r < ra; r++) mt_bf16_to_f32(fa + r * ca, a + r * la, (size_t)ca);
   for (int64_t r = 0; r < rb; r++) mt_bf16_to_f32(fb + r * cb, b + r * lb, (size_t)cb);
-  return mt_sgemm(ta, tb, M, N, K, alpha, fa, ca, fb, cb, beta, C, ldc);
+  return mt_sgemm_bias(ta, tb, M, N, K, alpha, fa, ca, fb, cb, beta, C, ldc, bias);
 }
 
-/* p's bf16 product of bf16 operands into C, and its status */
+/* p's bf16 product of bf16 operands into C (then bias added to its rows;
+ * NULL: none), and its status */
 static int bf16_product(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                         const uint16_t *a, int64_t la, const uint16_t *b, int64_t lb, float beta,
-                        float *C, int64_t ldc, dnnl_status_t *s) {
+                        float *C, int64_t ldc, const float *bias, dnnl_status_t *s) {
   int err = 0;
   if (mt_gemm_bf16_native())
-    *s = mt_gemm_bf16(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+    *s = mt_gemm_bf16_bias(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, bias);
   else
-    *s = bf16_emulated(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, &err);
+    *s = bf16_emulated(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, bias, &err);
   return err;
 }
 
@@ -304,9 +305,9 @@ static int finish(dnnl_status_t s, char ta, char tb, int64_t M, int64_t N, int64
   return 0;
 }
 
-int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
-                 const mt_nn_policy *p) {
+int mt_gemm_lowp_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                      float *C, int64_t ldc, const float *bias, const mt_nn_policy *p) {
   if (M == 0 || N == 0) return 0;
   if (mt_gemm_log_active()) /* -log_gemm_shapes */
     mt_gemm_log_record(MT_GEMM_LOG_GEMM, ta, tb, M, N, K, beta, p->compute, 1);
@@ -317,14 +318,30 @@ int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
     MT_CALL(operand(p, A, tA ? K : M, tA ? M : K, lda, 0, &a, &la));
     MT_CALL(operand(p, B, tB ? N : K, tB ? K : N, ldb, 1, &b, &lb));
   }
+  /* O2 rounds the product, then the sum with the bias (as the layer's
+   * output is rounded): the bias after the rounding, then rounded again */
+  const float *fused = p->round_outputs || K == 0 ? NULL : bias;
   dnnl_status_t s;
   if (K == 0)
     s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else if (p->compute == MT_PREC_BF16)
-    MT_CALL(bf16_product(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, &s));
+    MT_CALL(bf16_product(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, fused, &s));
   else
-    s = mt_sgemm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
-  return finish(s, ta, tb, M, N, K, C, ldc, p);
+    s = mt_sgemm_bias(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, fused);
+  MT_CALL(finish(s, ta, tb, M, N, K, C, ldc, p));
+  for (int64_t r = 0; bias && !fused && r < M; r++) {
+    float *c = C + r * ldc;
+#pragma omp simd
+    for (int64_t j = 0; j < N; j++) c[j] += bias[j];
+    if (p->round_outputs) mt_round_to(p->compute, c, (size_t)N);
+  }
+  return 0;
+}
+
+int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                 const mt_nn_policy *p) {
+  return mt_gemm_lowp_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, p);
 }
 
 static int gemm_bf16_ops(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -341,7 +358,7 @@ static int gemm_bf16_ops(char ta, char tb, int64_t M, int64_t N, int64_t K, floa
     for (int64_t r = 0; r < M; r++)
       for (int64_t c = 0; c < N; c++) C[r * ldc + c] = beta == 0.0f ? 0.0f : beta * C[r * ldc + c];
   else
-    MT_CALL(bf16_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &s));
+    MT_CALL(bf16_product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, &s));
   return finish(s, ta, tb, M, N, K, C, ldc, p);
 }
 

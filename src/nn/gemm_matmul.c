@@ -52,7 +52,7 @@
 typedef struct {
   int64_t M, N, K, lda, ldb, ldc;
   char ta, tb;
-  int bf16;
+  int bf16, bias; /* bias: a row vector added to C's rows (matmul's bias) */
   float alpha, beta;
 } key;
 
@@ -62,7 +62,7 @@ typedef struct {
   int declined;  /* no brgemm kernel: the library's GEMM call               */
   uint64_t last; /* the tick of its last call                               */
   dnnl_primitive_t p;
-  dnnl_memory_t a, b, c, scratch;
+  dnnl_memory_t a, b, c, bias, scratch;
   dnnl_stream_t strm;
   /* ldc > N (a -thread_split gemm column block, an attention head's slice):
    * the primitive writes a dense M x N here and the rows are copied out
@@ -98,6 +98,7 @@ static void release(entry *e) {
   if (e->a) dnnl_memory_destroy(e->a);
   if (e->b) dnnl_memory_destroy(e->b);
   if (e->c) dnnl_memory_destroy(e->c);
+  if (e->bias) dnnl_memory_destroy(e->bias);
   if (e->scratch) dnnl_memory_destroy(e->scratch);
   if (e->strm) dnnl_stream_destroy(e->strm);
   free(e->dense);
@@ -133,7 +134,7 @@ static dnnl_primitive_attr_t make_attr(const key *k) {
 static void make(entry *e) {
   const key *k = &e->k;
   const dnnl_data_type_t t = k->bf16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_memory_desc_t a, b, c;
+  dnnl_memory_desc_t a, b, c, bias;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_matmul_desc_t d;
@@ -145,7 +146,9 @@ static void make(entry *e) {
            (k->tb == 'N' ? md(&b, k->K, k->N, k->ldb, 1, t) : md(&b, k->K, k->N, 1, k->ldb, t)) ==
                dnnl_success &&
            md(&c, k->M, k->N, k->N, 1, dnnl_f32) == dnnl_success &&
-           (attr = make_attr(k)) != NULL && dnnl_matmul_desc_init(&d, &a, &b, NULL, &c) == dnnl_success;
+           (!k->bias || md(&bias, 1, k->N, k->N, 1, dnnl_f32) == dnnl_success) &&
+           (attr = make_attr(k)) != NULL &&
+           dnnl_matmul_desc_init(&d, &a, &b, k->bias ? &bias : NULL, &c) == dnnl_success;
 #ifdef _OPENMP
   const int nt = omp_get_max_threads();
   omp_set_num_threads(1); /* the primitive's partition: one thread's */
@@ -159,6 +162,7 @@ static void make(entry *e) {
   ok = ok && dnnl_memory_create(&e->a, &a, eng_, DNNL_MEMORY_NONE) == dnnl_success &&
        dnnl_memory_create(&e->b, &b, eng_, DNNL_MEMORY_NONE) == dnnl_success &&
        dnnl_memory_create(&e->c, &c, eng_, DNNL_MEMORY_NONE) == dnnl_success &&
+       (!k->bias || dnnl_memory_create(&e->bias, &bias, eng_, DNNL_MEMORY_NONE) == dnnl_success) &&
        dnnl_memory_create(&e->scratch,
                           dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), eng_,
                           DNNL_MEMORY_ALLOCATE) == dnnl_success &&
@@ -179,7 +183,7 @@ static void make(entry *e) {
 static int same(const key *a, const key *b) {
   return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda && a->ldb == b->ldb &&
          a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb && a->bf16 == b->bf16 &&
-         a->alpha == b->alpha && a->beta == b->beta;
+         a->bias == b->bias && a->alpha == b->alpha && a->beta == b->beta;
 }
 
 /* A thread's recent keys and their slots in its table, or -1 where oneDNN
@@ -257,7 +261,7 @@ static entry *take(const key *k) {
   return got->declined ? NULL : got;
 }
 
-static dnnl_status_t run(entry *e, const void *A, const void *B, float *C) {
+static dnnl_status_t run(entry *e, const void *A, const void *B, float *C, const float *bias) {
   const key *k = &e->k;
   if (e->dense && k->beta != 0.0f)
     for (int64_t r = 0; r < k->M; r++)
@@ -265,11 +269,13 @@ static dnnl_status_t run(entry *e, const void *A, const void *B, float *C) {
   dnnl_status_t s = dnnl_memory_set_data_handle(e->a, (void *)A);
   if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->b, (void *)B);
   if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->c, e->dense ? e->dense : C);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a},
+  if (s == dnnl_success && k->bias) s = dnnl_memory_set_data_handle(e->bias, (void *)bias);
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->a},
                              {DNNL_ARG_WEIGHTS, e->b},
                              {DNNL_ARG_DST, e->c},
-                             {DNNL_ARG_SCRATCHPAD, e->scratch}};
-  if (s == dnnl_success) s = dnnl_primitive_execute(e->p, e->strm, 4, args);
+                             {DNNL_ARG_SCRATCHPAD, e->scratch},
+                             {DNNL_ARG_BIAS, e->bias}};
+  if (s == dnnl_success) s = dnnl_primitive_execute(e->p, e->strm, k->bias ? 5 : 4, args);
   if (s == dnnl_success) s = dnnl_stream_wait(e->strm);
   if (s == dnnl_success && e->dense)
     for (int64_t r = 0; r < k->M; r++)
@@ -279,50 +285,92 @@ static dnnl_status_t run(entry *e, const void *A, const void *B, float *C) {
 
 /* Runs k's call as a primitive: 1 and its status in *s, or 0 (declined:
  * the caller's library call). */
-static int run_key(const key *k, const void *A, const void *B, float *C, dnnl_status_t *s) {
+static int run_key(const key *k, const void *A, const void *B, float *C, const float *bias,
+                   dnnl_status_t *s) {
   entry *e = take(k);
   if (!e) return 0;
-  *s = run(e, A, B, C);
+  *s = run(e, A, B, C, bias);
   return 1;
+}
+
+/* C's rows += bias (a call that no primitive carried), on the OpenMP
+ * threads when the library's call had them too */
+static void add_bias(int64_t M, int64_t N, float *C, int64_t ldc, const float *bias) {
+#pragma omp parallel for schedule(static) if (!mt_gemm_own_thread() && M * N > 65536)
+  for (int64_t r = 0; r < M; r++) {
+    float *c = C + r * ldc;
+#pragma omp simd
+    for (int64_t j = 0; j < N; j++) c[j] += bias[j];
+  }
 }
 
 /* a call's key, or 0 when its arguments are not ones a primitive takes */
 static int call_key(key *k, char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
-                    int64_t lda, int64_t ldb, float beta, int64_t ldc, int bf16) {
+                    int64_t lda, int64_t ldb, float beta, int64_t ldc, int bf16, int bias) {
   ta = ta == 't' ? 'T' : ta == 'n' ? 'N' : ta;
   tb = tb == 't' ? 'T' : tb == 'n' ? 'N' : tb;
-  *k = (key){M, N, K, lda, ldb, ldc, ta, tb, bf16, alpha, beta};
+  *k = (key){M, N, K, lda, ldb, ldc, ta, tb, bf16, bias, alpha, beta};
+  /* oneDNN 2.x scales the bias with the output scale: alpha 1 only */
+  if (bias && alpha != 1.0f) return 0;
   return (ta == 'N' || ta == 'T') && (tb == 'N' || tb == 'T') && M > 0 && N > 0 && K > 0 &&
          lda >= (ta == 'N' ? K : M) && ldb >= (tb == 'N' ? N : K) && ldc >= N &&
          mt_gemm_own_thread();
 }
 
+/* the fp32 call through a kept primitive where one takes it, else
+ * dnnl_sgemm (and the bias as a pass over C) */
+static dnnl_status_t sgemm_any(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float *A, int64_t lda, const float *B, int64_t ldb,
+                               float beta, float *C, int64_t ldc, const float *bias) {
+  key k;
+  dnnl_status_t s;
+  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 0, bias != NULL) &&
+      run_key(&k, A, B, C, bias, &s))
+    return s;
+  s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
+  return s;
+}
+
 dnnl_status_t mt_sgemm_matmul_any(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                                   const float *A, int64_t lda, const float *B, int64_t ldb,
                                   float beta, float *C, int64_t ldc) {
-  key k;
-  dnnl_status_t s;
-  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 0) && run_key(&k, A, B, C, &s))
-    return s;
-  return dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  return sgemm_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+dnnl_status_t mt_sgemm_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                            float *C, int64_t ldc, const float *bias) {
+  if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f)
+    return sgemm_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
+  return s;
 }
 
 dnnl_status_t mt_sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc) {
-  if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f)
-    return mt_sgemm_matmul_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  return dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  return mt_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+dnnl_status_t mt_gemm_bf16_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                                float beta, float *C, int64_t ldc, const float *bias) {
+  key k;
+  dnnl_status_t s;
+  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 1, bias != NULL) &&
+      run_key(&k, A, B, C, bias, &s))
+    return s;
+  s = dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
+  return s;
 }
 
 dnnl_status_t mt_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                            const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                            float beta, float *C, int64_t ldc) {
-  key k;
-  dnnl_status_t s;
-  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 1) && run_key(&k, A, B, C, &s))
-    return s;
-  return dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  return mt_gemm_bf16_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
 void mt_sgemm_matmul_stats(int *kept, int *declined) {

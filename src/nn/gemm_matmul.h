@@ -37,6 +37,20 @@ dnnl_status_t mt_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, fl
                            const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                            float beta, float *C, int64_t ldc);
 
+/* mt_sgemm and mt_gemm_bf16 with a bias: C = alpha op(A) op(B) + beta C,
+ * then bias[j] (N floats; NULL: none) added to column j of every row. A
+ * kept primitive carries it as matmul's bias (alpha 1: oneDNN 2.x would
+ * scale it), added to each output once its sum is done, so the bits are
+ * those of the GEMM and then the bias added; elsewhere the library's call
+ * and then a pass over C. With beta not 0 the two orders of the sums may
+ * differ (no caller does that). */
+dnnl_status_t mt_sgemm_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                            float *C, int64_t ldc, const float *bias);
+dnnl_status_t mt_gemm_bf16_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                                float beta, float *C, int64_t ldc, const float *bias);
+
 /* mt_sgemm without its forward-only rule: every transpose, alpha and beta
  * through the kept primitives as mt_gemm_bf16 runs bf16, else dnnl_sgemm.
  * For tests (the table's descriptors, scales, sums and strided C in fp32,

@@ -4,29 +4,19 @@
 int MT_T(mt_linear_forward_ex)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
                                int IC, int OC, unsigned flags, const mt_nn_policy *pol) {
   // inp is (B,IC), w is (OC,IC), b is (OC), out is (B,OC)
-  MT_CALL(MT_T(mt_gemm)('N', 'T', B, OC, IC, (REAL)1, inp, IC, w, IC, (REAL)0, out, OC, pol));
-  const int relu = (flags & MT_LINEAR_RELU) != 0;
-  if (!b && !relu) return 0;
-  /* bias and ReLU in one pass over the output, a row at a time while the
-   * GEMM's output is in cache; NaN passes the ReLU (x < 0 is false), as in
-   * PyTorch */
-#if !MT_F64
-  const int rounds = mt_nn_rounds(pol); /* O2 (nn/lowp.h): a low-precision output */
-#endif
+  /* the bias carried by the GEMM (its epilogue where a kept oneDNN
+   * primitive runs it: no pass over the output of its own; O2's rounding
+   * of the product and of the sum included) */
+  MT_CALL(MT_T(mt_gemm_bias)('N', 'T', B, OC, IC, (REAL)1, inp, IC, w, IC, (REAL)0, out, OC, b,
+                             pol));
+  if (!(flags & MT_LINEAR_RELU)) return 0;
+  /* the ReLU in a pass over the output; NaN passes it (x < 0 is false), as
+   * in PyTorch */
 #pragma omp parallel for schedule(static) if ((long)B * OC > 65536)
   for (int i = 0; i < B; i++) {
     REAL *o = out + (size_t)i * OC;
-    if (b) {
 #pragma omp simd
-      for (int j = 0; j < OC; j++) o[j] += b[j];
-#if !MT_F64
-      if (rounds) mt_round_to(pol->compute, o, (size_t)OC);
-#endif
-    }
-    if (relu) {
-#pragma omp simd
-      for (int j = 0; j < OC; j++) o[j] = o[j] < (REAL)0 ? (REAL)0 : o[j];
-    }
+    for (int j = 0; j < OC; j++) o[j] = o[j] < (REAL)0 ? (REAL)0 : o[j];
   }
   return 0;
 }

@@ -168,5 +168,11 @@ int mt_gemm_bf16_force_native(void);
 int mt_gemm_lowp(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
                  const mt_nn_policy *p);
+/* The same with bias (mt_gemm_bias): carried by the product where its
+ * kernel takes it; under O2 added after the product's rounding, and the
+ * sum rounded again. */
+int mt_gemm_lowp_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                      float *C, int64_t ldc, const float *bias, const mt_nn_policy *p);
 
 #endif

@@ -12,6 +12,12 @@
 int MT_T(mt_gemm)(char ta, char tb, int64_t M, int64_t N, int64_t K, REAL alpha, const REAL *A,
                   int64_t lda, const REAL *B, int64_t ldb, REAL beta, REAL *C, int64_t ldc,
                   const mt_nn_policy *pol);
+/* The same, then bias[j] (N values; NULL: none) added to column j of C's
+ * rows: carried by the GEMM (its epilogue) where a kept oneDNN primitive
+ * runs it, the bits of adding it after (gemm_matmul.h, mt_sgemm_bias). */
+int MT_T(mt_gemm_bias)(char ta, char tb, int64_t M, int64_t N, int64_t K, REAL alpha,
+                       const REAL *A, int64_t lda, const REAL *B, int64_t ldb, REAL beta, REAL *C,
+                       int64_t ldc, const REAL *bias, const mt_nn_policy *pol);
 
 /* out (B,OC) = inp (B,IC) @ w^T + b; w is (OC,IC), b is (OC) or NULL. */
 int MT_T(mt_linear_forward)(REAL *out, const REAL *inp, const REAL *w, const REAL *b, int B,
