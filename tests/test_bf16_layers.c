@@ -21,6 +21,9 @@
  *    without weight and bias, C below, at and above a piece (256), one and
  *    several threads; GELU tanh and erf, n below and above the size where
  *    it goes parallel; the double layers round through float;
+ *  - the linear backward converts dout in its pass over it (the bias
+ *    gradient, the ReLU's mask): the bits of holding it, B OC fewer
+ *    elements converted at the hold;
  *  - mt_nn_hold_out holds under bf16 only (not fp32, fp16, MT_NN_NO_HOLDS'
  *    answer is the environment's), and a GEMM then reads the copy written
  *    into it: the bits of holding the fp32 values.
@@ -270,6 +273,43 @@ static void test_hold_out(void) {
   mt_nn_holds_free(&t);
 }
 
+/* The linear backward under bf16 converts dout in its pass over it (the
+ * bias gradient's, and the ReLU's mask): the bits of holding it after the
+ * pass (no bias gradient: no pass), B OC elements fewer converted at the
+ * hold, one thread and several */
+static void test_linear_bwd(int B, int IC, int OC, int relu, int count) {
+  uint64_t rng = 31 + (uint64_t)(B + IC + OC);
+  float *inp = rnd((int64_t)B * IC, &rng, 1.0f), *w = rnd((int64_t)OC * IC, &rng, 0.5f);
+  float *out = rnd((int64_t)B * OC, &rng, 1.0f), *d0 = rnd((int64_t)B * OC, &rng, 1.0f);
+  float *d1 = tu_xmalloc((size_t)B * OC * sizeof(float));
+  float *di[2], *dw[2], db[2][512];
+  const mt_nn_policy bf = mt_nn_policy_make(MT_PREC_BF16, 0);
+  uint64_t conv[2];
+  for (int k = 0; k < 2; k++) { /* k 0: with the bias gradient (the pass), 1: without */
+    di[k] = tu_xmalloc((size_t)B * IC * sizeof(float));
+    dw[k] = tu_xmalloc((size_t)OC * IC * sizeof(float));
+    memcpy(d1, d0, (size_t)B * OC * sizeof(float));
+    if (relu) /* the mask applied by hand for the run without a pass */
+      for (int64_t i = 0; k == 1 && i < (int64_t)B * OC; i++) d1[i] = out[i] > 0 ? d1[i] : 0.0f;
+    const uint64_t c0 = mt_nn_converted();
+    int rc = mt_linear_backward_ex(di[k], dw[k], k == 0 ? db[0] : NULL, d1, out, inp, w, B, IC,
+                                   OC, MT_LINEAR_SET_GRADS | MT_LINEAR_SET_DINP |
+                                       (relu && k == 0 ? MT_LINEAR_RELU : 0), &bf);
+    conv[k] = mt_nn_converted() - c0;
+    CHECK(rc == 0, "linear backward B=%d IC=%d OC=%d%s runs", B, IC, OC, relu ? " relu" : "");
+  }
+  CHECK(!memcmp(di[0], di[1], (size_t)B * IC * sizeof(float)) &&
+            !memcmp(dw[0], dw[1], (size_t)OC * IC * sizeof(float)),
+        "linear backward B=%d IC=%d OC=%d%s, bf16: dout converted in the bias gradient's pass, "
+        "the bits of holding it", B, IC, OC, relu ? " with the ReLU's mask" : "");
+  if (count)
+    CHECK(conv[1] - conv[0] == (uint64_t)B * OC,
+          "linear backward B=%d IC=%d OC=%d: %llu fewer converted at the hold (%d)", B, IC, OC,
+          (unsigned long long)(conv[1] - conv[0]), B * OC);
+  free(inp), free(w), free(out), free(d0), free(d1);
+  for (int k = 0; k < 2; k++) free(di[k]), free(dw[k]);
+}
+
 int main(void) {
   static const int ln[][2] = {{5, 64}, {3, 256}, {4, 300}, {150, 384}, {2, 1}};
   for (size_t i = 0; i < sizeof(ln) / sizeof(ln[0]); i++)
@@ -280,6 +320,17 @@ int main(void) {
     test_gelu_out(gn[i], MT_GELU_ERF);
   }
   test_hold_out();
+#ifdef _OPENMP
+  const int nt = omp_get_max_threads();
+  omp_set_num_threads(1); /* the conversion counter is the calling thread's */
+#endif
+  test_linear_bwd(7, 24, 300, 0, 1);
+  test_linear_bwd(64, 32, 48, 1, 1);
+  test_linear_bwd(200, 40, 400, 0, 1);
+#ifdef _OPENMP
+  omp_set_num_threads(nt);
+#endif
+  test_linear_bwd(200, 40, 400, 1, 0); /* B OC > 65536: the pass on the threads */
   static const int shapes[][4] = {{2, 16, 32, 2}, {3, 13, 24, 3}, {1, 37, 8, 1},
                                   {2, 20, 12, 4}, {2, 64, 128, 4}};
   printf("info oneDNN bf16 kernels on this CPU: %s\n", mt_gemm_bf16_native() ? "yes" : "no");

@@ -34,11 +34,20 @@ int MT_T(mt_linear_backward_ex)(REAL *dinp, REAL *dw, REAL *db, REAL *dout, cons
   MT_CHECK(!relu || out, MT_ERR_ARG, "mt_linear_backward_ex: MT_LINEAR_RELU without the output");
   if (db && set)
     for (int j = 0; j < OC; j++) db[j] = 0; /* then summed in the same order as added */
+  /* dout feeds both products: converted once under a low precision; under
+   * bf16, when there is a pass over dout below, converted in it */
+  uint16_t *hb = NULL;
+#if !MT_F64
+  mt_nn_holds *held = mt_nn_holds_local();
+  const int held0 = held->n;
+  mt_nn_policy with;
+  if (dinp && (relu || db)) hb = mt_nn_hold_out(held, pol, dout, (size_t)B * OC);
+#endif
   if (relu || db) {
     /* the ReLU's mask and the bias gradient in one pass over dout, a row at
      * a time within blocks of columns that the threads share (each db[j]
      * sums the rows in their order, as without the mask: the same bits at
-     * any thread count) */
+     * any thread count), and dout's bf16 copy */
 #pragma omp parallel for schedule(static) if ((long)B * OC > 65536)
     for (int j0 = 0; j0 < OC; j0 += 256) {
       const int j1 = OC - j0 > 256 ? j0 + 256 : OC;
@@ -53,16 +62,13 @@ int MT_T(mt_linear_backward_ex)(REAL *dinp, REAL *dw, REAL *db, REAL *dout, cons
 #pragma omp simd
           for (int j = j0; j < j1; j++) db[j] += d[j];
         }
+        if (hb) MT_T(mt_to_bf16)(hb + (size_t)i * OC + j0, d + j0, j1 - j0);
       }
     }
   }
 #if !MT_F64
-  /* dout feeds both products: converted once under a low precision */
-  mt_nn_holds *held = mt_nn_holds_local();
-  const int held0 = held->n;
-  mt_nn_policy with;
   if (dinp) {
-    mt_nn_hold(held, pol, dout, (size_t)B * OC);
+    if (!hb) mt_nn_hold(held, pol, dout, (size_t)B * OC);
     pol = mt_nn_with_holds(pol, held, &with);
   }
 #endif
