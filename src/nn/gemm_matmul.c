@@ -317,19 +317,32 @@ static int call_key(key *k, char ta, char tb, int64_t M, int64_t N, int64_t K, f
          mt_gemm_own_thread();
 }
 
+/* The call through a kept primitive where one takes it: 1 and its status
+ * in *s, else 0 (the caller's library call, then with_bias) */
+static int kept(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                int bf16, const float *bias, dnnl_status_t *s) {
+  key k;
+  return call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, bf16, bias != NULL) &&
+         run_key(&k, A, B, C, bias, s);
+}
+
+/* a library call's status s, its C given the bias */
+static dnnl_status_t with_bias(dnnl_status_t s, int64_t M, int64_t N, float *C, int64_t ldc,
+                               const float *bias) {
+  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
+  return s;
+}
+
 /* the fp32 call through a kept primitive where one takes it, else
  * dnnl_sgemm (and the bias as a pass over C) */
 static dnnl_status_t sgemm_any(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                                const float *A, int64_t lda, const float *B, int64_t ldb,
                                float beta, float *C, int64_t ldc, const float *bias) {
-  key k;
   dnnl_status_t s;
-  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 0, bias != NULL) &&
-      run_key(&k, A, B, C, bias, &s))
-    return s;
-  s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
-  return s;
+  if (kept(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, bias, &s)) return s;
+  return with_bias(dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), M, N, C, ldc,
+                   bias);
 }
 
 dnnl_status_t mt_sgemm_matmul_any(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -343,9 +356,8 @@ dnnl_status_t mt_sgemm_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, f
                             float *C, int64_t ldc, const float *bias) {
   if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f)
     return sgemm_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
-  dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
-  return s;
+  return with_bias(dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), M, N, C, ldc,
+                   bias);
 }
 
 dnnl_status_t mt_sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -357,14 +369,10 @@ dnnl_status_t mt_sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float 
 dnnl_status_t mt_gemm_bf16_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                                 const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                                 float beta, float *C, int64_t ldc, const float *bias) {
-  key k;
   dnnl_status_t s;
-  if (call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 1, bias != NULL) &&
-      run_key(&k, A, B, C, bias, &s))
-    return s;
-  s = dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
-  return s;
+  if (kept(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, bias, &s)) return s;
+  return with_bias(dnnl_gemm_bf16bf16f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), M,
+                   N, C, ldc, bias);
 }
 
 dnnl_status_t mt_gemm_bf16(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
