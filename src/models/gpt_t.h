@@ -24,12 +24,18 @@ typedef struct {
   int B, dropped;
 } MT_T(gpt);
 
-static int MT_T(alloc_acts)(MT_T(block_acts) *a, size_t N, size_t C, size_t att) {
+/* A block's activations, or (grads) their gradients: the backward keeps
+ * the residual stream's in one buffer (gpt_backward), needs the
+ * projections' own copies only for dropout, and no attention matrices,
+ * means or 1/stds of its own. */
+static int MT_T(alloc_acts)(MT_T(block_acts) *a, size_t N, size_t C, size_t att, int grads,
+                            int dropout) {
   REAL **f[] = {&a->ln1, &a->qkv, &a->atty, &a->attproj, &a->res2, &a->ln2, &a->fch,
                  &a->fch_gelu, &a->fcproj, &a->res3, &a->preatt, &a->att,
                  &a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd};
-  size_t n[] = {N * C, N * 3 * C, N * C, N * C, N * C, N * C, N * 4 * C,
-                N * 4 * C, N * C, N * C, att, att, N, N, N, N};
+  const size_t g = grads ? 0 : 1, p = !grads || dropout;
+  size_t n[] = {N * C, N * 3 * C, N * C, p * N * C, g * N * C, N * C, N * 4 * C,
+                N * 4 * C, p * N * C, g * N * C, g * att, g * att, g * N, g * N, g * N, g * N};
   for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++)
     MT_CALL(mt_calloc(f[i], n[i], sizeof(REAL), "gpt activations"));
   return 0;
@@ -74,8 +80,8 @@ static int MT_T(gpt_setup)(mt_model *m, const mt_gpt_hparams *hp, const mt_data_
   MT_CALL(add(m, "transformer.ln_f.bias", 1, C, 0, s->L + 1));
   size_t N = (size_t)max_batch * s->T, att = (size_t)max_batch * s->NH * s->T * s->T;
   for (int l = 0; l < s->L; l++) {
-    MT_CALL(MT_T(alloc_acts)(&s->a[l], N, C, att));
-    MT_CALL(MT_T(alloc_acts)(&s->d[l], N, C, att));
+    MT_CALL(MT_T(alloc_acts)(&s->a[l], N, C, att, 0, 0));
+    MT_CALL(MT_T(alloc_acts)(&s->d[l], N, C, att, 1, hp->dropout > 0));
   }
   REAL **f[] = {&s->enc, &s->denc, &s->lnf, &s->dlnf, &s->logits, &s->dlogits, &s->lnf_mean, &s->lnf_rstd};
   size_t n[] = {N * C, N * C, N * C, N * C, N * s->V, N * s->V, N, N};
@@ -189,13 +195,18 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   const int64_t NC = (int64_t)N * C;
   const size_t nc = (size_t)NC * sizeof(REAL);
   const REAL *last = s->L ? s->a[s->L - 1].res3 : s->enc;
-  REAL *dlast = s->L ? s->d[s->L - 1].res3 : s->denc;
-  /* Activation gradients: the GEMMs, GELU and attention set (=) those they
-   * alone write, the residual branches are copies; zeroed first are only
-   * the loss's (it skips ignored tokens) and the final layer norm's
-   * (added to). */
+  /* The residual stream's gradient lives in one buffer, denc: the final
+   * layer norm's backward adds into it (zeroed first), and each block reads
+   * it as the output gradient of its two projections (res3 = res2 + fcproj,
+   * res2 = res + attproj: a branch gets the stream's gradient) before its
+   * layer norms add their input gradients into it. So it is never copied
+   * (the values and sums of a copy per branch and per block). Dropout
+   * scales a branch's own copy. The GEMMs, GELU and attention set (=) the
+   * other gradients; zeroed first is only the loss's (it skips ignored
+   * tokens). */
+  REAL *g = s->denc;
   memset(s->dlogits, 0, (size_t)N * V * sizeof(REAL));
-  memset(dlast, 0, nc);
+  memset(g, 0, nc);
   enum { SET = MT_LINEAR_SET_DINP };
   /* logits held the softmax after forward (probs == logits) */
   mt_xent_ignore_backward(s->dlogits, s->logits, s->tgt, -1, scale / (REAL)T, N, V);
@@ -203,34 +214,39 @@ static int MT_T(gpt_backward)(mt_model *m, const REAL *params, REAL *grads, REAL
   MT_CALL(mt_linear_backward_ex(s->dlnf, GW(WTE), NULL, s->dlogits, NULL, s->lnf, PW(WTE), N, C, V,
                                 SET, pol));
   MT_CALL(mt_model_unit_use(m, s->L + 1, 1));
-  mt_layernorm_backward(dlast, GW(lnf_idx(s->L, 0)), GW(lnf_idx(s->L, 1)), s->dlnf, last,
+  mt_layernorm_backward(g, GW(lnf_idx(s->L, 0)), GW(lnf_idx(s->L, 1)), s->dlnf, last,
                         PW(lnf_idx(s->L, 0)), s->lnf_mean, s->lnf_rstd, N, C);
   mt_model_unit_done(m, s->L + 1);
   for (int l = s->L - 1; l >= 0; l--) {
     MT_T(block_acts) *a = &s->a[l], *d = &s->d[l];
     const REAL *res = l ? s->a[l - 1].res3 : s->enc;
-    REAL *dres = l ? s->d[l - 1].res3 : s->denc;
     MT_CALL(mt_model_unit_use(m, l + 1, 1));
-    memcpy(d->res2, d->res3, nc); /* res3 = res2 + fcproj */
-    memcpy(d->fcproj, d->res3, nc);
-    if (s->dropped) MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, NC);
-    MT_CALL(mt_linear_backward_ex(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), d->fcproj,
-                                  NULL, a->fch_gelu, PW(bidx(l, FCPW)), N, 4 * C, C, SET, pol));
+    REAL *dfc = g; /* read only (no MT_LINEAR_RELU) */
+    if (s->dropped) {
+      memcpy(d->fcproj, g, nc);
+      MT_T(mt_model_dropout_backward)(d->fcproj, s->mask_fc[l], s->drop, NC);
+      dfc = d->fcproj;
+    }
+    MT_CALL(mt_linear_backward_ex(d->fch_gelu, GW(bidx(l, FCPW)), GW(bidx(l, FCPB)), dfc, NULL,
+                                  a->fch_gelu, PW(bidx(l, FCPW)), N, 4 * C, C, SET, pol));
     mt_gelu_backward_ex(d->fch, d->fch_gelu, a->fch, 4 * NC, s->gelu, MT_GELU_SET_DINP);
     MT_CALL(mt_linear_backward_ex(d->ln2, GW(bidx(l, FCW)), GW(bidx(l, FCB)), d->fch, NULL, a->ln2,
                                   PW(bidx(l, FCW)), N, C, 4 * C, SET, pol));
-    mt_layernorm_backward(d->res2, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
+    mt_layernorm_backward(g, GW(bidx(l, LN2W)), GW(bidx(l, LN2B)), d->ln2, a->res2,
                           PW(bidx(l, LN2W)), a->ln2_mean, a->ln2_rstd, N, C);
-    memcpy(dres, d->res2, nc); /* res2 = res + attproj */
-    memcpy(d->attproj, d->res2, nc);
-    if (s->dropped) MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, NC);
-    MT_CALL(mt_linear_backward_ex(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), d->attproj,
-                                  NULL, a->atty, PW(bidx(l, PROJW)), N, C, C, SET, pol));
+    REAL *dap = g;
+    if (s->dropped) {
+      memcpy(d->attproj, g, nc);
+      MT_T(mt_model_dropout_backward)(d->attproj, s->mask_att[l], s->drop, NC);
+      dap = d->attproj;
+    }
+    MT_CALL(mt_linear_backward_ex(d->atty, GW(bidx(l, PROJW)), GW(bidx(l, PROJB)), dap, NULL,
+                                  a->atty, PW(bidx(l, PROJW)), N, C, C, SET, pol));
     MT_CALL(mt_attention_backward_ex(d->qkv, a->preatt, d->atty, a->qkv, a->att, B, T, C, NH,
                                      MT_ATTN_SET_DINP, pol));
     MT_CALL(mt_linear_backward_ex(d->ln1, GW(bidx(l, QKVW)), GW(bidx(l, QKVB)), d->qkv, NULL, a->ln1,
                                   PW(bidx(l, QKVW)), N, C, 3 * C, SET, pol));
-    mt_layernorm_backward(dres, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
+    mt_layernorm_backward(g, GW(bidx(l, LN1W)), GW(bidx(l, LN1B)), d->ln1, res,
                           PW(bidx(l, LN1W)), a->ln1_mean, a->ln1_rstd, N, C);
     mt_model_unit_done(m, l + 1);
   }
