@@ -74,10 +74,6 @@ static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alp
   if (mt_gemm_log_active()) /* -log_gemm_shapes */
     mt_gemm_log_record(MT_GEMM_LOG_GEMM, ta, tb, M, N, K, beta, MT_PREC_FP32, 1);
 #ifdef MT_GEMM_PACK
-  /* C's rows += bias (the packed kernel has no epilogue) */
-#define ROWS_ADD(M, N, C, ldc, bias)                                                              \
-  for (int64_t r_ = 0; (bias) && r_ < (M); r_++)                                                  \
-    for (int64_t j_ = 0; j_ < (N); j_++) (C)[r_ * (ldc) + j_] += (bias)[j_]
   /* where it was measured to win (bench/README.md): 'N','N' with at most
    * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
    * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
@@ -94,7 +90,7 @@ static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alp
       K >= 256 &&
       M > 0 && lda >= K && ldb >= N && ldc >= N && mt_gemm_own_thread() &&
       mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0) {
-    ROWS_ADD(M, N, C, ldc, bias);
+    if (bias) mt_gemm_rows_add(M, N, C, ldc, bias); /* the packed kernel has no epilogue */
     return 0;
   }
 #endif

@@ -293,9 +293,7 @@ static int run_key(const key *k, const void *A, const void *B, float *C, const f
   return 1;
 }
 
-/* C's rows += bias (a call that no primitive carried), on the OpenMP
- * threads when the library's call had them too */
-static void add_bias(int64_t M, int64_t N, float *C, int64_t ldc, const float *bias) {
+void mt_gemm_rows_add(int64_t M, int64_t N, float *C, int64_t ldc, const float *bias) {
 #pragma omp parallel for schedule(static) if (!mt_gemm_own_thread() && M * N > 65536)
   for (int64_t r = 0; r < M; r++) {
     float *c = C + r * ldc;
@@ -330,7 +328,7 @@ static int kept(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, 
 /* a library call's status s, its C given the bias */
 static dnnl_status_t with_bias(dnnl_status_t s, int64_t M, int64_t N, float *C, int64_t ldc,
                                const float *bias) {
-  if (s == dnnl_success && bias) add_bias(M, N, C, ldc, bias);
+  if (s == dnnl_success && bias) mt_gemm_rows_add(M, N, C, ldc, bias);
   return s;
 }
 

@@ -51,6 +51,11 @@ dnnl_status_t mt_gemm_bf16_bias(char ta, char tb, int64_t M, int64_t N, int64_t 
                                 const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                                 float beta, float *C, int64_t ldc, const float *bias);
 
+/* C's M rows (ldc apart) += bias (N floats): the bias of a call that no
+ * primitive carried; on the OpenMP threads when a GEMM called now would
+ * have them too (not mt_gemm_own_thread). */
+void mt_gemm_rows_add(int64_t M, int64_t N, float *C, int64_t ldc, const float *bias);
+
 /* mt_sgemm without its forward-only rule: every transpose, alpha and beta
  * through the kept primitives as mt_gemm_bf16 runs bf16, else dnnl_sgemm.
  * For tests (the table's descriptors, scales, sums and strided C in fp32,
