@@ -22,7 +22,9 @@
  *    elsewhere the library's bits (dnnl_sgemm, dnnl_gemm_bf16bf16f32), or
  *    its status where it has no bf16 GEMM (no AVX-512);
  *  - with a bias (mt_sgemm_bias, mt_gemm_bf16_bias): the GEMM's bits and
- *    then the bias added, carried by a primitive or by a pass.
+ *    then the bias added, carried by a primitive or by a pass;
+ *  - the forward as its transpose (C^T = B A^T, written out transposed)
+ *    forced on and off: the same bits, with and without a bias.
  * Prints one line per check; exits non-zero when any check fails. */
 #include "nn/gemm_matmul.h"
 #include "nn/precision.h" /* mt_bf16_from_float, mt_float_from_bf16 */
@@ -413,6 +415,58 @@ static void test_bias(int avx512) {
     }
 }
 
+/* The forward as its transpose (mt_sgemm_forward_swap): forced on and
+ * off, with and without a bias, at the MLP's shapes (where the rule swaps)
+ * and odd ones: the same bits either way, padding untouched; on AVX-512 the
+ * swapped keys kept as primitives of their own (else both dnnl_sgemm). */
+static void test_swap(int avx512) {
+  uint64_t rng = 31;
+  /* padded operands are declined either way (dnnl_sgemm's bits) */
+  const int64_t shapes[][4] = {{64, 1024, 1024, 0}, {128, 1024, 784, 0}, {128, 10, 1024, 0},
+                               {60, 1000, 1000, 0}, {100, 300, 257, 0},  {7, 256, 300, 0},
+                               {32, 512, 1024, 16}, {1, 17, 5, 2},       {129, 33, 70, 5}};
+  int kept0, declined0, kept, declined;
+  mt_sgemm_matmul_stats(&kept0, &declined0);
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    nt_case c;
+    make_case(&c, shapes[s][0], shapes[s][1], shapes[s][2], (int)shapes[s][3], &rng);
+    const size_t nc = (size_t)(c.M * c.ldc);
+    float *bias = tu_xmalloc((size_t)c.N * sizeof(float));
+    tu_fill(bias, (size_t)c.N, &rng, 2.0f);
+    for (int b = 0; b <= 1; b++) {
+      float *C[2];
+      dnnl_status_t st[2];
+      for (int on = 0; on <= 1; on++) {
+        C[on] = tu_xmalloc(nc * sizeof(float));
+        for (size_t i = 0; i < nc; i++) C[on][i] = NAN;
+        mt_sgemm_forward_swap(on);
+        st[on] = mt_sgemm_bias('N', 'T', c.M, c.N, c.K, 1.0f, c.A, c.lda, c.B, c.ldb, 0.0f, C[on],
+                               c.ldc, b ? bias : NULL);
+      }
+      mt_sgemm_forward_swap(-1);
+      char what[128];
+      snprintf(what, sizeof(what), "swapped forward M=%lld N=%lld K=%lld pad=%d%s",
+               (long long)c.M, (long long)c.N, (long long)c.K, (int)shapes[s][3],
+               b ? " bias" : "");
+      CHECK(st[0] == dnnl_success && st[1] == dnnl_success &&
+                memcmp(C[0], C[1], nc * sizeof(float)) == 0,
+            "%s: the unswapped call's bits (padding untouched)", what);
+      if (!b) check_values(&c, C[1], what);
+      free(C[0]), free(C[1]);
+    }
+    free(bias);
+    free_case(&c);
+  }
+  mt_sgemm_matmul_stats(&kept, &declined);
+  /* each dense shape (the first 6): swapped and not, with and without a
+   * bias, 4 keys, test_nt having made 3 of them (without the swapped ones,
+   * at most 2 a shape) */
+  CHECK(avx512 ? kept - kept0 >= 4 * 6 - 3 : kept == kept0,
+        "swapped forward: %s (%d new keys kept, %d declined)",
+        avx512 ? "its keys kept as primitives of their own" : "none kept (dnnl_sgemm)",
+        kept - kept0, declined - declined0);
+}
+
 int main(void) {
 #ifdef _OPENMP
   omp_set_num_threads(1); /* the forward's one-thread GEMM */
@@ -427,6 +481,7 @@ int main(void) {
   CHECK(avx512 ? kept > 0 : declined > 0 && kept == 0,
         "%s: the forward's shapes %s", avx512 ? "AVX-512" : "no AVX-512",
         avx512 ? "run as brgemm primitives" : "declined (dnnl_sgemm)");
+  test_swap(avx512); /* early: its keys must fit in the table */
   test_others();
   test_any(0, avx512, 0);
   /* bf16 kernels: oneDNN's ISA has AVX512_BF16 (mt_gemm_bf16_native's test) */

@@ -53,6 +53,10 @@ typedef struct {
   int64_t M, N, K, lda, ldb, ldc;
   char ta, tb;
   int bf16, bias; /* bias: a row vector added to C's rows (matmul's bias) */
+  /* swap: the forward 'N','T' of few rows computed as its transpose,
+   * C^T (N,M) = B (N,K) A^T, into the entry's dense buffer and written
+   * into C transposed, the bias added there (swap_rule) */
+  int swap;
   float alpha, beta;
 } key;
 
@@ -68,7 +72,7 @@ typedef struct {
    * the primitive writes a dense M x N here and the rows are copied out
    * (and in first, when beta is not 0); into rows ldc apart the matmul ran
    * 7% slower (fp32 128 x 512 x 1024 at ldc 1024: 153.8-154.3 GFLOP/s,
-   * dense-and-copied 160.3-161.0, X1) */
+   * dense-and-copied 160.3-161.0, X1); a swapped key's C^T (N x M) */
   float *dense;
 } entry;
 
@@ -140,15 +144,20 @@ static void make(entry *e) {
   dnnl_matmul_desc_t d;
   const char *impl = "";
   /* C (M,N) = op(A) (M,K) op(B) (K,N); a transposed operand is the same
-   * memory read with its strides swapped */
-  int ok = (k->ta == 'N' ? md(&a, k->M, k->K, k->lda, 1, t) : md(&a, k->M, k->K, 1, k->lda, t)) ==
-               dnnl_success &&
-           (k->tb == 'N' ? md(&b, k->K, k->N, k->ldb, 1, t) : md(&b, k->K, k->N, 1, k->ldb, t)) ==
-               dnnl_success &&
-           md(&c, k->M, k->N, k->N, 1, dnnl_f32) == dnnl_success &&
-           (!k->bias || md(&bias, 1, k->N, k->N, 1, dnnl_f32) == dnnl_success) &&
+   * memory read with its strides swapped. Swapped ('N','T' only): C^T
+   * (N,M) = B (N,K) A^T (K,M), the bias added as C is written. */
+  int ok = k->swap ? md(&a, k->N, k->K, k->ldb, 1, t) == dnnl_success &&
+                         md(&b, k->K, k->M, 1, k->lda, t) == dnnl_success &&
+                         md(&c, k->N, k->M, k->M, 1, dnnl_f32) == dnnl_success
+           : (k->ta == 'N' ? md(&a, k->M, k->K, k->lda, 1, t)
+                           : md(&a, k->M, k->K, 1, k->lda, t)) == dnnl_success &&
+                 (k->tb == 'N' ? md(&b, k->K, k->N, k->ldb, 1, t)
+                               : md(&b, k->K, k->N, 1, k->ldb, t)) == dnnl_success &&
+                 md(&c, k->M, k->N, k->N, 1, dnnl_f32) == dnnl_success;
+  const int pbias = k->bias && !k->swap; /* the primitive carries the bias */
+  ok = ok && (!pbias || md(&bias, 1, k->N, k->N, 1, dnnl_f32) == dnnl_success) &&
            (attr = make_attr(k)) != NULL &&
-           dnnl_matmul_desc_init(&d, &a, &b, k->bias ? &bias : NULL, &c) == dnnl_success;
+           dnnl_matmul_desc_init(&d, &a, &b, pbias ? &bias : NULL, &c) == dnnl_success;
 #ifdef _OPENMP
   const int nt = omp_get_max_threads();
   omp_set_num_threads(1); /* the primitive's partition: one thread's */
@@ -162,12 +171,12 @@ static void make(entry *e) {
   ok = ok && dnnl_memory_create(&e->a, &a, eng_, DNNL_MEMORY_NONE) == dnnl_success &&
        dnnl_memory_create(&e->b, &b, eng_, DNNL_MEMORY_NONE) == dnnl_success &&
        dnnl_memory_create(&e->c, &c, eng_, DNNL_MEMORY_NONE) == dnnl_success &&
-       (!k->bias || dnnl_memory_create(&e->bias, &bias, eng_, DNNL_MEMORY_NONE) == dnnl_success) &&
+       (!pbias || dnnl_memory_create(&e->bias, &bias, eng_, DNNL_MEMORY_NONE) == dnnl_success) &&
        dnnl_memory_create(&e->scratch,
                           dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), eng_,
                           DNNL_MEMORY_ALLOCATE) == dnnl_success &&
        dnnl_stream_create(&e->strm, eng_, dnnl_stream_default_flags) == dnnl_success;
-  if (ok && k->ldc != k->N) {
+  if (ok && (k->ldc != k->N || k->swap)) {
     const size_t bytes = ((size_t)k->M * (size_t)k->N * sizeof(float) + 63) / 64 * 64;
     ok = (e->dense = aligned_alloc(64, bytes)) != NULL;
   }
@@ -183,7 +192,7 @@ static void make(entry *e) {
 static int same(const key *a, const key *b) {
   return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda && a->ldb == b->ldb &&
          a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb && a->bf16 == b->bf16 &&
-         a->bias == b->bias && a->alpha == b->alpha && a->beta == b->beta;
+         a->bias == b->bias && a->swap == b->swap && a->alpha == b->alpha && a->beta == b->beta;
 }
 
 /* A thread's recent keys and their slots in its table, or -1 where oneDNN
@@ -261,8 +270,43 @@ static entry *take(const key *k) {
   return got->declined ? NULL : got;
 }
 
+/* C (M rows ldc apart, N columns) = D^T + bias: D is the swapped
+ * primitive's dense N x M; in 16 x 16 tiles, whose 16 lines of D stay in L1
+ * while C's rows are written */
+static void transpose_out(int64_t M, int64_t N, const float *D, float *C, int64_t ldc,
+                          const float *bias) {
+  enum { T = 16 };
+  for (int64_t r0 = 0; r0 < M; r0 += T)
+    for (int64_t j0 = 0; j0 < N; j0 += T) {
+      const int64_t r1 = r0 + T < M ? r0 + T : M, j1 = j0 + T < N ? j0 + T : N;
+      for (int64_t r = r0; r < r1; r++) {
+        float *c = C + r * ldc;
+        if (bias) {
+#pragma omp simd
+          for (int64_t j = j0; j < j1; j++) c[j] = D[j * M + r] + bias[j];
+        } else {
+#pragma omp simd
+          for (int64_t j = j0; j < j1; j++) c[j] = D[j * M + r];
+        }
+      }
+    }
+}
+
 static dnnl_status_t run(entry *e, const void *A, const void *B, float *C, const float *bias) {
   const key *k = &e->k;
+  if (k->swap) {
+    dnnl_status_t s = dnnl_memory_set_data_handle(e->a, (void *)B);
+    if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->b, (void *)A);
+    if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->c, e->dense);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a},
+                               {DNNL_ARG_WEIGHTS, e->b},
+                               {DNNL_ARG_DST, e->c},
+                               {DNNL_ARG_SCRATCHPAD, e->scratch}};
+    if (s == dnnl_success) s = dnnl_primitive_execute(e->p, e->strm, 4, args);
+    if (s == dnnl_success) s = dnnl_stream_wait(e->strm);
+    if (s == dnnl_success) transpose_out(k->M, k->N, e->dense, C, k->ldc, k->bias ? bias : NULL);
+    return s;
+  }
   if (e->dense && k->beta != 0.0f)
     for (int64_t r = 0; r < k->M; r++)
       memcpy(e->dense + r * k->N, C + r * k->ldc, (size_t)k->N * sizeof(float));
@@ -307,7 +351,7 @@ static int call_key(key *k, char ta, char tb, int64_t M, int64_t N, int64_t K, f
                     int64_t lda, int64_t ldb, float beta, int64_t ldc, int bf16, int bias) {
   ta = ta == 't' ? 'T' : ta == 'n' ? 'N' : ta;
   tb = tb == 't' ? 'T' : tb == 'n' ? 'N' : tb;
-  *k = (key){M, N, K, lda, ldb, ldc, ta, tb, bf16, bias, alpha, beta};
+  *k = (key){M, N, K, lda, ldb, ldc, ta, tb, bf16, bias, 0, alpha, beta};
   /* oneDNN 2.x scales the bias with the output scale: alpha 1 only */
   if (bias && alpha != 1.0f) return 0;
   return (ta == 'N' || ta == 'T') && (tb == 'N' || tb == 'T') && M > 0 && N > 0 && K > 0 &&
@@ -349,11 +393,40 @@ dnnl_status_t mt_sgemm_matmul_any(char ta, char tb, int64_t M, int64_t N, int64_
   return sgemm_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
+/* -1: swap_rule, 0: never, 1: every forward a primitive takes */
+static int swap_mode_ = -1;
+
+void mt_sgemm_forward_swap(int mode) { swap_mode_ = mode < 0 ? -1 : mode > 0; }
+
+/* Where the forward of few rows runs as its transpose: C^T = B A^T. The
+ * matmul's brgemm kernels copy a transposed B (here the weights, N x K)
+ * into their layout at every call, a cost the call's M rows share; swapped,
+ * the copy is A's, M x K, and the output's transpose is M x N, both small.
+ * One thread, X1 (2026-11-29, bench/README.md "The forward of few rows as
+ * its transpose"), with the output's transpose against the matmul with
+ * its bias: 64 x 1024 x 1024 at 1.17x, 64 x 1024 x 784 1.18x, 32 rows
+ * 1.41x, 128 x 1024 x 1024 1.03-1.08x, 128 x 512 x 1024 (a -threads 2
+ * column block) 1.05x; 192 rows 0.99x, 256 rows 0.95x, and 128 x 128 x
+ * 3136 (the CNN's hidden layer) 0.99x. The same bits: each output is the
+ * same dot product, in the same order over K (test_gemm_matmul compares
+ * the two ways). */
+static int swap_rule(int64_t M, int64_t N, int64_t K) {
+  return swap_mode_ < 0 ? M <= 128 && N >= 256 && K >= 256 : swap_mode_;
+}
+
 dnnl_status_t mt_sgemm_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                             float *C, int64_t ldc, const float *bias) {
-  if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f)
+  if (ta == 'N' && tb == 'T' && alpha == 1.0f && beta == 0.0f) {
+    key k;
+    dnnl_status_t s;
+    if (swap_rule(M, N, K) &&
+        call_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc, 0, bias != NULL)) {
+      k.swap = 1;
+      if (run_key(&k, A, B, C, bias, &s)) return s;
+    }
     return sgemm_any(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  }
   return with_bias(dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), M, N, C, ldc,
                    bias);
 }

@@ -56,6 +56,13 @@ dnnl_status_t mt_gemm_bf16_bias(char ta, char tb, int64_t M, int64_t N, int64_t 
  * have them too (not mt_gemm_own_thread). */
 void mt_gemm_rows_add(int64_t M, int64_t N, float *C, int64_t ldc, const float *bias);
 
+/* The forward ('N','T', alpha 1, beta 0) of few rows computed as its
+ * transpose, C^T = B A^T, and written into C transposed (gemm_matmul.c's
+ * swap_rule, the same bits): -1 where the rule says (the default), 0
+ * never, 1 at every such call a primitive takes. For tests and benches;
+ * set it with no GEMM running. */
+void mt_sgemm_forward_swap(int mode);
+
 /* mt_sgemm without its forward-only rule: every transpose, alpha and beta
  * through the kept primitives as mt_gemm_bf16 runs bf16, else dnnl_sgemm.
  * For tests (the table's descriptors, scales, sums and strided C in fp32,
