@@ -19,7 +19,9 @@
 # of each model under ONEDNN_VERBOSE: the primitives oneDNN chose on the
 # node's CPU, their implementations and time a step, largest first), attn
 # (bench/attn_parts: one gpt attention layer's time by part, fp32 against
-# bf16 with dense head operands, strided, and converted, on one thread).
+# bf16 with dense head operands, strided, and converted, on one thread),
+# swap (gemm_shapes over bench/forward_swap.shapes: the linear forward of
+# 64-256 rows as called and as its transpose, fp32 and bf16, one thread).
 # The CUDA runtime, cuBLAS and NCCL (of the CUDA major version the
 # build used) are looked for under
 # /usr/local/cuda* and the site-packages of $PYTHON (default python3; also
@@ -143,7 +145,9 @@ for s in "${@:-units train bench}"; do
         done ;;
       dnnlv) step "oneDNN's primitives under sp-amp bf16" 300 bash -c "$(declare -f dnnlv); dnnlv" ;;
       attn) step "attention by part (bench/attn_parts)" 300 env OMP_NUM_THREADS=1 "$MT/build/bench/attn_parts" -reps 15 ;;
-      *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck, cpuamp, cpuunits, dnnlv, attn)" >&2; status=2 ;;
+      swap) step "the forward of few rows both ways (gemm_shapes)" 300 env OMP_NUM_THREADS=1 "$MT/build/bench/gemm_shapes" \
+        -shapes bench/forward_swap.shapes -libs sgemm,matmul,bf16,bf16emu,bf16api -reps 9 -ms 20 ;;
+      *) echo "unknown step '$s1' (units, train, bench, bigbench, memcheck, cpuamp, cpuunits, dnnlv, attn, swap)" >&2; status=2 ;;
     esac
   done
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_run.sh's CPU steps (cpuunits, attn, dnnlv), so that they work
+# scripts/gpu_run.sh's CPU steps (cpuunits, attn, dnnlv, swap), so that they work
 # when a GPU node is lent: a bundle as gpu_bundle.sh lays it out, made here
 # from this (CPU) build, the system's OpenMPI standing in for the bundled one
 # (usr -> /usr), run through gpu_run.sh from the source tree.
@@ -16,11 +16,14 @@ for p in $progs; do
   [ -x "$top_builddir/$p" ] || bail "no $top_builddir/$p (make check builds it)"
   cp "$top_builddir/$p" "$B/build/$p" || bail "cp $p failed"
 done
+# gemm_shapes as gpu_bundle.sh builds it (bench/lib.sh, not make)
+(. "$top_srcdir/bench/lib.sh" && gemm_shapes_build "$B/build/bench/gemm_shapes") ||
+  bail "cannot build bench/gemm_shapes"
 ln -s /usr "$B/usr" || bail "ln failed"
 tar -C "$B" -cJf "$WORK/b.tar.xz" . || bail "tar failed"
 cd "$top_srcdir" || bail "cd $top_srcdir failed"
-expect_ok "gpu_run.sh cpuunits attn dnnlv" with_env TMPDIR="$WORK" timeout 600 \
-  bash scripts/gpu_run.sh "$WORK/b.tar.xz" cpuunits attn dnnlv
+expect_ok "gpu_run.sh cpuunits attn dnnlv swap" with_env TMPDIR="$WORK" timeout 600 \
+  bash scripts/gpu_run.sh "$WORK/b.tar.xz" cpuunits attn dnnlv swap
 for t in test_gemm_matmul test_amp test_layout test_bf16_layers; do
   expect_output "cpuunits: $t ran" "$t: "
   if last_output | grep -Eq "^$t: [0-9]+ checks, 0 failed"; then pass "cpuunits: $t, 0 failed"
@@ -33,7 +36,11 @@ for m in mlp cnn gpt; do
     pass "dnnlv: $m's primitives"
   else fail "dnnlv: $m's primitives" "no primitive under '--- $m'"; fi
 done
+# swap: all 14 shapes timed (the bf16 ones at least emulated) and the limit
+if [ "$(last_output | grep -Ec '^  gemm[0-9]+b? +[0-9]+ +[0-9]+ +[0-9]+  NT .*[0-9]\.[0-9] ')" = 14 ] &&
+  last_output | grep -q '^LIMIT ms_per_step='; then pass "swap: its 14 shapes timed"
+else fail "swap: its 14 shapes timed" "not 14 timed rows and a LIMIT line"; fi
 n=$(last_output | grep -c '^=== exit 0$')
-if [ "$n" = 6 ]; then pass "six steps (four unit tests, attn, dnnlv), each exit 0"
-else fail "six steps (four unit tests, attn, dnnlv), each exit 0" "$n"; fi
+if [ "$n" = 7 ]; then pass "seven steps (four unit tests, attn, dnnlv, swap), each exit 0"
+else fail "seven steps (four unit tests, attn, dnnlv, swap), each exit 0" "$n"; fi
 finish
