@@ -329,10 +329,10 @@ int mt_gemm_lowp_bias(char ta, char tb, int64_t M, int64_t N, int64_t K, float a
   else
     s = mt_sgemm_bias(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, fused);
   MT_CALL(finish(s, ta, tb, M, N, K, C, ldc, p));
-  if (bias && !fused) {
-    mt_gemm_rows_add(M, N, C, ldc, bias);
-    for (int64_t r = 0; p->round_outputs && r < M; r++)
-      mt_round_to(p->compute, C + r * ldc, (size_t)N);
+  /* a row at a time: the bias added and the sum rounded while in cache */
+  for (int64_t r = 0; bias && !fused && r < M; r++) {
+    mt_gemm_rows_add(1, N, C + r * ldc, ldc, bias);
+    if (p->round_outputs) mt_round_to(p->compute, C + r * ldc, (size_t)N);
   }
   return 0;
 }

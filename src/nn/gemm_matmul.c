@@ -143,19 +143,20 @@ static void make(entry *e) {
   dnnl_primitive_desc_t pd = NULL;
   dnnl_matmul_desc_t d;
   const char *impl = "";
-  /* C (M,N) = op(A) (M,K) op(B) (K,N); a transposed operand is the same
-   * memory read with its strides swapped. Swapped ('N','T' only): C^T
-   * (N,M) = B (N,K) A^T (K,M), the bias added as C is written. */
-  int ok = k->swap ? md(&a, k->N, k->K, k->ldb, 1, t) == dnnl_success &&
-                         md(&b, k->K, k->M, 1, k->lda, t) == dnnl_success &&
-                         md(&c, k->N, k->M, k->M, 1, dnnl_f32) == dnnl_success
-           : (k->ta == 'N' ? md(&a, k->M, k->K, k->lda, 1, t)
-                           : md(&a, k->M, k->K, 1, k->lda, t)) == dnnl_success &&
-                 (k->tb == 'N' ? md(&b, k->K, k->N, k->ldb, 1, t)
-                               : md(&b, k->K, k->N, 1, k->ldb, t)) == dnnl_success &&
-                 md(&c, k->M, k->N, k->N, 1, dnnl_f32) == dnnl_success;
+  /* The primitive's own product: the call's, or swapped ('N','T' only) C^T
+   * (N,M) = B (N,K) A^T (K,M), B as its A and A as its B, the bias then
+   * added as C is written (run). */
+  const int64_t M = k->swap ? k->N : k->M, N = k->swap ? k->M : k->N;
+  const int64_t lda = k->swap ? k->ldb : k->lda, ldb = k->swap ? k->lda : k->ldb;
   const int pbias = k->bias && !k->swap; /* the primitive carries the bias */
-  ok = ok && (!pbias || md(&bias, 1, k->N, k->N, 1, dnnl_f32) == dnnl_success) &&
+  /* C (M,N) = op(A) (M,K) op(B) (K,N); a transposed operand is the same
+   * memory read with its strides swapped */
+  int ok = (k->ta == 'N' ? md(&a, M, k->K, lda, 1, t) : md(&a, M, k->K, 1, lda, t)) ==
+               dnnl_success &&
+           (k->tb == 'N' ? md(&b, k->K, N, ldb, 1, t) : md(&b, k->K, N, 1, ldb, t)) ==
+               dnnl_success &&
+           md(&c, M, N, N, 1, dnnl_f32) == dnnl_success &&
+           (!pbias || md(&bias, 1, N, N, 1, dnnl_f32) == dnnl_success) &&
            (attr = make_attr(k)) != NULL &&
            dnnl_matmul_desc_init(&d, &a, &b, pbias ? &bias : NULL, &c) == dnnl_success;
 #ifdef _OPENMP
@@ -294,18 +295,9 @@ static void transpose_out(int64_t M, int64_t N, const float *D, float *C, int64_
 
 static dnnl_status_t run(entry *e, const void *A, const void *B, float *C, const float *bias) {
   const key *k = &e->k;
-  if (k->swap) {
-    dnnl_status_t s = dnnl_memory_set_data_handle(e->a, (void *)B);
-    if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->b, (void *)A);
-    if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->c, e->dense);
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a},
-                               {DNNL_ARG_WEIGHTS, e->b},
-                               {DNNL_ARG_DST, e->c},
-                               {DNNL_ARG_SCRATCHPAD, e->scratch}};
-    if (s == dnnl_success) s = dnnl_primitive_execute(e->p, e->strm, 4, args);
-    if (s == dnnl_success) s = dnnl_stream_wait(e->strm);
-    if (s == dnnl_success) transpose_out(k->M, k->N, e->dense, C, k->ldc, k->bias ? bias : NULL);
-    return s;
+  if (k->swap) { /* its product C^T = B A^T into dense (beta is 0) */
+    const void *t = A;
+    A = B, B = t;
   }
   if (e->dense && k->beta != 0.0f)
     for (int64_t r = 0; r < k->M; r++)
@@ -313,15 +305,17 @@ static dnnl_status_t run(entry *e, const void *A, const void *B, float *C, const
   dnnl_status_t s = dnnl_memory_set_data_handle(e->a, (void *)A);
   if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->b, (void *)B);
   if (s == dnnl_success) s = dnnl_memory_set_data_handle(e->c, e->dense ? e->dense : C);
-  if (s == dnnl_success && k->bias) s = dnnl_memory_set_data_handle(e->bias, (void *)bias);
+  if (s == dnnl_success && e->bias) s = dnnl_memory_set_data_handle(e->bias, (void *)bias);
   dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->a},
                              {DNNL_ARG_WEIGHTS, e->b},
                              {DNNL_ARG_DST, e->c},
                              {DNNL_ARG_SCRATCHPAD, e->scratch},
                              {DNNL_ARG_BIAS, e->bias}};
-  if (s == dnnl_success) s = dnnl_primitive_execute(e->p, e->strm, k->bias ? 5 : 4, args);
+  if (s == dnnl_success) s = dnnl_primitive_execute(e->p, e->strm, e->bias ? 5 : 4, args);
   if (s == dnnl_success) s = dnnl_stream_wait(e->strm);
-  if (s == dnnl_success && e->dense)
+  if (s == dnnl_success && k->swap)
+    transpose_out(k->M, k->N, e->dense, C, k->ldc, k->bias ? bias : NULL);
+  else if (s == dnnl_success && e->dense)
     for (int64_t r = 0; r < k->M; r++)
       memcpy(C + r * k->ldc, e->dense + r * k->N, (size_t)k->N * sizeof(float));
   return s;
