@@ -114,7 +114,12 @@ dnnlv() { # oneDNN's primitives in a few sp-amp steps of each model, by time
       -threads 1 -epochs 1 -max_train_steps_per_epoch $steps -max_val_steps_per_epoch 0 -log_every 0 \
       -checkpoint_at_end 0 -output_dir "$w/o" 2>&1 |
       awk -F, -v n=$steps '$1 ~ /verbose$/ && $2 == "exec" {k = $4 " " $5 " " $(NF-1); c[k]++; t[k] += $NF}
-        END {for (k in t) printf "%10.3f %6.1f  %s\n", t[k] / n, c[k] / n, k}' | sort -rn | head -25
+        END {for (k in t) printf "%10.3f %6.1f  %s\n", t[k] / n, c[k] / n, k}' | sort -rn | head -25 >"$w/p"
+    # without AVX-512 oneDNN 2.6 has no brgemm matmul: the mlp's and gpt's
+    # GEMMs are then dnnl_sgemm calls (or mpitrain's own kernels), not
+    # primitives, and print nothing under ONEDNN_VERBOSE
+    if [ -s "$w/p" ]; then cat "$w/p"
+    else echo "    (no oneDNN primitive ran: its GEMMs were dnnl_sgemm calls or mpitrain's own kernels)"; fi
   done
   rm -rf "$w"
 }
