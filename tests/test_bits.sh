@@ -87,7 +87,12 @@
 # isa-avx2-fma-f16c-avx512f-avx512bw (AVX-512 without bf16 instructions,
 # the CI machines' kind) made again from af81c07 (issue 21's matmul
 # primitives and the CNN's native-bf16 layouts in), three runs alike;
-# the sanitizer build skips (MT_BITS=0).
+# the sanitizer build skips (MT_BITS=0). isa-avx2-fma-f16c's two gpt runs
+# (ddp-gpt, fsdp-amp-gpt) remade on 2026-11-29 from 5784628, three runs
+# alike: layer norm's row sums in vector lanes (3a74d5d) and the softmax
+# and GELU through mt_vexp (dd098d1), both of 11-28, move them by the
+# vector width (git bisect on the AVX2 EPYC: those two commits, nothing
+# else; every other run as before).
 # (by hand, top_srcdir is the folder above this script; top_builddir, where
 # tests/h5digest and the other programs are, the current folder)
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
