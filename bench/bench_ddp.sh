@@ -5,7 +5,9 @@
 # progress), -ddp_overlap 1 -ddp_comm_thread 1 and the last two with
 # -ddp_allreduce shm (the shared-memory window; step time, exposed
 # communication share, and without overlap the all-reduce bus bandwidth
-# achieved in training), an MPI_Allreduce
+# achieved in training; -ddp_shard_optimizer 0 throughout: its default,
+# auto, would fold the sum into the optimizer's step, bench_zero.sh), an
+# MPI_Allreduce
 # microbenchmark of the same gradient in the same run (bench/allreduce), and
 # PyTorch DDP (gloo) on the same model, batch (BATCH/2 per rank) and data.
 # Medians of R runs, interleaved.
@@ -42,8 +44,8 @@ for i in $(seq "$R"); do
     0) flags="-ddp_overlap 0 -ddp_allreduce mpi" ;;
     1) flags="-ddp_overlap 1 -ddp_comm_thread 0 -ddp_allreduce mpi" ;;
     t) flags="-ddp_overlap 1 -ddp_comm_thread 1 -ddp_allreduce mpi" ;;
-    s0) flags="-ddp_overlap 0 -ddp_allreduce shm" ;;
-    st) flags="-ddp_overlap 1 -ddp_comm_thread 1 -ddp_allreduce shm" ;;
+    s0) flags="-ddp_overlap 0 -ddp_allreduce shm -ddp_shard_optimizer 0" ;;
+    st) flags="-ddp_overlap 1 -ddp_comm_thread 1 -ddp_allreduce shm -ddp_shard_optimizer 0" ;;
     esac
     # shellcheck disable=SC2086
     mpi "$mt" -backend ddp -model mlp -mlp_hidden "$hidden" -data_train "$data/fashion-mnist-train.h5" \

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# -ddp_shard_optimizer (ZeRO stage 1 inside a node) against ddp's default
-# on bench_mlp.sh's MLP (784-1024-1024-10, SGD momentum 0.9, Fashion-MNIST):
+# -ddp_shard_optimizer 1 (ZeRO stage 1 inside a node; what its default,
+# auto, picks here) against 0 (a copy of everything per rank, PyTorch
+# DDP's way) on bench_mlp.sh's MLP (784-1024-1024-10, SGD momentum 0.9, Fashion-MNIST):
 #
 #   bench/bench_zero.sh [-r N] [--steps N] [--batch N] [MPITRAIN [DATA_DIR]]
 #
 # Each repeat runs, in this order, 1 rank x 1 thread (sp), 2 ranks x 1
-# thread (ddp) and the same with -ddp_shard_optimizer 1, so the three see
+# thread (ddp -ddp_shard_optimizer 0) and the same with 1, so the three see
 # the same machine; prints every run's samples/s with its epoch line's
 # exposed-communication and optimizer shares, then the medians and the
 # medians of the per-repeat ratios (2x1 / 1x1, zero1 / 1x1, zero1 / 2x1).
@@ -55,7 +56,7 @@ shares() { grep -o 'exposed comm [0-9.]*% optimizer [0-9.]*%' "$1" | head -n 1; 
 echo "# bench_zero: $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $mpitrain; batch $batch, $steps steps, $repeats repeats"
 for i in $(seq "$repeats"); do
 	a=$(run 1 "$tmp/a.log")
-	b=$(run 2 "$tmp/b.log")
+	b=$(run 2 "$tmp/b.log" -ddp_shard_optimizer 0)
 	z=$(run 2 "$tmp/z.log" -ddp_shard_optimizer 1)
 	[ -n "$a" ] && [ -n "$b" ] && [ -n "$z" ] || {
 		echo "$0: a run failed; its log:" >&2
@@ -66,5 +67,5 @@ for i in $(seq "$repeats"); do
 	ratio "$b" "$a" >>"$tmp/rba" && ratio "$z" "$a" >>"$tmp/rza" && ratio "$z" "$b" >>"$tmp/rzb"
 	echo "# run $i (load $(cut -d' ' -f1 /proc/loadavg)): 1x1 $a | 2x1 $b ($(shares "$tmp/b.log")) | 2x1 zero1 $z ($(shares "$tmp/z.log"))"
 done
-echo "samples/s medians: 1x1 $(median "$tmp/a") | 2x1 $(median "$tmp/b") | 2x1 -ddp_shard_optimizer 1 $(median "$tmp/z")"
+echo "samples/s medians: 1x1 $(median "$tmp/a") | 2x1 -ddp_shard_optimizer 0 $(median "$tmp/b") | 2x1 -ddp_shard_optimizer 1 $(median "$tmp/z")"
 echo "per-repeat ratios, medians: 2x1/1x1 $(median "$tmp/rba" %.2f) | zero1/1x1 $(median "$tmp/rza" %.2f) | zero1/2x1 $(median "$tmp/rzb" %.3f)"

@@ -150,10 +150,14 @@ expect_output "shm without the thread: in place" "100% of it summed in place in 
 same "shm without the thread == sp" sp1 shmnt
 # a /dev/shm too small for the gradients (a container's 64 MiB; here 6 MiB
 # for 2 x 4.1 MiB): the window's copy in, said, and the bits of the run
-# that sums them in place (a + b at 2 ranks); needs a mount namespace
+# that sums them in place (a + b at 2 ranks), and no shared parameters
+# (-ddp_shard_optimizer auto falls back to ddp's copy per rank); needs a
+# mount namespace
 wide=(-mlp_hidden 1024,1024 -max_train_steps_per_epoch 4 -ddp_allreduce shm -threads 1)
 run_logged run_mpi 2 120 "$MPITRAIN" "${common[@]}" "${wide[@]}" -backend ddp -output_dir "$WORK/wide"
 expect_output "4 MiB of gradients in the window" "100% of it summed in place in the shared window"
+expect_output "the optimizer sharded by default (-ddp_shard_optimizer auto)" \
+  "optimizer sharded over the 2 ranks of each node (-ddp_shard_optimizer auto)"
 if unshare -m true 2>/dev/null; then
   run_logged unshare -m sh -c 'mount -t tmpfs -o size=6m tmpfs /dev/shm && exec timeout -k 10 120 \
     "$0" -np 2 --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader \
@@ -161,6 +165,8 @@ if unshare -m true 2>/dev/null; then
     "${common[@]}" "${wide[@]}" -backend ddp -output_dir "$WORK/wide6m"
   [ "$LAST_RC" = 0 ] && pass "ddp with a 6 MiB /dev/shm" || fail "ddp with a 6 MiB /dev/shm" "exit $LAST_RC"
   expect_output "a small /dev/shm: said" "/dev/shm has too little room for the buffers of 2 ranks"
+  expect_output "a small /dev/shm: -ddp_shard_optimizer auto keeps a copy per rank, said" \
+    "ddp: optimizer not sharded (-ddp_shard_optimizer auto: the window could not be made"
   expect_no_output "a small /dev/shm: copied in, not in place" "summed in place"
   run_logged "$MKDATA" compare "$WORK/wide/model_final.h5" "$WORK/wide6m/model_final.h5" 0
   [ "$LAST_RC" = 0 ] && pass "in place == copied in at 2 ranks, bit for bit" ||

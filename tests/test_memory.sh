@@ -4,7 +4,8 @@
 #   allocations then take, within 2% + 0.05 MiB, part by part, for mlp,
 #   cnn and gpt under sp, ddp and fsdp (and a batch split over threads,
 #   -restore_best's copy);
-# - fsdp's forecast of the sharded parts per rank is half ddp's at 2 ranks;
+# - fsdp's forecast of the sharded parts per rank is half ddp's at 2 ranks
+#   (ddp with -ddp_shard_optimizer 0: everything replicated per rank);
 # - the default limit is the node's memory (or its cgroup's limit) over the
 #   node's ranks, and the line says which;
 # - a data file whose nclasses attribute is 1e8, under ulimit -v: refused
@@ -62,22 +63,22 @@ check() { # NAME NP MODEL-ARRAY BACKEND OPTIONS...
 
 check mlp-sp 1 mlp sp
 check mlp-sp-split 1 mlp sp -threads 2 -thread_split batch
-check mlp-ddp 2 mlp ddp -restore_best -data_val "$WORK/train.h5"
+check mlp-ddp 2 mlp ddp -ddp_shard_optimizer 0 -restore_best -data_val "$WORK/train.h5"
 check mlp-fsdp 2 mlp fsdp
 check mlp-zero 2 mlp ddp -ddp_shard_optimizer 1 -restore_best -data_val "$WORK/train.h5"
 check cnn-zero 2 cnn ddp -ddp_shard_optimizer 1
 check cnn-sp 1 cnn sp
-check cnn-ddp 2 cnn ddp
+check cnn-ddp 2 cnn ddp -ddp_shard_optimizer 0
 check cnn-fsdp 2 cnn fsdp
 check gpt-sp 1 gpt sp
-check gpt-ddp 2 gpt ddp -precision fp64
+check gpt-ddp 2 gpt ddp -ddp_shard_optimizer 0 -precision fp64
 check gpt-fsdp 2 gpt fsdp
 
 # fsdp shards the parameters, gradients and optimizer state: their forecast
 # per rank is half ddp's at 2 ranks (what it gathers, a unit at a time and
 # the whole model to evaluate, comes on top: the total is at most ddp's)
 owned() { sed -n 's/^memory forecast per rank (from shapes): parameters \([0-9.]*\) MiB, gradients \([0-9.]*\), optimizer state \([0-9.]*\),.*; total \([0-9.]*\) MiB of.*/\1 \2 \3 \4/p' "$LAST_LOG"; }
-check mlp-ddp2 2 mlp ddp -mlp_hidden 1024,1024
+check mlp-ddp2 2 mlp ddp -ddp_shard_optimizer 0 -mlp_hidden 1024,1024
 ddp=$(owned)
 check mlp-fsdp2 2 mlp fsdp -mlp_hidden 1024,1024
 fsdp=$(owned)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # -ddp_shard_optimizer 1 (ZeRO stage 1 inside a node, src/trainer/own_zero.c)
-# gives the bits of the same run without it:
+# gives the bits of the same run with 0:
 # - the final parameters (model_final.h5's datasets, tests/h5digest) at 2 and
 #   3 ranks, the MLP with SGD (momentum, Nesterov, weight decay) and AdamW,
 #   the all-reduce after the backward and overlapped with it,
@@ -17,7 +17,11 @@
 # - the optimizer state per rank is halved at 2 ranks, forecast = allocated;
 #   (the parameters are one copy per node: without it each rank kept one)
 # - refusals name the option: -backend sp, fsdp, ddp-dp, ddp-amp-apex,
-#   -ddp_allreduce mpi, one rank, auto's choice of mpi.
+#   -ddp_allreduce mpi, one rank, auto's choice of mpi;
+# - auto, the default: on (and saying so) for ddp of several ranks on a
+#   node, the same bits as 0; off without a word where the options rule it
+#   out (sp, ddp-dp, -ddp_allreduce mpi), off saying why where the run does
+#   (auto's choice of mpi); a value not auto, 1 or 0 refused.
 # Two simulated hosts x 2 ranks: tests/test_multihost.sh.
 . "$top_srcdir/tests/lib.sh"
 make_work
@@ -64,7 +68,7 @@ same() {
 pair() {
   local name=$1 np=$2 arr=$3 be=$4
   shift 4
-  train "$name-off" "$np" "$arr" "$be" "$@" || return
+  train "$name-off" "$np" "$arr" "$be" "$@" -ddp_shard_optimizer 0 || return
   train "$name-on" "$np" "$arr" "$be" "$@" -ddp_shard_optimizer 1 || return
   expect_output "$name: the optimizer sharded over $np ranks" \
     "optimizer sharded over the $np ranks of each node (-ddp_shard_optimizer 1)"
@@ -115,7 +119,7 @@ pair cnn2 2 cnn ddp
 
 # ---- checkpoints: mid-epoch (step 7 of 10) at 2 ranks, with and without
 ck=(-checkpoint_every_steps 7 -checkpoint_at_end 0)
-train U 2 mlp ddp "${sgd[@]}" "${ck[@]}" # the uninterrupted run, without
+train U 2 mlp ddp "${sgd[@]}" "${ck[@]}" -ddp_shard_optimizer 0 # the uninterrupted run, without
 train Z 2 mlp ddp "${sgd[@]}" "${ck[@]}" -ddp_shard_optimizer 1
 NCK=$WORK/U/checkpoints/ckpt-7.h5 ZCK=$WORK/Z/checkpoints/ckpt-7.h5
 same "a mid-epoch checkpoint written with the option holds the tensors of one written without" \
@@ -123,11 +127,11 @@ same "a mid-epoch checkpoint written with the option holds the tensors of one wr
 train Z2 2 mlp ddp "${sgd[@]}" -ddp_shard_optimizer 1 -restart "$ZCK" &&
   same "its checkpoint resumed at 2 ranks with the option == the uninterrupted run" \
     "$WORK/U/model_final.h5" "$WORK/Z2/model_final.h5"
-train N1 1 mlp ddp "${sgd[@]}" -restart "$NCK"
-train Z1 1 mlp ddp "${sgd[@]}" -restart "$ZCK" &&
+train N1 1 mlp ddp "${sgd[@]}" -restart "$NCK" -ddp_shard_optimizer 0
+train Z1 1 mlp ddp "${sgd[@]}" -restart "$ZCK" -ddp_shard_optimizer 0 &&
   same "its checkpoint resumed at 1 rank without the option == the checkpoint without it, resumed so" \
     "$WORK/N1/model_final.h5" "$WORK/Z1/model_final.h5"
-train N3 3 mlp ddp "${sgd[@]}" -restart "$NCK"
+train N3 3 mlp ddp "${sgd[@]}" -restart "$NCK" -ddp_shard_optimizer 0
 train Z3 3 mlp ddp "${sgd[@]}" -ddp_shard_optimizer 1 -restart "$ZCK" &&
   same "its checkpoint resumed at 3 ranks with the option == the checkpoint without it, resumed without" \
     "$WORK/N3/model_final.h5" "$WORK/Z3/model_final.h5"
@@ -141,7 +145,7 @@ big=(-model mlp -mlp_hidden 256,256 -data_train "$WORK/train.h5" -batch_size 48 
 optim() { # the forecast and allocated optimizer state (MiB) of the last run
   sed -n 's|^memory allocated per rank (forecast / allocated): .*, optimizer state \([0-9.]*\) / \([0-9.]*\), .*total \([0-9.]*\) / \([0-9.]*\) MiB$|\1 \2 \3 \4|p' "$LAST_LOG"
 }
-train mem-off 2 big ddp && off=$(optim)
+train mem-off 2 big ddp -ddp_shard_optimizer 0 && off=$(optim)
 train mem-on 2 big ddp -ddp_shard_optimizer 1 && on=$(optim)
 # (the totals within tests/test_memory.sh's margin: the ranks' slices and
 # activations differ by a few KiB, and each figure is the largest rank's)
@@ -171,5 +175,25 @@ err "-backend ddp-amp-apex" 2 "$O not with the O2 policy" ddp-amp-apex
 err "-ddp_allreduce mpi" 2 "$O shares the parameters in the window of -ddp_allreduce shm" ddp -ddp_allreduce mpi
 err "one rank" 1 "$O shards the optimizer among the ranks of a node through ddp's shared-memory window, which this run does not use: the run has one rank" ddp
 err "auto chose mpi" 2 "-ddp_allreduce auto chose mpi" ddp -ddp_overlap 1 -ddp_comm_thread 0
+
+# ---- auto, the default
+train auto2 2 mlp ddp "${sgd[@]}" &&
+  expect_output "auto: on for ddp of 2 ranks on a node, saying so" \
+    "optimizer sharded over the 2 ranks of each node (-ddp_shard_optimizer auto)" &&
+  same "auto: the bits of -ddp_shard_optimizer 0" "$WORK/sgd2-off/model_final.h5" \
+    "$WORK/auto2/model_final.h5"
+mlp1=("${mlp[@]:0:20}" -threads 1) # without -ddp_bucket_mb, which sp refuses
+for a in "sp 1" "ddp-dp 2 -dp_noise_multiplier 1" "ddp 2 -ddp_allreduce mpi"; do
+  read -r be np more <<<"$a"
+  # shellcheck disable=SC2086 # more: the case's options
+  train "auto-$be-$np" "$np" mlp1 "$be" ${more:-} &&
+    expect_no_output "auto: off, silent, with -backend $be${more:+ $more}" "optimizer sharded" &&
+    expect_no_output "auto: with -backend $be${more:+ $more}, no word of it" "optimizer not sharded"
+done
+train auto-mpi 2 mlp ddp "${sgd[@]}" -ddp_overlap 1 -ddp_comm_thread 0 &&
+  expect_output "auto: off where auto chose mpi, saying why" \
+    "ddp: optimizer not sharded (-ddp_shard_optimizer auto: -ddp_allreduce auto chose mpi"
+expect_error "a value not auto, 1 or 0 refused" "option -ddp_shard_optimizer: 'maybe' is not auto, 1 or 0" \
+  run_mpi 2 60 "$MPITRAIN" "${mlp[@]}" -backend ddp -ddp_shard_optimizer maybe -output_dir "$WORK/err"
 
 finish

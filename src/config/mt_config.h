@@ -82,7 +82,7 @@ typedef struct {
   int ddp_overlap; /* 1, 0, or -1: auto (the trainer decides, trainer.c) */
   int ddp_comm_thread;
   int ddp_allreduce; /* MT_ALLREDUCE_MPI | _SHM (comm/shm_reduce.h)     */
-  int ddp_shard_optimizer; /* ZeRO-1 in a node (config_zero.c, own_zero.c) */
+  int ddp_shard_optimizer; /* ZeRO-1 in a node, -1 auto (config_zero.c, own_zero.c) */
   int prefetch;
   /* mixed precision (backends *-amp, *-amp-apex; read by config_amp.c) */
   int amp;              /* the policy: 0 fp32; 1 autocast-style (-amp, O1);

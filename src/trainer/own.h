@@ -78,4 +78,9 @@ typedef struct mt_owner_ops {
 
 extern const mt_owner_ops mt_owner_replicated, mt_owner_sharded, mt_owner_zero1;
 
+/* -ddp_shard_optimizer auto that the options allowed: 1 where the run
+ * shares ddp's window on its nodes, with overlap the backward's all-reduce
+ * (own_zero.c); rank 0 prints why not. */
+int mt_zero1_auto(const mt_trainer *t, int overlap);
+
 #endif

@@ -71,18 +71,36 @@ static void slice_of(const mt_trainer *t, size_t n, size_t *lo, size_t *hi) {
   mt_shm_partition(n, t->esz, m->node_min, m->local_rank, lo, hi);
 }
 
-/* Why the run has no shared window (trainer.c put nothing there). */
-static const char *no_window_why(const mt_trainer *t) {
+/* Why the run will have no shared window for the parameters, the
+ * gradients being summed by method allreduce (NULL: it will, room allowing). */
+static const char *window_why(const mt_trainer *t, int allreduce) {
   const mt_config *c = t->cfg;
   if (t->device >= 0) return "this rank computes on a GPU (-device auto chose cuda)";
   if (t->comm->size == 1) return "the run has one rank: nothing to shard";
   if (t->comm->node_max == 1) return "every node runs one rank: nothing to share a window with";
-  if (t->backend->allreduce != MT_ALLREDUCE_SHM)
+  if (allreduce != MT_ALLREDUCE_SHM)
     return c->ddp_allreduce == MT_ALLREDUCE_AUTO
                ? "-ddp_allreduce auto chose mpi (the overlap without the communication "
                  "thread); give -ddp_allreduce shm or -ddp_overlap 0"
                : "it needs -ddp_allreduce shm (or auto)";
-  return "the window could not be made (see the line on /dev/shm above)";
+  return NULL;
+}
+
+/* -ddp_shard_optimizer auto, where the options allow it (config_zero.c):
+ * 1 where the run shares ddp's window on a node (several ranks on every
+ * node, as many on each, the window's all-reduce). Sharded, the node's
+ * ranks step one copy of the parameters and each its slice: the same
+ * bits, the update's memory traffic / L, and the parameters, the state
+ * and the gradients of 2 ranks of the MLP (45 MB) fit a 32 MB cache as
+ * 30 MB (bench/README.md, "ZeRO-1 by default"). Rank 0 says why not. */
+int mt_zero1_auto(const mt_trainer *t, int overlap) {
+  const mt_config *c = t->cfg;
+  const mt_comm *m = t->comm;
+  const char *why = window_why(t, mt_allreduce_use(c->ddp_allreduce, t->device >= 0, overlap,
+                                                   c->ddp_comm_thread));
+  if (!why && m->node_min != m->node_max) why = "the nodes run different numbers of ranks";
+  if (why && m->size > 1) mt_print0("ddp: optimizer not sharded (" OPTION " auto: %s)\n", why);
+  return why == NULL;
 }
 
 /* The parameters move into the buffer the node's ranks share, after they
@@ -95,11 +113,17 @@ static int to_shared(mt_trainer *t) {
   MT_CALL(mt_agree(t->comm->world, err));
   int none = w == NULL; /* the same on every rank: the room was agreed */
   MT_MPI(MPI_Allreduce(MPI_IN_PLACE, &none, 1, MPI_INT, MPI_MAX, t->comm->world));
+  const char *why = window_why(t, t->backend->allreduce);
+  if (!why) why = "the window could not be made (see the line on /dev/shm above)";
+  if (none && t->cfg->ddp_shard_optimizer < 0) { /* auto: ddp's own copy, as without */
+    mt_print0("ddp: optimizer not sharded (" OPTION " auto: %s)\n", why);
+    t->owner = &mt_owner_replicated;
+    return 0;
+  }
   MT_CALL(mt_agree(t->comm->world,
                    !none ? 0 : MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: shards the optimizer "
                                       "among the ranks of a node through ddp's shared-memory "
-                                      "window, which this run does not use: %s",
-                                      no_window_why(t))));
+                                      "window, which this run does not use: %s", why)));
   if (t->comm->local_rank == 0) memcpy(w, t->params, bytes);
   MT_CALL(mt_agree(t->comm->world, mt_backend_window_arrive(t->backend)));
   mt_free(&t->params);
@@ -114,6 +138,7 @@ static int z_setup(mt_trainer *t) {
                    : MT_ERR(MT_ERR_OPTION, "option " OPTION " 1: the nodes run %d to %d ranks; "
                             "it needs the same number on every node", m->node_min, m->node_max)));
   MT_CALL(to_shared(t));
+  if (t->owner != &mt_owner_zero1) return 0; /* auto, without the window */
   struct mt_zero *z = NULL;
   int err = mt_calloc(&z, 1, sizeof(*z), "zero1 slice");
   t->zero = z;
@@ -122,9 +147,10 @@ static int z_setup(mt_trainer *t) {
     err = mt_param_table_slice(&t->model->params, z->lo, z->hi, &z->table);
   }
   MT_CALL(mt_agree(m->world, err));
-  mt_print0("ddp: optimizer sharded over the %d ranks of each node (" OPTION " 1): rank 0 "
+  mt_print0("ddp: optimizer sharded over the %d ranks of each node (" OPTION " %s): rank 0 "
             "steps elements [%zu, %zu) of %zu of the parameters the node's ranks share\n",
-            m->node_min, z->lo, z->hi, t->model->params.total);
+            m->node_min, t->cfg->ddp_shard_optimizer < 0 ? "auto" : "1", z->lo, z->hi,
+            t->model->params.total);
   z->fused = -1; /* at the first step, when the loss scaler and the privacy policy are known */
   return 0;
 }

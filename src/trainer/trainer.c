@@ -179,7 +179,12 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   const int sharded = c->fsdp && /* the strategy's MT_TRAIT_SHARDED */
                       c->fsdp_strategy != MT_FSDP_NO_SHARD && t->device < 0;
   if (sharded) t->owner = &mt_owner_sharded;
-  if (c->ddp_shard_optimizer) t->owner = &mt_owner_zero1; /* ddp's window (config_zero.c) */
+  /* ddp's window (config_zero.c, own_zero.c); auto, before the model
+   * fixes the threads, guesses the overlap of one (the window's absence
+   * turns a wrong guess back into the replicated owner) */
+  const int ov1 = (c->ddp_overlap >= 0 ? c->ddp_overlap : overlap_auto(t, 1)) && !c->dp;
+  if (c->ddp_shard_optimizer > 0 || (c->ddp_shard_optimizer < 0 && mt_zero1_auto(t, ov1)))
+    t->owner = &mt_owner_zero1;
 
   /* the same on every rank (same options, same data shape): agreed */
   MT_CALL(mt_amp_policy(t)); /* before the model: convolutions fix their precision */
