@@ -179,9 +179,10 @@ int mt_trainer_create(mt_trainer **out, const mt_config *c, const mt_comm *comm)
   const int sharded = c->fsdp && /* the strategy's MT_TRAIT_SHARDED */
                       c->fsdp_strategy != MT_FSDP_NO_SHARD && t->device < 0;
   if (sharded) t->owner = &mt_owner_sharded;
-  /* ddp's window (config_zero.c, own_zero.c); auto, before the model
-   * fixes the threads, guesses the overlap of one (the window's absence
-   * turns a wrong guess back into the replicated owner) */
+  /* ddp's window (config_zero.c, own_zero.c); auto decides before the
+   * model fixes the threads, taking the overlap as for one thread, never
+   * less than the run's: with -ddp_comm_thread 0 and the batch split over
+   * threads (no overlap: the window after all) it stays off */
   const int ov1 = (c->ddp_overlap >= 0 ? c->ddp_overlap : overlap_auto(t, 1)) && !c->dp;
   if (c->ddp_shard_optimizer > 0 || (c->ddp_shard_optimizer < 0 && mt_zero1_auto(t, ov1)))
     t->owner = &mt_owner_zero1;
