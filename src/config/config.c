@@ -91,20 +91,14 @@ static PetscErrorCode opt_bool(PetscOptionItems *PetscOptionsObject, const char 
   PetscBool set;
   PetscCall(opt_str(PetscOptionsObject, name, help, def < 0 ? "auto" : def ? "1" : "0", s,
                     sizeof(s), &set));
-  if (set && (!s[0] || !strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") ||
-              !strcasecmp(s, "on")))
-    *out = 1;
-  else if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") ||
-           !strcasecmp(s, "off"))
-    *out = 0;
-  else if (!set || (def < 0 && !strcasecmp(s, "auto")))
-    *out = def;
-  else {
+  int w = set && !s[0] ? 1 : mt_config_bool_word(s); /* unset: def's word */
+  if (w == -1 && def >= 0) w = -2;                     /* auto only where def is */
+  *out = w >= -1 ? w : def;
+  if (w < -1) {
     if (def < 0) bad("option %s: '%s' is not auto, 1 or 0", name, s);
     else
       bad("option %s: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, on, off)",
           name, s);
-    *out = def;
   }
   PetscFunctionReturn(0);
 }

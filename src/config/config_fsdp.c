@@ -8,7 +8,6 @@
 
 #include <petscsys.h>
 #include <string.h>
-#include <strings.h>
 
 static int given(const char *name) {
   PetscBool set = PETSC_FALSE;
@@ -48,14 +47,8 @@ int mt_config_fsdp(mt_config *c) {
   char b[64];
   MT_CALL(mt_option_string("-fsdp_cpu_offload", "fsdp: keep the shards and the optimizer on the "
                            "host (CPU offload)", "0", b, sizeof(b)));
-  int offload = -1;
-  if (given("-fsdp_cpu_offload") && !b[0]) offload = 1; /* a bare flag */
-  static const char *const yes[] = {"1", "true", "yes", "on"};
-  static const char *const no[] = {"0", "false", "no", "off"};
-  for (int i = 0; i < 4; i++) {
-    if (!strcasecmp(b, yes[i])) offload = 1;
-    if (!strcasecmp(b, no[i])) offload = 0;
-  }
+  /* a bare flag is 1; auto is not a value of this one */
+  const int offload = given("-fsdp_cpu_offload") && !b[0] ? 1 : mt_config_bool_word(b);
   MT_CHECK(offload >= 0, MT_ERR_OPTION,
            "option -fsdp_cpu_offload: '%s' is not a boolean (allowed: 0, 1, true, false, yes, no, "
            "on, off)", b);

@@ -14,7 +14,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #define OPTION "-ddp_shard_optimizer"
 
@@ -52,14 +51,7 @@ int mt_config_zero(mt_config *c) {
                            "node's ranks share once in the shared-memory window of -ddp_allreduce "
                            "shm; the same bits as 0; auto: 1 where the run allows it",
                            "auto", b, sizeof(b)));
-  int v = -2;
-  static const char *const yes[] = {"1", "true", "yes", "on"};
-  static const char *const no[] = {"0", "false", "no", "off"};
-  for (int i = 0; i < 4; i++) {
-    if (!strcasecmp(b, yes[i])) v = 1;
-    if (!strcasecmp(b, no[i])) v = 0;
-  }
-  if (!strcasecmp(b, "auto")) v = -1;
+  const int v = b[0] ? mt_config_bool_word(b) : 1; /* empty: a bare flag */
   MT_CHECK(v > -2, MT_ERR_OPTION, "option " OPTION ": '%s' is not auto, 1 or 0", b);
   c->ddp_shard_optimizer = v;
   if (!v) return 0;

@@ -7,6 +7,8 @@
 
 #include "core/core.h"
 
+#include <strings.h>
+
 /* Every option after validation. Plain data: hashed byte-for-byte to check
  * that all ranks resolved the same configuration, so it is zero-filled
  * before use and holds no pointers. */
@@ -145,6 +147,14 @@ void mt_config_dp_print(const mt_config *cfg, FILE *f);
 /* The sharding options (config_fsdp.c), read after the others are derived
  * and checked against the backend; the fsdp line of mt_config_print. */
 int mt_config_fsdp(mt_config *cfg);
+/* A boolean option's word: 1 (1, true, yes, on), 0 (0, false, no, off),
+ * -1 (auto), -2 anything else; any case. */
+static inline int mt_config_bool_word(const char *s) {
+  static const char *const w[] = {"1", "true", "yes", "on", "0", "false", "no", "off"};
+  for (int i = 0; i < 8; i++)
+    if (!strcasecmp(s, w[i])) return i < 4;
+  return strcasecmp(s, "auto") ? -2 : -1;
+}
 /* -ddp_shard_optimizer (config_zero.c), read last: it checks the backend,
  * -amp, -dp, -ddp_allreduce and -device. */
 int mt_config_zero(mt_config *cfg);
