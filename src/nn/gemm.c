@@ -28,38 +28,87 @@ mt_nn_trace_fn mt_nn_trace_hook;
 
 void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
 
+/* Whether --with-gemm=pack's kernel (gemm_pack.c; configure's default on
+ * AVX2 machines without AVX-512) takes a GEMM that a thread runs alone: the
+ * row-major 'N','N' ones (the linear layers' input gradients) where it was
+ * measured to win (bench/README.md): at most 384 rows, N >= 512 and K >= 256
+ * (1.1-1.6x: dnnl_sgemm runs these at about half its 'N','T' speed);
+ * beyond, dnnl_sgemm won or tied (512 or 2048 rows: 0.8x; N 256, K 128:
+ * 0.9x). alpha 1, beta 0 or 1 is all it does. */
+static int pack_takes(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      int64_t lda, int64_t ldb, float beta, int64_t ldc) {
+#ifdef MT_GEMM_PACK
+  return ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 &&
+         N >= 512 && K >= 256 && M > 0 && lda >= K && ldb >= N && ldc >= N;
+#else
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)lda, (void)ldb, (void)beta;
+  (void)ldc;
+  return 0;
+#endif
+}
+
+/* One GEMM on the calling thread, or on oneDNN's threads where the call is
+ * not a thread's own (mt_gemm_own_thread): dnnl_success or the library's
+ * status. The packed kernel where it takes the call on a thread's own: at
+ * -threads 2 under -thread_split batch (each thread its rows) the MLP ran
+ * 1.10-1.19x at batch 128 and 1.08-1.09x at 256 against dnnl_sgemm in the
+ * threads; under -thread_split gemm on each thread's block of columns
+ * (threads_split). It declines (-1) without AVX2/FMA at run time:
+ * dnnl_sgemm then. */
+static dnnl_status_t gemm_one(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                              const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                              float *C, int64_t ldc, const float *bias) {
+  if (pack_takes(ta, tb, M, N, K, alpha, lda, ldb, beta, ldc) && mt_gemm_own_thread() &&
+      mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0) {
+    if (bias) mt_gemm_rows_add(M, N, C, ldc, bias); /* the packed kernel has no epilogue */
+    return dnnl_success;
+  }
+  return mt_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
 #ifdef _OPENMP
-/* The linear layers' forward, C = A B^T ('N','T'), on the OpenMP threads
- * of one model (-thread_split gemm) as a block of C's columns (B's rows)
- * per thread, each a one-thread mt_sgemm. oneDNN's own threading split
- * K there: 1.61x one thread at M N K = 128 x 1024 x 1024 and 1.70x at 256
- * rows, with other bits than one thread's; the column blocks (dnnl_sgemm)
- * ran 1.96-1.98x (1.96x against 2.00x at K = 784) and gave one thread's
- * bits (bench/README.md, "The forward's columns on two threads"). Where
- * mt_sgemm runs them as brgemm matmuls (AVX-512) a block's bits differ from
- * the whole width's (its K blocking follows N), so -threads 2 no longer
- * repeats -threads 1's bits there; the bits still do not depend on the
- * machine's load or the run. Only where
- * every thread gets at least 256 columns (the MLP's head, 10 columns, ran
- * 0.9x). *done: whether it ran the GEMM (not its case: 0, nothing done). */
-static int columns_split(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                         int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                         int64_t ldc, const float *bias, int *done) {
+/* A GEMM on the OpenMP threads of one model (-thread_split gemm) as a block
+ * of C's columns per thread (op(B)'s columns: B's rows for 'T', its columns
+ * for 'N'), each block gemm_one on its thread, where that was measured to
+ * win (bench/gemm_threads, bench/README.md):
+ *  - the forward, 'N','T': oneDNN's own threading split K there, 1.61x one
+ *    thread at M N K = 128 x 1024 x 1024 and 1.70x at 256 rows, with other
+ *    bits than one thread's; the column blocks (dnnl_sgemm) ran 1.96-1.98x
+ *    and gave one thread's bits ("The forward's columns on two threads");
+ *  - the input gradient, 'N','N', where the packed kernel takes each block:
+ *    on the AVX2 EPYC 1.29-1.44x oneDNN's threading at 128 x 1024 x 1024,
+ *    the kernel's bits at any number of threads ("The backward's input
+ *    gradient on two threads"). Without it the blocks of dnnl_sgemm only
+ *    tied oneDNN's threading (X1), and the weight gradients' 'T','N' ran
+ *    0.89-0.95x it there (0.99-1.04x on the AVX2 EPYC): oneDNN threads
+ *    those.
+ * Where mt_sgemm runs a GEMM as a brgemm matmul (AVX-512) a block's bits
+ * differ from the whole width's (its K blocking follows N), so -threads 2
+ * need not repeat -threads 1's bits there; the bits still do not depend on
+ * the machine's load or the run. Only where every thread gets at least 256
+ * columns (the MLP's head, 10 columns, ran 0.9x). *done: whether it ran the
+ * GEMM (not its case: 0, nothing done). */
+static int threads_split(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                         float *C, int64_t ldc, const float *bias, int *done) {
   const int nt = omp_get_max_threads();
   *done = 0;
-  if (nt < 2 || omp_in_parallel() || N < 256 * (int64_t)nt) return 0;
+  if (nt < 2 || omp_in_parallel() || N < 256 * (int64_t)nt || ta != 'N' || (tb != 'N' && tb != 'T'))
+    return 0;
   /* blocks of whole 64-byte lines of C */
   const int64_t per = ((N + nt - 1) / nt + 15) / 16 * 16;
+  if (tb == 'N' && !pack_takes(ta, tb, M, N - (nt - 1) * per, K, alpha, lda, ldb, beta, ldc))
+    return 0; /* the last block is the narrowest */
   int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(| : failed)
   {
     const int64_t n0 = omp_get_thread_num() * per, n1 = n0 + per < N ? n0 + per : N;
     if (n1 > n0)
-      failed |= mt_sgemm_bias('N', 'T', M, n1 - n0, K, alpha, A, lda, B + n0 * ldb, ldb, beta,
-                              C + n0, ldc, bias ? bias + n0 : NULL) != dnnl_success;
+      failed |= gemm_one(ta, tb, M, n1 - n0, K, alpha, A, lda, B + (tb == 'N' ? n0 : n0 * ldb),
+                         ldb, beta, C + n0, ldc, bias ? bias + n0 : NULL) != dnnl_success;
   }
-  MT_CHECK(!failed, MT_ERR_LIB, "dnnl_sgemm(N,T,M=%lld,N=%lld,K=%lld) failed in a column block",
-           (long long)M, (long long)N, (long long)K);
+  MT_CHECK(!failed, MT_ERR_LIB, "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed in a column block",
+           ta, tb, (long long)M, (long long)N, (long long)K);
   *done = 1;
   return 0;
 }
@@ -73,35 +122,12 @@ static int gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alp
     return mt_gemm_lowp_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, pol);
   if (mt_gemm_log_active()) /* -log_gemm_shapes */
     mt_gemm_log_record(MT_GEMM_LOG_GEMM, ta, tb, M, N, K, beta, MT_PREC_FP32, 1);
-#ifdef MT_GEMM_PACK
-  /* where it was measured to win (bench/README.md): 'N','N' with at most
-   * 384 rows, N >= 512 and K >= 256 (1.1-1.6x: dnnl_sgemm runs these at
-   * about half its 'N','T' speed); beyond, dnnl_sgemm won or tied (512 or
-   * 2048 rows: 0.8x; N 256, K 128: 0.9x). Where a thread runs the GEMM
-   * alone: at -threads 2 (each thread its rows, our kernel in each) the MLP
-   * ran 1.10-1.19x at batch 128 and 1.08-1.09x at 256 against dnnl_sgemm
-   * in the threads, interleaved on the nearly free 2-core machine
-   * (bench/README.md; busy runs had said 0.54-0.93x); a GEMM that OpenMP
-   * threads (-thread_split gemm) stays with dnnl_sgemm, our column split
-   * not measured against it.
-   * alpha 1, beta 0 or 1 is all it does; it declines (-1) without AVX2/FMA
-   * at run time: dnnl_sgemm then. */
-  if (ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 && N >= 512 &&
-      K >= 256 &&
-      M > 0 && lda >= K && ldb >= N && ldc >= N && mt_gemm_own_thread() &&
-      mt_gemm_pack(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc) == 0) {
-    if (bias) mt_gemm_rows_add(M, N, C, ldc, bias); /* the packed kernel has no epilogue */
-    return 0;
-  }
-#endif
 #ifdef _OPENMP
-  if (ta == 'N' && tb == 'T') {
-    int done;
-    MT_CALL(columns_split(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, &done));
-    if (done) return 0;
-  }
+  int done;
+  MT_CALL(threads_split(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, &done));
+  if (done) return 0;
 #endif
-  dnnl_status_t s = mt_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  dnnl_status_t s = gemm_one(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   MT_CHECK(s == dnnl_success, MT_ERR_LIB,
            "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed with status %d", ta, tb, (long long)M,
            (long long)N, (long long)K, (int)s);
