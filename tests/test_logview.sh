@@ -5,7 +5,9 @@
 # model's flops per sample, worked out here from the shapes, times the
 # samples that rank computed, at 1 and 2 ranks, in fp64 and with 2 threads
 # splitting the batch; the text table's flop column agrees to its 3 digits and its
-# Mflop/s column is not zero.
+# Mflop/s column is not zero. The epoch line's share of a core's peak: of
+# one core's GEMM measured at the first epoch line by default, of
+# -peak_gflops when given; a negative one refused.
 # The kernel events (nn/trace.h: mtLinear, mtGemm, mtConv, mtPool, mtNorm,
 # mtAttention, mtActivation, mtElementwise, mtLoss, mtEmbedding, mtConvert):
 # each counts the calls its layers made, worked out here from the model and
@@ -85,6 +87,29 @@ run mlp1 1 1 "" "${mlp[@]}"
 check_table "mlp 1 rank: mtForward row" mtForward $((256 * fwd))
 check_table "mlp 1 rank: mtBackward row" mtBackward $((256 * bwd))
 check_table "mlp 1 rank: mtValidation row" mtValidation $((64 * fwd))
+# the epoch line's share: of one core's GEMM measured here (the default) or
+# of -peak_gflops; SHARE% of PEAK == 100 GFLOP/s / PEAK to the printed digits
+# (GFLOP/s and the share printed to 0.1, PEAK to 1)
+# check_peak NAME WHAT: the last run's epoch line says "(WHAT PEAK x 1 cores)"
+check_peak() {
+  local line g sh pk
+  line=$(last_output | grep -E '^epoch 1/1 time:.* GFLOP/s, ' | head -n 1)
+  read -r g sh pk < <(echo "$line" | sed -n "s/.*; \([0-9.]*\) GFLOP\/s, \([0-9.]*\)% of [0-9]* ($2 \([0-9.]*\) x 1 cores).*/\1 \2 \3/p")
+  if [ -z "$pk" ] || ! awk -v p="$pk" 'BEGIN { exit !(p + 0 > 0) }'; then
+    fail "$1" "no '($2 N x 1 cores)' with N > 0 in '$line'"
+  elif ! awk -v g="$g" -v s="$sh" -v p="$pk" \
+    'BEGIN { d = 100 * g / p - s; e = 5.1 / p + 0.051 + 0.51 * s / p; exit !(d <= e && d >= -e) }'; then
+    fail "$1" "share $sh% is not 100 x $g / $pk"
+  else
+    pass "$1"
+  fi
+}
+check_peak "epoch line: the share of one core's GEMM measured on this machine" "one core's GEMM measured at"
+run mlppk 1 1 "" "${mlp[@]}" -peak_gflops 40
+check_peak "epoch line: the share of -peak_gflops 40" "-peak_gflops"
+expect_output "epoch line: -peak_gflops 40 is the peak" "(-peak_gflops 40 x 1 cores)"
+expect_error "-peak_gflops -1 refused, naming the option" "-peak_gflops" "$MPITRAIN" "${mlp[@]}" \
+  -peak_gflops -1 -output_dir "$WORK/pkbad"
 run mlp2 2 1 ":$WORK/mlp2.csv:ascii_csv" "${mlp[@]}"
 check_csv "mlp 2 ranks: flops per rank" 2 "$WORK/mlp2.csv" $((128 * fwd)) $((128 * bwd)) $fwd
 run mlp64 1 1 ":$WORK/mlp64.csv:ascii_csv" "${mlp[@]}" -precision fp64

@@ -449,8 +449,8 @@ static PetscErrorCode read_outputs(PetscOptionItems *PetscOptionsObject, mt_conf
                      1, &c->ddp_comm_thread));
   PetscCall(opt_real(PetscOptionsObject, "-peak_gflops",
                      "A core's fp32 peak in GFLOP/s, for the achieved share printed per epoch "
-                     "(default: oneDNN's GEMM measured on one Zen 5 core)", 265, 0, 1, 1e9,
-                     &c->peak_gflops));
+                     "(0: one core's fp32 GEMM measured on this machine at the first epoch line)",
+                     0, 0, 0, 1e9, &c->peak_gflops));
   PetscCall(opt_bool(PetscOptionsObject, "-prefetch", "Read the next batch while this one computes",
                      1, &c->prefetch));
   PetscCall(opt_str(PetscOptionsObject, "-data_test",
