@@ -2,17 +2,17 @@
  * threads_split: under -thread_split gemm each thread computes a block of
  * C's columns of 'N','T', and of 'N','N' where the packed kernel takes the
  * blocks; oneDNN threads the rest):
- *  - all four transposes at 2 threads, N >= 512 (split where the rule says,
- *    the second block partial) and N < 512 (not split), against a double
- *    product; beta 1 and beta 0 over NaN in C; padding columns untouched;
- *    with a bias (each block its slice of it);
+ *  - all four transposes at 2 threads, N >= 512 and N < 512, against a
+ *    double product (no NaN or infinity in C); beta 1 and beta 0 over NaN
+ *    in C; padding columns untouched; with a bias (each block its slice of
+ *    it); split (mt_gemm_split_calls) exactly where the rule says;
  *  - 'N','N' where --with-gemm=pack's kernel takes each block (at most 384
  *    rows, a block >= 512 columns, K >= 256): 2 threads == 1 thread bit
  *    for bit (its sums over K do not depend on the block's width); skipped
  *    where the build or the CPU has no such kernel;
  *  - called by two threads at once inside a parallel region (-thread_split
- *    batch), each call runs on its own thread, not split again: the
- *    1-thread bits.
+ *    batch), a call that splits outside one runs on its own thread, not
+ *    split again: the 1-thread bits, no split counted.
  * Prints one line per check; exits non-zero when any check fails. */
 #include "config.h"
 #include "nn/gemm_pack.h"
@@ -67,10 +67,20 @@ static float *run(const gcase *g, float beta, int nt, int *rc) {
   return C;
 }
 
+/* 1 where the packed kernel is built and the CPU runs it */
+static int pack_on(void) {
+#ifdef MT_GEMM_PACK
+  return mt_gemm_pack_available();
+#else
+  return 0;
+#endif
+}
+
 /* C against the double product; padding as in C0 */
 static void check(const gcase *g, const float *C, float beta, const char *what) {
   double num = 0, den = 0;
   int pad_ok = 1;
+  long bad = 0; /* NaN or infinity: fmax would pass them over */
   for (int64_t i = 0; i < g->M; i++) {
     for (int64_t j = 0; j < g->N; j++) {
       double s = beta != 0 ? (double)beta * g->C0[i * g->ldc + j] : 0.0;
@@ -78,26 +88,32 @@ static void check(const gcase *g, const float *C, float beta, const char *what) 
         s += (double)(g->ta == 'N' ? g->A[i * g->lda + k] : g->A[k * g->lda + i]) *
              (g->tb == 'N' ? g->B[k * g->ldb + j] : g->B[j * g->ldb + k]);
       if (g->bias) s += g->bias[j];
+      bad += !isfinite(C[i * g->ldc + j]);
       num = fmax(num, fabs(C[i * g->ldc + j] - s));
       den = fmax(den, fabs(s));
     }
     for (int64_t j = g->N; j < g->ldc; j++)
       pad_ok &= memcmp(&C[i * g->ldc + j], &g->C0[i * g->ldc + j], sizeof(float)) == 0;
   }
+  CHECK(bad == 0, "%s: every element finite (%ld not)", what, bad);
   CHECK_ERR(num / fmax(den, 1e-30), TOL, "%s", what);
   CHECK(pad_ok, "%s: padding columns untouched", what);
 }
 
+/* split: whether the rule splits this call at 2 threads */
 static void one(char ta, char tb, int64_t M, int64_t N, int64_t K, int pad, float beta, int bias,
-                uint64_t *rng) {
+                int split, uint64_t *rng) {
   gcase g;
   make(&g, ta, tb, M, N, K, pad, beta, bias, rng);
   char what[160];
   snprintf(what, sizeof(what), "2 threads, %c%c M=%lld N=%lld K=%lld beta=%g%s", ta, tb,
            (long long)M, (long long)N, (long long)K, beta, bias ? " bias" : "");
   int rc;
+  const long before = mt_gemm_split_calls();
   float *C = run(&g, beta, 2, &rc);
   CHECK(rc == 0, "%s: returns 0", what);
+  CHECK(mt_gemm_split_calls() - before == split, "%s: %s", what,
+        split ? "a block of columns per thread" : "not split (oneDNN's threads or one call)");
   check(&g, C, beta, what);
   free(C);
   drop(&g);
@@ -127,15 +143,17 @@ static void pack_bits(float beta, int bias, uint64_t *rng) {
 #endif
 }
 
-/* two threads of a parallel region, each its own call at once */
-static void in_region(uint64_t *rng) {
+/* two threads of a parallel region, each its own call at once, of a shape
+ * that splits outside a region */
+static void in_region(char tb, int64_t M, int64_t N, int64_t K, uint64_t *rng) {
   gcase g;
-  make(&g, 'T', 'N', 300, 1030, 64, 1, 1.0f, 0, rng);
+  make(&g, 'N', tb, M, N, K, 1, 1.0f, 0, rng);
   int rc;
   float *C1 = run(&g, 1.0f, 1, &rc);
   const size_t nc = (size_t)(g.M * g.ldc);
   float *two[2];
   int failed = 0;
+  const long before = mt_gemm_split_calls();
   omp_set_num_threads(2);
 #pragma omp parallel num_threads(2) reduction(| : failed)
   {
@@ -144,9 +162,10 @@ static void in_region(uint64_t *rng) {
     failed |= mt_gemm(g.ta, g.tb, g.M, g.N, g.K, 1.0f, g.A, g.lda, g.B, g.ldb, 1.0f, C, g.ldc,
                       NULL) != 0;
   }
-  CHECK(rc == 0 && !failed, "TN in a parallel region: returns 0");
+  CHECK(rc == 0 && !failed, "N%c in a parallel region: returns 0", tb);
+  CHECK(mt_gemm_split_calls() == before, "N%c in a parallel region: not split again", tb);
   CHECK(memcmp(two[0], C1, nc * sizeof(float)) == 0 && memcmp(two[1], C1, nc * sizeof(float)) == 0,
-        "TN called by 2 threads of a region at once: each the 1-thread bits");
+        "N%c called by 2 threads of a region at once: each the 1-thread bits", tb);
   free(C1), free(two[0]), free(two[1]);
   drop(&g);
 }
@@ -154,16 +173,24 @@ static void in_region(uint64_t *rng) {
 int main(void) {
   uint64_t rng = 41;
   const char tr[2] = {'N', 'T'};
+  const int pk = pack_on();
   for (int a = 0; a < 2; a++)
     for (int b = 0; b < 2; b++) {
-      one(tr[a], tr[b], 37, 777, 65, 2, 1.0f, 0, &rng);  /* split: 400 + 377 columns */
-      one(tr[a], tr[b], 64, 1024, 300, 0, 0.0f, 0, &rng); /* split: 512 + 512 */
-      one(tr[a], tr[b], 33, 300, 40, 1, 1.0f, 0, &rng);   /* not split (< 256 a thread) */
+      const int nt = tr[a] == 'N' && tr[b] == 'T'; /* 'N','T' splits from 256 a thread */
+      /* 400 + 377 columns: 'N','N' not (K 65, and 377 is too narrow a block) */
+      one(tr[a], tr[b], 37, 777, 65, 2, 1.0f, 0, nt, &rng);
+      /* 512 + 512: 'N','N' in the packed kernel's blocks where it is built */
+      one(tr[a], tr[b], 64, 1024, 300, 0, 0.0f, 0, nt || (tr[a] == 'N' && tr[b] == 'N' && pk),
+          &rng);
+      one(tr[a], tr[b], 33, 300, 40, 1, 1.0f, 0, 0, &rng); /* < 256 a thread: never */
     }
-  one('N', 'T', 50, 600, 70, 1, 0.0f, 1, &rng); /* the forward with its bias */
-  one('N', 'N', 50, 1100, 260, 1, 1.0f, 1, &rng); /* split: 560 + 540, the packed kernel */
+  one('N', 'T', 50, 600, 70, 1, 0.0f, 1, 1, &rng);   /* the forward with its bias */
+  one('N', 'N', 50, 1100, 260, 1, 1.0f, 1, pk, &rng); /* 560 + 540, the packed kernel */
+  one('N', 'N', 50, 1030, 260, 1, 1.0f, 0, 0, &rng);  /* 528 + 502: a block too narrow */
+  one('N', 'N', 400, 1100, 260, 0, 1.0f, 0, 0, &rng); /* 400 rows: not the kernel's */
   pack_bits(0.0f, 0, &rng);
   pack_bits(1.0f, 1, &rng);
-  in_region(&rng);
+  in_region('T', 64, 1024, 300, &rng);
+  if (pk) in_region('N', 101, 1043, 300, &rng);
   return tu_finish("test_gemm_threads");
 }

@@ -87,30 +87,39 @@ run mlp1 1 1 "" "${mlp[@]}"
 check_table "mlp 1 rank: mtForward row" mtForward $((256 * fwd))
 check_table "mlp 1 rank: mtBackward row" mtBackward $((256 * bwd))
 check_table "mlp 1 rank: mtValidation row" mtValidation $((64 * fwd))
-# the epoch line's share: of one core's GEMM measured here (the default) or
-# of -peak_gflops; SHARE% of PEAK == 100 GFLOP/s / PEAK to the printed digits
-# (GFLOP/s and the share printed to 0.1, PEAK to 1)
-# check_peak NAME WHAT: the last run's epoch line says "(WHAT PEAK x 1 cores)"
+# the epoch line's share: "G GFLOP/s, S% of T (WHAT P x C cores)", T the
+# cores' peak P x C and S = 100 G / T to the printed digits (G and S to 0.1;
+# T and a measured P to 1: then T's rounding too)
+# check_peak NAME WHAT CORES [EXACT_T]: the last run's first epoch line
 check_peak() {
-  local line g sh pk
+  local line g sh tot pk
   line=$(last_output | grep -E '^epoch 1/1 time:.* GFLOP/s, ' | head -n 1)
-  read -r g sh pk < <(echo "$line" | sed -n "s/.*; \([0-9.]*\) GFLOP\/s, \([0-9.]*\)% of [0-9]* ($2 \([0-9.]*\) x 1 cores).*/\1 \2 \3/p")
+  read -r g sh tot pk < <(echo "$line" |
+    sed -n "s/.*; \([0-9.]*\) GFLOP\/s, \([0-9.]*\)% of \([0-9]*\) ($2 \([0-9.]*\)\( GFLOP\/s\)\{0,1\} x $3 cores).*/\1 \2 \3 \4/p")
   if [ -z "$pk" ] || ! awk -v p="$pk" 'BEGIN { exit !(p + 0 > 0) }'; then
-    fail "$1" "no '($2 N x 1 cores)' with N > 0 in '$line'"
-  elif ! awk -v g="$g" -v s="$sh" -v p="$pk" \
-    'BEGIN { d = 100 * g / p - s; e = 5.1 / p + 0.051 + 0.51 * s / p; exit !(d <= e && d >= -e) }'; then
-    fail "$1" "share $sh% is not 100 x $g / $pk"
+    fail "$1" "no '($2 N x $3 cores)' with N > 0 in '$line'"
+  elif [ -n "${4:-}" ] && [ "$tot" != "$4" ]; then
+    fail "$1" "the cores' peak is $tot, expected $4"
+  elif ! awk -v t="$tot" -v p="$pk" -v c="$3" 'BEGIN { d = t - p * c; exit !(d <= 0.5 * c + 0.5 && d >= -0.5 * c - 0.5) }'; then
+    fail "$1" "the cores' peak $tot is not $pk x $3"
+  elif ! awk -v g="$g" -v s="$sh" -v t="$tot" -v x="${4:+1}" \
+    'BEGIN { d = 100 * g / t - s; e = 5.1 / t + 0.051 + (x ? 0 : 0.51 * s / t); exit !(d <= e && d >= -e) }'; then
+    fail "$1" "share $sh% is not 100 x $g / $tot"
   else
     pass "$1"
   fi
 }
-check_peak "epoch line: the share of one core's GEMM measured on this machine" "one core's GEMM measured at"
-run mlppk 1 1 "" "${mlp[@]}" -peak_gflops 40
-check_peak "epoch line: the share of -peak_gflops 40" "-peak_gflops"
-expect_output "epoch line: -peak_gflops 40 is the peak" "(-peak_gflops 40 x 1 cores)"
+check_peak "epoch line: the share of one core's GEMM measured on this machine" \
+  "one core's GEMM measured at" 1
+run mlppk 1 1 "" "${mlp[@]}" -peak_gflops 1
+check_peak "epoch line: the share of -peak_gflops 1" "-peak_gflops" 1 1
+expect_output "epoch line: -peak_gflops 1 is the peak" "(-peak_gflops 1 x 1 cores)"
+run mlppk2 2 1 "" "${mlp[@]}" -peak_gflops 1
+check_peak "epoch line, 2 ranks: the share of -peak_gflops 1 x 2 cores" "-peak_gflops" 2 2
 expect_error "-peak_gflops -1 refused, naming the option" "-peak_gflops" "$MPITRAIN" "${mlp[@]}" \
   -peak_gflops -1 -output_dir "$WORK/pkbad"
 run mlp2 2 1 ":$WORK/mlp2.csv:ascii_csv" "${mlp[@]}"
+check_peak "epoch line, 2 ranks: one core's GEMM measured x 2 cores" "one core's GEMM measured at" 2
 check_csv "mlp 2 ranks: flops per rank" 2 "$WORK/mlp2.csv" $((128 * fwd)) $((128 * bwd)) $fwd
 run mlp64 1 1 ":$WORK/mlp64.csv:ascii_csv" "${mlp[@]}" -precision fp64
 check_csv "mlp fp64: flops" 1 "$WORK/mlp64.csv" $((256 * fwd)) $((256 * bwd)) $fwd

@@ -20,6 +20,7 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -39,7 +40,8 @@ static int pack_takes(char ta, char tb, int64_t M, int64_t N, int64_t K, float a
                       int64_t lda, int64_t ldb, float beta, int64_t ldc) {
 #ifdef MT_GEMM_PACK
   return ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 &&
-         N >= 512 && K >= 256 && M > 0 && lda >= K && ldb >= N && ldc >= N;
+         N >= 512 && K >= 256 && M > 0 && lda >= K && ldb >= N && ldc >= N &&
+         mt_gemm_pack_available();
 #else
   (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)lda, (void)ldb, (void)beta;
   (void)ldc;
@@ -49,12 +51,12 @@ static int pack_takes(char ta, char tb, int64_t M, int64_t N, int64_t K, float a
 
 /* One GEMM on the calling thread, or on oneDNN's threads where the call is
  * not a thread's own (mt_gemm_own_thread): dnnl_success or the library's
- * status. The packed kernel where it takes the call on a thread's own: at
+ * status. The packed kernel where it takes the call on a thread's own
+ * (declining without AVX2/FMA at run time: then dnnl_sgemm): at
  * -threads 2 under -thread_split batch (each thread its rows) the MLP ran
  * 1.10-1.19x at batch 128 and 1.08-1.09x at 256 against dnnl_sgemm in the
  * threads; under -thread_split gemm on each thread's block of columns
- * (threads_split). It declines (-1) without AVX2/FMA at run time:
- * dnnl_sgemm then. */
+ * (threads_split). */
 static dnnl_status_t gemm_one(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                               const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                               float *C, int64_t ldc, const float *bias) {
@@ -65,6 +67,10 @@ static dnnl_status_t gemm_one(char ta, char tb, int64_t M, int64_t N, int64_t K,
   }
   return mt_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
+
+static _Atomic long split_calls_;
+
+long mt_gemm_split_calls(void) { return split_calls_; }
 
 #ifdef _OPENMP
 /* A GEMM on the OpenMP threads of one model (-thread_split gemm) as a block
@@ -80,7 +86,7 @@ static dnnl_status_t gemm_one(char ta, char tb, int64_t M, int64_t N, int64_t K,
  *    the kernel's bits at any number of threads ("The backward's input
  *    gradient on two threads"). Without it the blocks of dnnl_sgemm only
  *    tied oneDNN's threading (X1), and the weight gradients' 'T','N' ran
- *    0.89-0.95x it there (0.99-1.04x on the AVX2 EPYC): oneDNN threads
+ *    0.89-0.96x it there (0.97-1.08x on the AVX2 EPYC): oneDNN threads
  *    those.
  * Where mt_sgemm runs a GEMM as a brgemm matmul (AVX-512) a block's bits
  * differ from the whole width's (its K blocking follows N), so -threads 2
@@ -97,16 +103,20 @@ static int threads_split(char ta, char tb, int64_t M, int64_t N, int64_t K, floa
     return 0;
   /* blocks of whole 64-byte lines of C */
   const int64_t per = ((N + nt - 1) / nt + 15) / 16 * 16;
-  if (tb == 'N' && !pack_takes(ta, tb, M, N - (nt - 1) * per, K, alpha, lda, ldb, beta, ldc))
-    return 0; /* the last block is the narrowest */
+  if (tb == 'N' && !(pack_takes(ta, tb, M, N, K, alpha, lda, ldb, beta, ldc) &&
+                     pack_takes(ta, tb, M, N - (nt - 1) * per, K, alpha, lda, ldb, beta, ldc)))
+    return 0; /* the whole call's sizes, and the last block, the narrowest */
   int failed = 0;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-  {
-    const int64_t n0 = omp_get_thread_num() * per, n1 = n0 + per < N ? n0 + per : N;
+  /* a loop over the blocks, not a block per thread number: every block is
+   * computed even where the team has fewer threads (OMP_DYNAMIC) */
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : failed)
+  for (int b = 0; b < nt; b++) {
+    const int64_t n0 = b * per, n1 = n0 + per < N ? n0 + per : N;
     if (n1 > n0)
       failed |= gemm_one(ta, tb, M, n1 - n0, K, alpha, A, lda, B + (tb == 'N' ? n0 : n0 * ldb),
                          ldb, beta, C + n0, ldc, bias ? bias + n0 : NULL) != dnnl_success;
   }
+  split_calls_++;
   MT_CHECK(!failed, MT_ERR_LIB, "dnnl_sgemm(%c,%c,M=%lld,N=%lld,K=%lld) failed in a column block",
            ta, tb, (long long)M, (long long)N, (long long)K);
   *done = 1;

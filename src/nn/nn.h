@@ -131,6 +131,9 @@ enum { MT_ATTN_SET_DINP = 1 /* dinp written whole (=), not += */ };
  * their strided slices (0), or does the first where oneDNN's bf16 kernels
  * run and the second where bf16 is emulated (-1, the default). */
 void mt_attention_dense_heads(int on);
+/* Tests: the float GEMMs mt_gemm has run as blocks of columns on the
+ * threads of one model (gemm.c's threads_split) in this process so far. */
+long mt_gemm_split_calls(void);
 
 /* ------------------------------------------------- every layer, both types */
 

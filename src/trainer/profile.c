@@ -130,9 +130,12 @@ void mt_profile_epoch(const mt_trainer *t, int epoch, double secs, double bytes)
   }
   const double samples = (double)t->steps_per_epoch * c->batch_size;
   const double flops = m->ops->flops_per_sample ? m->ops->flops_per_sample(m) * samples : 0;
-  static double measured; /* rank 0's, at its first epoch line */
-  if (c->peak_gflops == 0 && measured == 0 && t->comm->rank == 0 && flops > 0 && secs > 0)
+  static double measured; /* rank 0's, at its first epoch line, once */
+  static int tried;
+  if (c->peak_gflops == 0 && !tried && t->comm->rank == 0 && flops > 0 && secs > 0) {
     measured = core_gflops();
+    tried = 1;
+  }
   const double core = c->peak_gflops > 0 ? c->peak_gflops : measured;
   const int cores = c->threads * c->world_size;
   if (k < sizeof(line) && flops > 0 && secs > 0) {
@@ -144,8 +147,11 @@ void mt_profile_epoch(const mt_trainer *t, int epoch, double secs, double bytes)
                             core, cores);
     else if (core > 0 && k < sizeof(line))
       k += (size_t)snprintf(line + k, sizeof(line) - k,
-                            ", %.1f%% of %.0f (one core's GEMM measured at %.0f x %d cores)", share,
-                            core * cores, core, cores);
+                            ", %.1f%% of %.0f (one core's GEMM measured at %.0f GFLOP/s x %d "
+                            "cores)",
+                            share, core * cores, core, cores);
+    else if (k < sizeof(line))
+      k += (size_t)snprintf(line + k, sizeof(line) - k, " (a core's peak not measured)");
   }
   if (k < sizeof(line) && m->spec.tokens && secs > 0)
     k += (size_t)snprintf(line + k, sizeof(line) - k, "; %.0f tokens/s",
