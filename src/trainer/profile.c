@@ -130,26 +130,22 @@ void mt_profile_epoch(const mt_trainer *t, int epoch, double secs, double bytes)
   }
   const double samples = (double)t->steps_per_epoch * c->batch_size;
   const double flops = m->ops->flops_per_sample ? m->ops->flops_per_sample(m) * samples : 0;
-  static double measured; /* rank 0's, at its first epoch line, once */
-  static int tried;
-  if (c->peak_gflops == 0 && !tried && t->comm->rank == 0 && flops > 0 && secs > 0) {
+  static double measured = -1; /* rank 0's, at its first epoch line, once; 0: failed */
+  if (c->peak_gflops == 0 && measured < 0 && t->comm->rank == 0 && flops > 0 && secs > 0)
     measured = core_gflops();
-    tried = 1;
-  }
-  const double core = c->peak_gflops > 0 ? c->peak_gflops : measured;
+  const double core = c->peak_gflops > 0 ? c->peak_gflops : measured > 0 ? measured : 0;
   const int cores = c->threads * c->world_size;
   if (k < sizeof(line) && flops > 0 && secs > 0) {
     k += (size_t)snprintf(line + k, sizeof(line) - k, "; %.1f GFLOP/s", flops / secs / 1e9);
-    const double share = core > 0 ? 100.0 * flops / secs / 1e9 / (core * cores) : 0;
-    if (core > 0 && k < sizeof(line) && c->peak_gflops > 0)
-      k += (size_t)snprintf(line + k, sizeof(line) - k,
-                            ", %.1f%% of %.0f (-peak_gflops %g x %d cores)", share, core * cores,
-                            core, cores);
-    else if (core > 0 && k < sizeof(line))
-      k += (size_t)snprintf(line + k, sizeof(line) - k,
-                            ", %.1f%% of %.0f (one core's GEMM measured at %.0f GFLOP/s x %d "
-                            "cores)",
-                            share, core * cores, core, cores);
+    char what[64];
+    if (c->peak_gflops > 0)
+      snprintf(what, sizeof(what), "-peak_gflops %g", core);
+    else
+      snprintf(what, sizeof(what), "one core's GEMM measured at %.0f GFLOP/s", core);
+    if (k < sizeof(line) && core > 0)
+      k += (size_t)snprintf(line + k, sizeof(line) - k, ", %.1f%% of %.0f (%s x %d cores)",
+                            100.0 * flops / secs / 1e9 / (core * cores), core * cores, what,
+                            cores);
     else if (k < sizeof(line))
       k += (size_t)snprintf(line + k, sizeof(line) - k, " (a core's peak not measured)");
   }
