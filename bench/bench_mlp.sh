@@ -21,7 +21,7 @@ warmup=30
 settings="default tuned"
 configs="1x1 1x2 2x1"
 per_rank_batch=0
-peak=265
+peak=""
 run_timeout=600
 baseline=""
 mt_data=""
@@ -48,7 +48,8 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --per-rank-batch  $batch samples per rank per step on both sides (mpitrain
                     -batch_size $batch*RANKS); default: global batch $batch,
                     i.e. $batch/RANKS per rank, as mpitrain's -batch_size means
-  --peak GFLOPS     fp32 peak per core, for the reference line (default $peak);
+  --peak GFLOPS     a core's fp32 peak: the reference line adds what it allows
+                    (default none: a constant is one machine's, not this one's);
                     the %lim columns are shares of the measured GEMM limit
   --mt-data PATH    data tool (default: mt-data beside MPITRAIN)
   --timeout S       limit for one run in seconds (default $run_timeout)
@@ -242,8 +243,8 @@ flops=$(echo "$hidden" | awk -F, -v nin=784 -v nout=10 '{
 	printf "%.0f", 6 * w - 2 * nin * $1 }')
 echo
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# for reference, the fp32 peak: $(awk -v f="$flops" 'BEGIN{printf "%.2f", f/1e6}') MFLOP/sample at $peak GFLOP/s per core" \
-	"= $(awk -v f="$flops" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}') samples/s per core"
+echo "# for reference: $(awk -v f="$flops" 'BEGIN{printf "%.2f", f/1e6}') MFLOP/sample$([ -z "$peak" ] ||
+	echo ", at --peak $peak GFLOP/s per core $(awk -v f="$flops" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}') samples/s per core")"
 echo "# %lim: the share of the GEMM limit measured in this run (below), limit ms/step over measured ms/step"
 echo
 gb() { [ "$per_rank_batch" = 1 ] && echo $((batch * $1)) || echo "$batch"; } # global batch at R ranks

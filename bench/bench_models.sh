@@ -28,7 +28,7 @@ warmup_cnn=20
 warmup_gpt=10
 settings="default blas1"
 configs="1x1 1x2 2x1"
-peak=265
+peak=""
 run_timeout=600
 baseline=""
 goal_cnn=2.0
@@ -52,7 +52,8 @@ usage: $0 [options] [MPITRAIN [DATA_DIR]]
   --warmup-gpt N    (default $warmup_gpt)
   --settings "S.."  PyTorch settings: default blas1 tuned tuned1 (default "$settings")
   --configs "C.."   RANKSxTHREADS list (default "$configs")
-  --peak GFLOPS     fp32 peak per core, for the reference line (default $peak);
+  --peak GFLOPS     a core's fp32 peak: the reference line adds what it allows
+                    (default none: a constant is one machine's, not this one's);
                     %lim is the share of the GEMM limit measured in the run
   --timeout S       limit for one run in seconds (default $run_timeout)
   --baseline PATH   a second mpitrain (e.g. built from the commit before a
@@ -226,10 +227,11 @@ fmt="%-4s %-6s | %10s %5s | %10s %5s %-18s | %8s\n"
 share() { limit_share "$(median "$tmp/$1.$2.limit" %.4f)" "$3" "$4" "$(per_step "$1")" | cut -d' ' -f3; } # model config threads rate
 for m in $models; do
 	f=$(flops_per_unit "$m")
-	percore=$(awk -v f="$f" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}')
+	percore=""
+	[ -z "$peak" ] || percore=" at --peak $peak GFLOP/s $(awk -v f="$f" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}') $(unit "$m") per core"
 	echo
-	echo "# $m: $(unit "$m"); for reference, the fp32 peak: $(awk -v f="$f" 'BEGIN{printf "%.2f", f/1e6}') MFLOP per $([ "$m" = cnn ] && echo sample || echo token)" \
-		"at $peak GFLOP/s = $percore $(unit "$m") per core; %lim: share of the GEMM limit measured in this run"
+	echo "# $m: $(unit "$m"); for reference: $(awk -v f="$f" 'BEGIN{printf "%.2f", f/1e6}') MFLOP per $([ "$m" = cnn ] && echo sample || echo token)$percore;" \
+		"%lim: share of the GEMM limit measured in this run"
 	# shellcheck disable=SC2059
 	printf "$fmt" model config mpitrain "%lim" torch "%lim" system mt/torch
 	mt2="-"; t2="-"; t2c=""; mt2c=""
