@@ -82,8 +82,10 @@ cleanup_work() {
 # only, no CPU binding, no stdin. odls_base_sigkill_timeout 0: where a rank
 # exits non-zero (every expected error), mpirun ends the job at once
 # instead of 2 s later (OpenMPI 4.1, even when every rank has exited).
-# The tests that signal a job and check what it saved launch mpirun
-# themselves, with the default grace.
+# Nothing is cut short: after a collective error the ranks leave together
+# (mpitrain's exit under the hang guard, src/trainer/app.c), and a rank
+# that fails alone aborts the job anyway. The tests that signal a job and
+# check what it saved launch mpirun themselves, with the default grace.
 run_mpi() {
   local np=$1 t=$2
   shift 2
