@@ -121,7 +121,7 @@ fi
 
 [ "$settings" = none ] && settings=""
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "$0: --baseline $baseline is not executable" >&2; exit 1; }
-. "$here/lib.sh" # median, spread, pick_pythons, gemm_shapes_build, gemm_limit, limit_share
+. "$here/lib.sh" # median, spread, pick_pythons, gemm_shapes_build, gemm_limit, flop_ref, limit_share
 pys=() tvers=()
 [ -z "$settings" ] || pick_pythons "$pythons"
 [ -z "$settings" ] || [ ${#pys[@]} -gt 0 ] || { echo "$0: no interpreter of \"$pythons\" imports torch" >&2; exit 1; }
@@ -243,8 +243,7 @@ flops=$(echo "$hidden" | awk -F, -v nin=784 -v nout=10 '{
 	printf "%.0f", 6 * w - 2 * nin * $1 }')
 echo
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# for reference: $(awk -v f="$flops" 'BEGIN{printf "%.2f", f/1e6}') MFLOP/sample$([ -z "$peak" ] ||
-	echo ", at --peak $peak GFLOP/s per core $(awk -v f="$flops" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}') samples/s per core")"
+echo "# for reference: $(flop_ref "$flops" sample "$peak")"
 echo "# %lim: the share of the GEMM limit measured in this run (below), limit ms/step over measured ms/step"
 echo
 gb() { [ "$per_rank_batch" = 1 ] && echo $((batch * $1)) || echo "$batch"; } # global batch at R ranks

@@ -96,7 +96,7 @@ done
 [ -x "$mpitrain" ] || { echo "$0: $mpitrain is not executable (build with scripts/build.sh)" >&2; exit 1; }
 [ "$settings" = none ] && settings=""
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "$0: --baseline $baseline is not executable" >&2; exit 1; }
-. "$here/lib.sh" # median, spread, pick_pythons, gemm_shapes_build, gemm_limit, limit_share
+. "$here/lib.sh" # median, spread, pick_pythons, gemm_shapes_build, gemm_limit, flop_ref, limit_share
 pys=() tvers=()
 [ -z "$settings" ] || pick_pythons "$pythons" h5py
 [ -z "$settings" ] || [ ${#pys[@]} -gt 0 ] || { echo "$0: no interpreter of \"$pythons\" imports torch and h5py" >&2; exit 1; }
@@ -227,10 +227,8 @@ fmt="%-4s %-6s | %10s %5s | %10s %5s %-18s | %8s\n"
 share() { limit_share "$(median "$tmp/$1.$2.limit" %.4f)" "$3" "$4" "$(per_step "$1")" | cut -d' ' -f3; } # model config threads rate
 for m in $models; do
 	f=$(flops_per_unit "$m")
-	percore=""
-	[ -z "$peak" ] || percore=" at --peak $peak GFLOP/s $(awk -v f="$f" -v p="$peak" 'BEGIN{printf "%.0f", p*1e9/f}') $(unit "$m") per core"
 	echo
-	echo "# $m: $(unit "$m"); for reference: $(awk -v f="$f" 'BEGIN{printf "%.2f", f/1e6}') MFLOP per $([ "$m" = cnn ] && echo sample || echo token)$percore;" \
+	echo "# $m: $(unit "$m"); for reference: $(flop_ref "$f" "$([ "$m" = cnn ] && echo sample || echo token)" "$peak");" \
 		"%lim: share of the GEMM limit measured in this run"
 	# shellcheck disable=SC2059
 	printf "$fmt" model config mpitrain "%lim" torch "%lim" system mt/torch

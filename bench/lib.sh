@@ -57,6 +57,14 @@ gemm_limit() {
 	sed -n 's/^LIMIT ms_per_step=\([0-9.eE+-]*\).*/\1/p' "$3"
 }
 
+# flop_ref FLOPS UNIT [PEAK]: the reference line's "N.NN MFLOP per UNIT",
+# and with a core's peak (GFLOP/s, --peak) the UNITs a second it allows.
+flop_ref() {
+	awk -v f="$1" -v u="$2" -v p="${3:-}" 'BEGIN {
+		printf "%.2f MFLOP per %s", f / 1e6, u
+		if (p != "") printf ", at --peak %s GFLOP/s %.0f %ss/s per core", p, p * 1e9 / f, u }'
+}
+
 # limit_share LIMIT_MS THREADS SAMPLES_PER_S BATCH: "LIMIT_MS/THREADS
 # measured_ms share" for a run of global batch BATCH at SAMPLES_PER_S, the
 # limit of a rank of THREADS threads splitting the recorded calls ("-" for
