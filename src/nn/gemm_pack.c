@@ -69,30 +69,36 @@ static void pack_A(float *dst, char ta, const float *A, int64_t lda, int64_t i0,
 }
 
 /* op(B)[k0.., j0..] (kc x nc) into panels of NR columns; columns past nc are
- * zero */
+ * zero. 'N' row by row: each row of B read whole, in order, its 64-byte
+ * pieces spread over the panels. Panel by panel instead (16 floats of every
+ * row, the rows 4 KiB apart at the MLP's 1024 columns: a page apart, which
+ * the hardware prefetchers do not follow) the packing of a 1024 x 1024 B
+ * had cost ~1.1 ms a call on the AVX2 EPYC, as much as the products of 64
+ * rows: 41-47 GFLOP/s at 64 x 1024 x 1024 against 55-62 row by row
+ * (bench/gemm_shapes, bench/README.md "The input gradient's packing"). */
 static void pack_B(float *dst, char tb, const float *B, int64_t ldb, int64_t k0, int64_t j0,
                    int kc, int nc) {
+  const int full = nc / NR * NR, cols = nc - full; /* whole panels; the last one's columns */
+  if (tb == 'N') {
+    for (int k = 0; k < kc; k++) {
+      const float *src = B + (k0 + k) * ldb + j0;
+      float *d = dst + k * NR;
+      for (int p = 0; p < full; p += NR, d += (size_t)NR * kc) {
+        _mm256_store_ps(d, _mm256_loadu_ps(src + p));
+        _mm256_store_ps(d + 8, _mm256_loadu_ps(src + p + 8));
+      }
+      for (int c = 0; c < NR && cols; c++) d[c] = c < cols ? src[full + c] : 0;
+    }
+    return;
+  }
   for (int p = 0; p < nc; p += NR) {
-    int cols = nc - p < NR ? nc - p : NR;
-    if (tb == 'N') {
-      for (int k = 0; k < kc; k++) {
-        const float *src = B + (k0 + k) * ldb + j0 + p;
-        float *d = dst + k * NR;
-        if (cols == NR) {
-          _mm256_store_ps(d, _mm256_loadu_ps(src));
-          _mm256_store_ps(d + 8, _mm256_loadu_ps(src + 8));
-        } else {
-          for (int c = 0; c < NR; c++) d[c] = c < cols ? src[c] : 0;
-        }
-      }
-    } else {
-      for (int c = 0; c < NR; c++) {
-        const float *src = B + (j0 + p + c) * ldb + k0;
-        if (c < cols)
-          for (int k = 0; k < kc; k++) dst[k * NR + c] = src[k];
-        else
-          for (int k = 0; k < kc; k++) dst[k * NR + c] = 0;
-      }
+    const int n = nc - p < NR ? nc - p : NR;
+    for (int c = 0; c < NR; c++) {
+      const float *src = B + (j0 + p + c) * ldb + k0;
+      if (c < n)
+        for (int k = 0; k < kc; k++) dst[k * NR + c] = src[k];
+      else
+        for (int k = 0; k < kc; k++) dst[k * NR + c] = 0;
     }
     dst += (size_t)NR * kc;
   }
