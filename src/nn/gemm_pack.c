@@ -74,8 +74,9 @@ static void pack_A(float *dst, char ta, const float *A, int64_t lda, int64_t i0,
  * row, the rows 4 KiB apart at the MLP's 1024 columns: a page apart, which
  * the hardware prefetchers do not follow) the packing of a 1024 x 1024 B
  * had cost ~1.1 ms a call on the AVX2 EPYC, as much as the products of 64
- * rows: 41-47 GFLOP/s at 64 x 1024 x 1024 against 55-62 row by row
- * (bench/gemm_shapes, bench/README.md "The input gradient's packing"). */
+ * rows: 39.3 GFLOP/s at 64 x 1024 x 1024 against 55.8 row by row (medians
+ * of 7 gemm_shapes processes; bench/README.md "The input gradient's
+ * packing"). */
 static void pack_B(float *dst, char tb, const float *B, int64_t ldb, int64_t k0, int64_t j0,
                    int kc, int nc) {
   const int full = nc / NR * NR, cols = nc - full; /* whole panels; the last one's columns */
