@@ -341,6 +341,13 @@ int main(void) {
   test_pool(p3, 1, 8, 8, 18);
   test_pool((mt_pool2d_shape){2, 16, 7, 9, 3, 3, 2, 2, 1, 1, 1, 0, 0, 0, 0}, 0, 8, 8, 19);
   test_pool((mt_pool2d_shape){2, 16, 6, 6, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 16, 20);
+  /* the 2x2 kernels' runs of windows (POOL_RUN * 16 / cb a pass: 32 at
+   * nChw16c, 64 at nChw8c): rows of 35 and 70 windows, a run and a part;
+   * and a block of 32 channels (the forward's general loop, the backward's
+   * 2x2 kernel) */
+  test_pool((mt_pool2d_shape){2, 16, 4, 70, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 16, 16, 26);
+  test_pool((mt_pool2d_shape){1, 16, 6, 141, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 8, 0, 27);
+  test_pool((mt_pool2d_shape){2, 32, 6, 6, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 32, 32, 28);
   mt_pool2d_shape bad = {1, 12, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0, 0, 8, 0};
   CHECK(mt_pool2d_shape_init(&bad) == MT_ERR_ARG, "pool refuses a block (8) not dividing C (12)");
   mt_error_clear();

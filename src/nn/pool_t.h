@@ -56,45 +56,100 @@ static void MT_T(maxpool_2x2)(REAL *out, int32_t *argmax, const REAL *inp,
  * side by side at each position, so the loop vectorises over them (one
  * AVX2 vector for cb = 8) with unit-stride loads; the output (and argmax)
  * in NCHW (ob 0: one store per plane) or in the input's nChw{cb}c (ob 1:
- * unit-stride stores). One block q (image, channel block) per call; ob a
- * constant after inlining (so inside the caller's parallel loop, not
- * around it: OpenMP's outlined body would get it as a variable). */
+ * unit-stride stores). One block q (image, channel block) per call; ob and
+ * cb constants after inlining (so inside the caller's parallel loop, not
+ * around it: OpenMP's outlined body would get them as variables).
+ *
+ * The input is read in order: each window row pair in two passes over up
+ * to POOL_RUN * 16 / cb windows, the upper row's (a b, into rm / ri) then
+ * the lower row's (c d): the same comparisons in the same order as max4.
+ * Reading both rows in one pass (two streams a row apart, a line of each
+ * per window) ran the CNN's first pool (128 x 32 x 28 x 28, nChw8c) at
+ * 2.62 ms against 1.26 in row order (A2, AVX2, bench/pool_bench, medians
+ * of 5; a plain stream of the same bytes 0.7-1.1 ms). */
+#define POOL_RUN 32
 static inline __attribute__((always_inline)) void MT_T(maxpool_2x2_blk)(
     REAL *out, int32_t *argmax, const REAL *inp, const mt_pool2d_shape *s, int64_t q,
-    const int ob) {
-  const int cb = s->cblock, W = s->W, OW = s->OW;
+    const int ob, const int cb) {
+  const int W = s->W, OW = s->OW;
   const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
   const REAL *x = inp + q * hw * cb;
   REAL *o = out + q * cb * ohw; /* planes q*cb .. q*cb+cb-1 of the output */
   int32_t *am = argmax + q * cb * ohw;
+  const int64_t js = ob ? 1 : ohw;
+  REAL rm[POOL_RUN * 16]; /* cb <= 16 (the caller's condition) */
+  int32_t ri[POOL_RUN * 16];
+  const int run = POOL_RUN * 16 / cb;
   for (int oh = 0; oh < s->OH; oh++)
-    for (int ow = 0; ow < OW; ow++) {
-      const int32_t ia = 2 * oh * W + 2 * ow;
-      const REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
-      const int64_t op = (int64_t)oh * OW + ow;
-      REAL *oo = ob ? o + op * cb : o + op;
-      int32_t *ao = ob ? am + op * cb : am + op;
-      const int64_t js = ob ? 1 : ohw;
+    for (int w0 = 0; w0 < OW; w0 += run) {
+      const int w1 = OW - w0 < run ? OW : w0 + run;
+      for (int ow = w0; ow < w1; ow++) { /* the upper row: m of a b */
+        const int32_t ia = 2 * oh * W + 2 * ow;
+        const REAL *r0 = x + (int64_t)ia * cb;
+        REAL *m = rm + (ow - w0) * cb;
+        int32_t *mi = ri + (ow - w0) * cb;
 #pragma omp simd
-      for (int j = 0; j < cb; j++) {
-        int32_t i;
-        oo[j * js] = MT_T(max4)(r0[j], r0[cb + j], r1[j], r1[cb + j], ia, W, &i);
-        ao[j * js] = i;
+        for (int j = 0; j < cb; j++) {
+          const REAL a = r0[j], b = r0[cb + j];
+          const int t = (b > a) | (b != b);
+          m[j] = t ? b : a, mi[j] = t ? ia + 1 : ia;
+        }
+      }
+      for (int ow = w0; ow < w1; ow++) { /* the lower row: then c, then d */
+        const int32_t ia = 2 * oh * W + 2 * ow;
+        const REAL *r1 = x + (int64_t)(ia + W) * cb;
+        const REAL *m = rm + (ow - w0) * cb;
+        const int32_t *mi = ri + (ow - w0) * cb;
+        const int64_t op = (int64_t)oh * OW + ow;
+        REAL *oo = ob ? o + op * cb : o + op;
+        int32_t *ao = ob ? am + op * cb : am + op;
+#pragma omp simd
+        for (int j = 0; j < cb; j++) {
+          REAL v = m[j];
+          int32_t i = mi[j];
+          const REAL c = r1[j], d = r1[cb + j];
+          int t = (c > v) | (c != c);
+          v = t ? c : v, i = t ? ia + W : i;
+          t = (d > v) | (d != d);
+          v = t ? d : v, i = t ? ia + W + 1 : i;
+          oo[j * js] = v;
+          ao[j * js] = i;
+        }
       }
     }
 }
+
+/* Calls body with cb a constant where the block is 8 or 16 floats (AVX2's
+ * and AVX-512's), so the lanes' loops have no remainder. */
+#define MT_POOL_CB(cb_, body) \
+  do {                        \
+    if ((cb_) == 8) {         \
+      const int cbk = 8;      \
+      body;                   \
+    } else if ((cb_) == 16) { \
+      const int cbk = 16;     \
+      body;                   \
+    } else {                  \
+      const int cbk = (cb_);  \
+      body;                   \
+    }                         \
+  } while (0)
 
 static void MT_T(maxpool_2x2_blocked)(REAL *out, int32_t *argmax, const REAL *inp,
                                       const mt_pool2d_shape *s) {
   const int64_t blocks = (int64_t)s->B * (s->C / s->cblock);
   const int64_t work = (int64_t)s->B * s->C * s->OH * s->OW;
-  if (s->oblock) {
-#pragma omp parallel for schedule(static) if (work > 32768)
-    for (int64_t q = 0; q < blocks; q++) MT_T(maxpool_2x2_blk)(out, argmax, inp, s, q, 1);
-  } else {
-#pragma omp parallel for schedule(static) if (work > 32768)
-    for (int64_t q = 0; q < blocks; q++) MT_T(maxpool_2x2_blk)(out, argmax, inp, s, q, 0);
-  }
+#define MT_POOL_FWD_BLK(ob)                                                               \
+  MT_POOL_CB(s->cblock, {                                                                 \
+    _Pragma("omp parallel for schedule(static) if (work > 32768)") for (int64_t q = 0;      \
+                                                                         q < blocks; q++)  \
+        MT_T(maxpool_2x2_blk)(out, argmax, inp, s, q, ob, cbk);                            \
+  })
+  if (s->oblock)
+    MT_POOL_FWD_BLK(1);
+  else
+    MT_POOL_FWD_BLK(0);
+#undef MT_POOL_FWD_BLK
 }
 
 /* Whether the 2x2 / stride 2 / no padding kernels serve s. */
@@ -106,7 +161,7 @@ static int MT_T(is_2x2)(const mt_pool2d_shape *s) {
 void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
                                 const mt_pool2d_shape *s) {
   // inp is (B,C,H,W) (blocked when s->cblock); out and argmax are (B,C,OH,OW) (when s->oblock)
-  if (MT_T(is_2x2)(s) && (!s->cblock || !s->oblock || s->oblock == s->cblock)) {
+  if (MT_T(is_2x2)(s) && s->cblock <= 16 && (!s->cblock || !s->oblock || s->oblock == s->cblock)) {
     if (s->cblock)
       MT_T(maxpool_2x2_blocked)(out, argmax, inp, s);
     else
@@ -168,50 +223,54 @@ static inline __attribute__((always_inline)) REAL MT_T(keep)(int c, REAL g) {
  * one vector of cb channels at a time (the windows do not overlap), so no
  * scatter of single lanes; relu (out given) as in maxpool_bwd. With set the
  * four are written (=), not added to: the caller's whole input gradient
- * when the windows cover it (even H and W). One block q per call; ob, relu
- * and set constants after inlining (as maxpool_2x2_blk). */
+ * when the windows cover it (even H and W). The input gradient is written
+ * in order, as the forward reads it: a window row's upper inputs in one
+ * pass, its lower ones in a second (the output gradient's row read twice,
+ * from L1); one pass writing both rows took the first pool's backward
+ * 2.78 ms against 1.44 (as maxpool_2x2_blk). One block q per call; ob, relu,
+ * set and cb constants after inlining (as maxpool_2x2_blk). */
 static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
     REAL *dinp, const REAL *dout, const int32_t *argmax, const REAL *out,
-    const mt_pool2d_shape *s, int64_t q, const int ob, const int relu, const int set) {
-  const int cb = s->cblock, W = s->W, OW = s->OW;
+    const mt_pool2d_shape *s, int64_t q, const int ob, const int relu, const int set,
+    const int cb) {
+  const int W = s->W, OW = s->OW;
   const int64_t hw = (int64_t)s->H * s->W, ohw = (int64_t)s->OH * s->OW;
   REAL *x = dinp + q * hw * cb;
   const REAL *d = dout + q * cb * ohw, *y = relu ? out + q * cb * ohw : NULL;
   const int32_t *am = argmax + q * cb * ohw;
   const int64_t js = ob ? 1 : ohw;
   for (int oh = 0; oh < s->OH; oh++)
-    for (int ow = 0; ow < OW; ow++) {
-      const int32_t ia = 2 * oh * W + 2 * ow;
-      REAL *r0 = x + (int64_t)ia * cb, *r1 = r0 + (int64_t)W * cb;
-      const int64_t op = (int64_t)oh * OW + ow, o0 = ob ? op * cb : op;
+    for (int lo = 0; lo < 2; lo++) /* the window's upper inputs, then its lower */
+      for (int ow = 0; ow < OW; ow++) {
+        const int32_t ia = 2 * oh * W + 2 * ow + lo * W; /* the left input's index */
+        REAL *r = x + (int64_t)ia * cb;
+        const int64_t op = (int64_t)oh * OW + ow, o0 = ob ? op * cb : op;
 #pragma omp simd
-      for (int j = 0; j < cb; j++) {
-        const REAL dj = d[o0 + j * js];
-        const REAL g = relu ? MT_T(keep)(y[o0 + j * js] > (REAL)0, dj) : dj;
-        const int32_t a = am[o0 + j * js];
-        if (set) {
-          r0[j] = MT_T(keep)(a == ia, g);
-          r0[cb + j] = MT_T(keep)(a == ia + 1, g);
-          r1[j] = MT_T(keep)(a == ia + W, g);
-          r1[cb + j] = MT_T(keep)(a == ia + W + 1, g);
-        } else {
-          r0[j] += MT_T(keep)(a == ia, g);
-          r0[cb + j] += MT_T(keep)(a == ia + 1, g);
-          r1[j] += MT_T(keep)(a == ia + W, g);
-          r1[cb + j] += MT_T(keep)(a == ia + W + 1, g);
+        for (int j = 0; j < cb; j++) {
+          const REAL dj = d[o0 + j * js];
+          const REAL g = relu ? MT_T(keep)(y[o0 + j * js] > (REAL)0, dj) : dj;
+          const int32_t a = am[o0 + j * js];
+          if (set) {
+            r[j] = MT_T(keep)(a == ia, g);
+            r[cb + j] = MT_T(keep)(a == ia + 1, g);
+          } else {
+            r[j] += MT_T(keep)(a == ia, g);
+            r[cb + j] += MT_T(keep)(a == ia + 1, g);
+          }
         }
       }
-    }
 }
 
 static void MT_T(maxpool_bwd_blocked)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                                       const REAL *out, const mt_pool2d_shape *s, int set) {
   const int64_t blocks = (int64_t)s->B * (s->C / s->cblock);
   const int64_t work = (int64_t)s->B * s->C * s->OH * s->OW;
-#define MT_POOL_BWD_BLK(ob, relu, set)                                             \
-  _Pragma("omp parallel for schedule(static) if (work > 32768)") for (int64_t q = 0; \
-                                                                       q < blocks; q++) \
-      MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, q, ob, relu, set)
+#define MT_POOL_BWD_BLK(ob, relu, set)                                                     \
+  MT_POOL_CB(s->cblock, {                                                                  \
+    _Pragma("omp parallel for schedule(static) if (work > 32768)") for (int64_t q = 0;       \
+                                                                         q < blocks; q++)   \
+        MT_T(maxpool_bwd_blk)(dinp, dout, argmax, out, s, q, ob, relu, set, cbk);           \
+  })
 #define MT_POOL_BWD_SET(ob, relu)                                                  \
   do {                                                                             \
     if (set)                                                                       \
