@@ -620,7 +620,7 @@ int mt_conv2d_backward(float *dinp, float *dw, float *db, const float *dout, con
     MT_CALL(rc);
   }
   if (first) {
-    conv_first_bwd_w(dw, db, dout, inp, B, c);
+    MT_CALL(conv_first_bwd_w(dw, db, dout, inp, B, c));
   } else if (!dinp && !dw && db) {
     const int64_t hw = (int64_t)s->OH * s->OW, cb = c->dst_block ? c->dst_block : 1;
     for (int o = 0; o < s->OC; o++) {
