@@ -44,8 +44,8 @@ typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned */
  * order, then is added to the tap's total (tot) image after image; the
  * bias's the same, in the first pass. A previous form looped over the taps
  * inside each row, four partial sums a tap loaded and stored around every
- * row: 3.3-3.8 ms of a CNN step (128 images, 1 -> 32 channels, 28 x 28,
- * A2). */
+ * row: 4.2 ms of a CNN step against 1.7 now (128 images, 1 -> 32 channels,
+ * 28 x 28, A2; bench/README.md, "The max-pool in row order"). */
 static inline __attribute__((always_inline)) void block_bwd_w(
     float *dw, float *db, const float *dout, const float *inp, int B, const mt_conv2d_shape *s,
     int g, const int nv, float *xp, float *tot) {

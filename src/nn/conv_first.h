@@ -13,6 +13,6 @@ int conv_first_fits(const mt_conv2d_shape *s);
  * (B,OC,OH,OW in nChw{c->dst_block}c); db (OC) += its sums when db.
  * Nonzero: no memory for its scratch (nothing added). */
 int conv_first_bwd_w(float *dw, float *db, const float *dout, const float *inp, int B,
-                      const mt_conv2d *c);
+                     const mt_conv2d *c);
 
 #endif
