@@ -343,11 +343,14 @@ int main(void) {
   test_pool((mt_pool2d_shape){2, 16, 6, 6, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 16, 20);
   /* the 2x2 kernels' runs of windows (POOL_RUN * 16 / cb a pass: 32 at
    * nChw16c, 64 at nChw8c): rows of 35 and 70 windows, a run and a part;
+   * the NCHW output's runs transposed through the kernels' scratch (ob 0);
    * and a block of 32 channels (the forward's general loop, the backward's
-   * 2x2 kernel) */
+   * 2x2 kernel with a blocked output, its general loop with an NCHW one) */
   test_pool((mt_pool2d_shape){2, 16, 4, 70, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 16, 16, 26);
   test_pool((mt_pool2d_shape){1, 16, 6, 141, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 8, 0, 27);
   test_pool((mt_pool2d_shape){2, 32, 6, 6, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 32, 32, 28);
+  test_pool((mt_pool2d_shape){2, 16, 4, 70, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 16, 0, 29);
+  test_pool((mt_pool2d_shape){2, 32, 6, 6, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 1, 32, 0, 30);
   mt_pool2d_shape bad = {1, 12, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0, 0, 8, 0};
   CHECK(mt_pool2d_shape_init(&bad) == MT_ERR_ARG, "pool refuses a block (8) not dividing C (12)");
   mt_error_clear();

@@ -1,20 +1,26 @@
 /* 2-d max and average pooling and global average pooling, a template for
  * REAL = float and double (pool.c). */
 
+/* Whether x takes the place of the maximum m so far, the max-pool's rule
+ * (scan order, the first maximum wins, a NaN always wins) as a value, for
+ * selects instead of branches, so that the loops around it vectorise; the
+ * branchy loop mispredicted on real activations and took a third of a CNN
+ * step. */
+static inline __attribute__((always_inline)) int MT_T(wins)(REAL x, REAL m) {
+  return (x > m) | (x != x);
+}
+
 /* The maximum of a 2x2 window a b / c d whose a is at index ia of a plane W
- * wide, and (*at) its index: the general rule below (scan order, the first
- * maximum wins, a NaN always wins) written with selects instead of
- * branches, so that the loops around it vectorise; the branchy loop
- * mispredicted on real activations and took a third of a CNN step. */
+ * wide, and (*at) its index. */
 static inline __attribute__((always_inline)) REAL MT_T(max4)(REAL a, REAL b, REAL c, REAL d,
                                                             int32_t ia, int W, int32_t *at) {
   REAL m = a;
   int32_t i = ia;
-  int t = (b > m) | (b != b);
+  int t = MT_T(wins)(b, m);
   m = t ? b : m, i = t ? ia + 1 : i;
-  t = (c > m) | (c != c);
+  t = MT_T(wins)(c, m);
   m = t ? c : m, i = t ? ia + W : i;
-  t = (d > m) | (d != d);
+  t = MT_T(wins)(d, m);
   m = t ? d : m, i = t ? ia + W + 1 : i;
   *at = i;
   return m;
@@ -91,7 +97,7 @@ static inline __attribute__((always_inline)) void MT_T(maxpool_2x2_blk)(
 #pragma omp simd
         for (int j = 0; j < cb; j++) {
           const REAL a = r0[j], b = r0[cb + j];
-          const int t = (b > a) | (b != b);
+          const int t = MT_T(wins)(b, a);
           m[j] = t ? b : a, mi[j] = t ? ia + 1 : ia;
         }
       }
@@ -108,9 +114,9 @@ static inline __attribute__((always_inline)) void MT_T(maxpool_2x2_blk)(
           REAL v = m[j];
           int32_t i = mi[j];
           const REAL c = r1[j], d = r1[cb + j];
-          int t = (c > v) | (c != c);
+          int t = MT_T(wins)(c, v);
           v = t ? c : v, i = t ? ia + W : i;
-          t = (d > v) | (d != d);
+          t = MT_T(wins)(d, v);
           v = t ? d : v, i = t ? ia + W + 1 : i;
           oo[j * js] = v;
           ao[j * js] = i;
@@ -188,7 +194,7 @@ void MT_T(mt_maxpool2d_forward)(REAL *out, int32_t *argmax, const REAL *inp,
         for (int ih = h0; ih < h1; ih++)
           for (int iw = w0; iw < w1; iw++) {
             const REAL v = x[(ih * s->W + iw) * st];
-            if (v > mx || isnan(v)) {
+            if (MT_T(wins)(v, mx)) {
               mx = v;
               best = ih * s->W + iw;
             }
@@ -238,27 +244,44 @@ static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
   REAL *x = dinp + q * hw * cb;
   const REAL *d = dout + q * cb * ohw, *y = relu ? out + q * cb * ohw : NULL;
   const int32_t *am = argmax + q * cb * ohw;
-  const int64_t js = ob ? 1 : ohw;
+  REAL tg[POOL_RUN * 16]; /* ob 0 (cb <= 16): a run of the row's gradients, argmax [ow][j] */
+  int32_t ta[POOL_RUN * 16];
+  const int run = ob ? OW : POOL_RUN * 16 / cb;
   for (int oh = 0; oh < s->OH; oh++)
-    for (int lo = 0; lo < 2; lo++) /* the window's upper inputs, then its lower */
-      for (int ow = 0; ow < OW; ow++) {
-        const int32_t ia = 2 * oh * W + 2 * ow + lo * W; /* the left input's index */
-        REAL *r = x + (int64_t)ia * cb;
-        const int64_t op = (int64_t)oh * OW + ow, o0 = ob ? op * cb : op;
-#pragma omp simd
+    for (int w0 = 0; w0 < OW; w0 += run) {
+      const int w1 = OW - w0 < run ? OW : w0 + run;
+      const int64_t r0 = (int64_t)oh * OW; /* the output row's first position */
+      if (!ob) /* the cb planes' runs side by side, masked by the ReLU */
         for (int j = 0; j < cb; j++) {
-          const REAL dj = d[o0 + j * js];
-          const REAL g = relu ? MT_T(keep)(y[o0 + j * js] > (REAL)0, dj) : dj;
-          const int32_t a = am[o0 + j * js];
-          if (set) {
-            r[j] = MT_T(keep)(a == ia, g);
-            r[cb + j] = MT_T(keep)(a == ia + 1, g);
-          } else {
-            r[j] += MT_T(keep)(a == ia, g);
-            r[cb + j] += MT_T(keep)(a == ia + 1, g);
+          const int64_t pj = j * ohw + r0;
+#pragma omp simd
+          for (int ow = w0; ow < w1; ow++) {
+            const REAL dj = d[pj + ow];
+            tg[(ow - w0) * cb + j] = relu ? MT_T(keep)(y[pj + ow] > (REAL)0, dj) : dj;
+            ta[(ow - w0) * cb + j] = am[pj + ow];
           }
         }
-      }
+      for (int lo = 0; lo < 2; lo++) /* the window's upper inputs, then its lower */
+        for (int ow = w0; ow < w1; ow++) {
+          const int32_t ia = 2 * oh * W + 2 * ow + lo * W; /* the left input's index */
+          REAL *r = x + (int64_t)ia * cb;
+          const int64_t o0 = ob ? (r0 + ow) * cb : (int64_t)(ow - w0) * cb;
+          const REAL *gp = ob ? d + o0 : tg + o0, *yp = ob && relu ? y + o0 : NULL;
+          const int32_t *ap = ob ? am + o0 : ta + o0;
+#pragma omp simd
+          for (int j = 0; j < cb; j++) {
+            const REAL g = ob && relu ? MT_T(keep)(yp[j] > (REAL)0, gp[j]) : gp[j];
+            const int32_t a = ap[j];
+            if (set) {
+              r[j] = MT_T(keep)(a == ia, g);
+              r[cb + j] = MT_T(keep)(a == ia + 1, g);
+            } else {
+              r[j] += MT_T(keep)(a == ia, g);
+              r[cb + j] += MT_T(keep)(a == ia + 1, g);
+            }
+          }
+        }
+    }
 }
 
 static void MT_T(maxpool_bwd_blocked)(REAL *dinp, const REAL *dout, const int32_t *argmax,
@@ -297,7 +320,8 @@ static void MT_T(maxpool_bwd_blocked)(REAL *dinp, const REAL *dout, const int32_
 static void MT_T(maxpool_bwd)(REAL *dinp, const REAL *dout, const int32_t *argmax,
                               const REAL *out, const mt_pool2d_shape *s, int flags) {
   const int set = (flags & MT_POOL_SET_DINP) != 0;
-  if (MT_T(is_2x2)(s) && s->cblock && (!s->oblock || s->oblock == s->cblock)) {
+  if (MT_T(is_2x2)(s) && s->cblock &&
+      (s->oblock == s->cblock || (!s->oblock && s->cblock <= 16))) { /* tg's size */
     /* written in the pass where the windows cover the input */
     const int cover = s->H == 2 * s->OH && s->W == 2 * s->OW;
     if (set && !cover) memset(dinp, 0, (size_t)s->B * s->C * s->H * s->W * sizeof(REAL));
