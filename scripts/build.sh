@@ -14,10 +14,11 @@ flock 9
 mkdir -p "$dir"
 cd "$dir"
 if [ ! -f Makefile ] || [ "$top/configure" -nt Makefile ] || [ $# -gt 0 ]; then
-  old_flags=$(grep -E '^(CFLAGS|LDFLAGS|ARCH_CFLAGS|NVCCFLAGS) =' Makefile 2>/dev/null || true)
+  flags='^(CFLAGS|LDFLAGS|ARCH_CFLAGS|NVCCFLAGS|AM_CFLAGS) =' # AM_CFLAGS: Makefile.am's
+  old_flags=$(grep -E "$flags" Makefile 2>/dev/null || true)
   "$top/configure" -q "$@"
   # make does not rebuild objects when only the flags change: start clean
-  [ -z "$old_flags" ] || [ "$old_flags" = "$(grep -E '^(CFLAGS|LDFLAGS|ARCH_CFLAGS|NVCCFLAGS) =' Makefile)" ] ||
+  [ -z "$old_flags" ] || [ "$old_flags" = "$(grep -E "$flags" Makefile)" ] ||
     make clean >/dev/null
 fi
 flock -u 9
