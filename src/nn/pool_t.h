@@ -233,8 +233,14 @@ static inline __attribute__((always_inline)) REAL MT_T(keep)(int c, REAL g) {
  * in order, as the forward reads it: a window row's upper inputs in one
  * pass, its lower ones in a second (the output gradient's row read twice,
  * from L1); one pass writing both rows took the first pool's backward
- * 2.78 ms against 1.44 (as maxpool_2x2_blk). One block q per call; ob, relu,
- * set and cb constants after inlining (as maxpool_2x2_blk). */
+ * 2.78 ms against 1.44 (as maxpool_2x2_blk). With an NCHW output gradient
+ * (ob 0; cb <= 16, the caller's condition) each row's run of up to
+ * POOL_RUN * 16 / cb windows is first gathered plane by plane into tg / ta
+ * as [window][lane], the ReLU's mask applied there, so that the passes load
+ * whole vectors: the second pool's backward (128 x 64 x 14 x 14, nChw8c)
+ * 1.395 ms -> 1.031 (A2, bench/pool_bench, medians of 9 rounds). One block
+ * q per call; ob, relu, set and cb constants after inlining (as
+ * maxpool_2x2_blk). */
 static inline __attribute__((always_inline)) void MT_T(maxpool_bwd_blk)(
     REAL *dinp, const REAL *dout, const int32_t *argmax, const REAL *out,
     const mt_pool2d_shape *s, int64_t q, const int ob, const int relu, const int set,
