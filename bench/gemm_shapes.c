@@ -13,10 +13,9 @@
  * as a cache behind mt_gemm would); "xsmm" a libxsmm JIT kernel of the whole
  * shape (-DHAVE_XSMM); "pack" our kernel (src/nn/gemm_pack.c) at every
  * shape; "mt" what mt_gemm runs on one thread when built --with-gemm=pack
- * (src/nn/gemm.c: pack for 'N','N' at M <= 384, N >= 512, K >= 256;
- * otherwise mt_sgemm, src/nn/gemm_matmul.c: the forward's 'N','T' as a
- * brgemm matmul primitive where oneDNN has one, dnnl_sgemm for the rest;
- * the rule of run_lib's case 5 must follow gemm.c's). "fused" times the
+ * (pack where mt_gemm_pack_wins, src/nn/gemm_pack.h; otherwise mt_sgemm,
+ * src/nn/gemm_matmul.c: the forward's 'N','T' as a brgemm matmul
+ * primitive where oneDNN has one, dnnl_sgemm for the rest). "fused" times the
  * forward with its bias and ReLU: sgemm plus the two element-wise passes
  * mpitrain runs today against one matmul primitive carrying bias and ReLU
  * (post-ops); only for the forward.
@@ -338,8 +337,8 @@ static void run_lib(job *j, int lib) {
     case 3:
       if (j->have_mmf) mm_run(&j->mmf, j->A, j->B, j->C, j->bias);
       break;
-    case 5: /* mt_gemm built --with-gemm=pack (src/nn/gemm.c's rule) */
-      if (!(s->ta == 'N' && s->tb == 'N' && s->M <= 384 && s->N >= 512 && s->K >= 256)) {
+    case 5: /* mt_gemm built --with-gemm=pack (mt_gemm_pack_wins, as src/nn/gemm.c) */
+      if (!mt_gemm_pack_wins(s->ta, s->tb, s->M, s->N, s->K)) {
         DN(MT_SGEMM(s->ta, s->tb, s->M, s->N, s->K, 1.f, j->A, s->lda, j->B, s->ldb, s->beta, j->C,
                     s->ldc));
         break;

@@ -1,9 +1,10 @@
 /* Unit tests of the nn layers (src/nn/nn.h):
  *  - mt_gemm against a naive triple loop, all four transpose combinations,
  *    odd non-square sizes, padded leading dimensions, beta 0 and 1; 'N','N'
- *    at sizes that take --with-gemm=pack's kernel (several blocks of each
- *    dimension, partial tiles), and that kernel (nn/gemm_pack.h) itself in
- *    all four transposes, on 1 and 2 threads (bit for bit the same);
+ *    and 'T','N' of many rows at sizes that take --with-gemm=pack's kernel
+ *    (mt_gemm_pack_wins; several blocks of each dimension, partial tiles),
+ *    and that kernel (nn/gemm_pack.h) itself in all four transposes, on 1
+ *    and 2 threads (bit for bit the same);
  *  - every layer forward and backward against PyTorch references written by
  *    validation/gen_refs.py (1e-5 relative);
  *  - every backward against central finite differences of the forward;
@@ -115,7 +116,7 @@ static void gemm_tn_beta0_nan(void) {
 }
 
 /* mt_gemm_pack directly: every transpose, blocks crossed in M, N and K
- * (MC 96, NC 1024, KC 256) with partial tiles; beta 0 over NaN and beta 1;
+ * (MC 96 rows for 'N' A and 516 for 'T', NC 1024, KC 256) with partial tiles; beta 0 over NaN and beta 1;
  * the column split of 2 threads gives the 1-thread result bit for bit. */
 static void pack_case(char ta, char tb, int64_t M, int64_t N, int64_t K, float beta,
                       uint64_t *rng) {
@@ -181,6 +182,7 @@ static void test_gemm_pack(void) {
     for (int b = 0; b < 2; b++) {
       pack_case(tr[a], tr[b], 101, 1043, 70, 0.0f, &rng);
       pack_case(tr[a], tr[b], 37, 53, 300, 1.0f, &rng);
+      pack_case(tr[a], tr[b], 530, 40, 270, (float)b, &rng); /* 'T': past a block of 516 */
     }
 }
 
@@ -217,6 +219,10 @@ static void test_gemm(void) {
   gemm_case('T', 'N', 257, 129, 33, 1.0f, 1.0f, 1, &rng);
   gemm_case('T', 'N', 1024, 16, 7, 1.0f, 1.0f, 0, &rng);
   gemm_case('T', 'N', 300, 70, 64, 0.5f, 1.0f, 0, &rng);
+  /* of many rows (K >= 1024) into 64 Ki-256 Ki entries: --with-gemm=pack's
+   * kernel where built (mt_gemm_pack_wins), K's blocks crossed */
+  gemm_case('T', 'N', 256, 260, 1100, 1.0f, 1.0f, 2, &rng);
+  gemm_case('T', 'N', 70, 1000, 1030, 1.0f, 0.0f, 0, &rng);
   gemm_tn_beta0_nan();
 #ifdef _OPENMP
   omp_set_num_threads(2);

@@ -30,17 +30,14 @@ mt_nn_trace_fn mt_nn_trace_hook;
 void mt_nn_trace_set(mt_nn_trace_fn f) { mt_nn_trace_hook = f; }
 
 /* Whether --with-gemm=pack's kernel (gemm_pack.c; configure's default on
- * AVX2 machines without AVX-512) takes a GEMM that a thread runs alone: the
- * row-major 'N','N' ones (the linear layers' input gradients) where it was
- * measured to win (bench/README.md): at most 384 rows, N >= 512 and K >= 256
- * (1.1-1.6x: dnnl_sgemm runs these at about half its 'N','T' speed);
- * beyond, dnnl_sgemm won or tied (512 or 2048 rows: 0.8x; N 256, K 128:
- * 0.9x). alpha 1, beta 0 or 1 is all it does. */
+ * AVX2 machines without AVX-512) takes a GEMM that a thread runs alone:
+ * the shapes where it was measured to win (mt_gemm_pack_wins), alpha 1,
+ * beta 0 or 1 (all it does). */
 static int pack_takes(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                       int64_t lda, int64_t ldb, float beta, int64_t ldc) {
 #ifdef MT_GEMM_PACK
-  return ta == 'N' && tb == 'N' && alpha == 1 && (beta == 0 || beta == 1) && M <= 384 &&
-         N >= 512 && K >= 256 && M > 0 && lda >= K && ldb >= N && ldc >= N &&
+  return alpha == 1 && (beta == 0 || beta == 1) && M > 0 && N > 0 && ldb >= N && ldc >= N &&
+         lda >= (ta == 'N' ? K : M) && mt_gemm_pack_wins(ta, tb, M, N, K) &&
          mt_gemm_pack_available();
 #else
   (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)lda, (void)ldb, (void)beta;

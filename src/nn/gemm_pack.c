@@ -4,7 +4,9 @@
  * micro-kernel holding C's tile in 12 ymm registers over the KC loop.
  * Packing reads either layout, so 'N' and 'T' cost the same: why it exists
  * (dnnl_sgemm runs the MLP's input-gradient shape, row-major 'N','N', at
- * about half its 'N','T' speed on this machine; bench/README.md). */
+ * about half its 'N','T' speed on this machine, and the gpt's 'T','N'
+ * weight gradients of 2048 rows at 0.7-0.85x ours; bench/README.md; the
+ * shapes it takes: mt_gemm_pack_wins). */
 #include "nn/gemm_pack.h"
 
 #include <stdlib.h>
@@ -22,7 +24,13 @@
 #define MR 6
 #define NR 16
 #define KC 256
-#define MC 96
+/* op(A)'s block rows, whole panels: 'N' packs KC floats of each row
+ * whatever the block's height; 'T' reads a row of A for each k, the
+ * block's width of it, so a tall block reads long runs (516 rows: the
+ * gpt's 512-wide weight gradients in one block, 1.2x the 96-row blocks
+ * there: bench/README.md "The weight gradients of many rows") */
+#define MC_N 96
+#define MC_T (86 * MR)
 #define NC 1024
 
 int mt_gemm_pack_available(void) {
@@ -33,13 +41,18 @@ int mt_gemm_pack_available(void) {
 #endif
 }
 
+int mt_gemm_pack_wins(char ta, char tb, int64_t M, int64_t N, int64_t K) {
+  if (ta == 'T' && tb == 'N') return K >= 1024 && M * N >= 65536 && M * N <= 262144;
+  return ta == 'N' && tb == 'N' && M <= 384 && N >= 512 && K >= 256;
+}
+
 #if MT_PACK_AVX2
 /* the caller thread's packing buffers, made once, kept for its next call
  * (never freed: mpitrain's threads live as long as the process) */
 static _Thread_local float *pack_a, *pack_b;
 
 static float *buffers(void) {
-  if (!pack_a) pack_a = aligned_alloc(64, sizeof(float) * MC * KC);
+  if (!pack_a) pack_a = aligned_alloc(64, sizeof(float) * MC_T * KC);
   if (!pack_b) pack_b = aligned_alloc(64, sizeof(float) * KC * NC);
   return pack_a && pack_b ? pack_a : NULL;
 }
@@ -58,13 +71,23 @@ static void pack_A(float *dst, char ta, const float *A, int64_t lda, int64_t i0,
         else
           for (int k = 0; k < kc; k++) dst[k * MR + r] = 0;
       }
-    } else {
-      for (int k = 0; k < kc; k++) {
-        const float *src = A + (k0 + k) * lda + i0 + p;
-        for (int r = 0; r < MR; r++) dst[k * MR + r] = r < rows ? src[r] : 0;
-      }
-    }
+    } else
+      break; /* 'T': below */
     dst += (size_t)MR * kc;
+  }
+  if (ta == 'N') return;
+  /* 'T': row k0 + k of A holds step k of every panel, read once, whole.
+   * Panel by panel instead (six floats of each of kc rows, the rows 2 KiB
+   * apart at the gpt's 512-wide weight gradients) the packing had cost a
+   * third of the products' time there. */
+  for (int k = 0; k < kc; k++) {
+    const float *src = A + (k0 + k) * lda + i0;
+    float *d = dst + k * MR;
+    int p = 0;
+    for (; p + MR <= mc; p += MR, d += (size_t)MR * kc)
+      for (int r = 0; r < MR; r++) d[r] = src[p + r];
+    if (p < mc)
+      for (int r = 0; r < MR; r++) d[r] = p + r < mc ? src[p + r] : 0;
   }
 }
 
@@ -139,6 +162,7 @@ static int gemm_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, const 
   float *pa = buffers(), *pb = pack_b;
   if (!pa) return -1;
   float edge[MR * NR];
+  const int mcb = ta == 'T' ? MC_T : MC_N;
   for (int64_t j0 = 0; j0 < N; j0 += NC) {
     int nc = N - j0 < NC ? (int)(N - j0) : NC;
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
@@ -146,8 +170,8 @@ static int gemm_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, const 
       /* the first K block applies beta; the others add */
       int add = k0 > 0 || beta != 0;
       pack_B(pb, tb, B, ldb, k0, j0, kc, nc);
-      for (int64_t i0 = 0; i0 < M; i0 += MC) {
-        int mc = M - i0 < MC ? (int)(M - i0) : MC;
+      for (int64_t i0 = 0; i0 < M; i0 += mcb) {
+        int mc = M - i0 < mcb ? (int)(M - i0) : mcb;
         pack_A(pa, ta, A, lda, i0, k0, mc, kc);
         for (int jr = 0; jr < nc; jr += NR) {
           const float *bp = pb + (size_t)jr * kc;
