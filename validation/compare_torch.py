@@ -21,6 +21,11 @@ with --mt-data BIN when missing (`mt-data fashion-mnist`, and `mt-data text
     /usr/bin/python3 validation/compare_torch.py --data /tmp/vdata \\
         --mt-data build/mt-data --mpitrain build/mpitrain [--write]
 
+--curves DIR reads (and with --write writes) MODEL.opts, MODEL_init.h5 and
+MODEL_torch.csv in DIR instead: a curve of other sizes than the committed
+ones, e.g. the benchmark's gpt (bench/README.md, "The weight gradients of
+many rows").
+
 Exit status 0 when every compared curve is within --tol (1e-4) relative at
 every step, 1 otherwise.
 """
@@ -222,21 +227,23 @@ def main():
     ap.add_argument("--mpirun", default="", help="launcher prefix, e.g. 'mpirun -np 1'")
     ap.add_argument("--write", action="store_true", help="write the init files and expected curves")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--curves", default=CURVES,
+                    help="folder of MODEL.opts and its init and curve files (default: validation/curves)")
     ap.add_argument("--per-step", action="store_true", help="print every step")
     args = ap.parse_args()
     torch.set_num_threads(1)
     ok = True
     for m in args.models.split(","):
-        opts_path = os.path.join(CURVES, f"{m}.opts")
+        opts_path = os.path.join(args.curves, f"{m}.opts")
         opts = read_opts(opts_path)
         kind = opts.get("model", m)  # a curve's name (cnnbn) and its model (cnn)
-        init_path = os.path.join(CURVES, f"{m}_init.h5")
-        exp_path = os.path.join(CURVES, f"{m}_torch.csv")
+        init_path = os.path.join(args.curves, f"{m}_init.h5")
+        exp_path = os.path.join(args.curves, f"{m}_torch.csv")
         dpath = data_file(kind, args.data, args.mt_data)
         data = Data(dpath, opts)
         losses, net = torch_curve(kind, opts, data, init_path, args.write, seed_name=m)
         bufs = tm.mpitrain_buffers(net)
-        buf_path = os.path.join(CURVES, f"{m}_torch_buffers.h5")
+        buf_path = os.path.join(args.curves, f"{m}_torch_buffers.h5")
         if bufs and (args.write or not os.path.exists(buf_path)):
             with h5py.File(buf_path, "w") as f:  # running statistics after the steps
                 for name, b in bufs:
