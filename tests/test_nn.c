@@ -116,8 +116,9 @@ static void gemm_tn_beta0_nan(void) {
 }
 
 /* mt_gemm_pack directly: every transpose, blocks crossed in M, N and K
- * (MC 96 rows for 'N' A and 516 for 'T', NC 1024, KC 256) with partial tiles; beta 0 over NaN and beta 1;
- * the column split of 2 threads gives the 1-thread result bit for bit. */
+ * (MC 96 rows for 'N' A and 516 for 'T', NC 1024, KC 256) with partial
+ * tiles; beta 0 over NaN and beta 1; the column split of 2 threads gives
+ * the 1-thread result bit for bit. */
 static void pack_case(char ta, char tb, int64_t M, int64_t N, int64_t K, float beta,
                       uint64_t *rng) {
   int64_t lda = (ta == 'N' ? K : M) + 1, ldb = (tb == 'N' ? N : K) + 2, ldc = N + 3;

@@ -61,33 +61,32 @@ static float *buffers(void) {
  * rows p*MR..p*MR+5 at k; rows past mc are zero */
 static void pack_A(float *dst, char ta, const float *A, int64_t lda, int64_t i0, int64_t k0,
                    int mc, int kc) {
+  if (ta == 'T') {
+    /* row k0 + k of A holds step k of every panel: read once, whole.
+     * Panel by panel instead (six floats of each of kc rows, the rows 2
+     * KiB apart at the gpt's 512-wide weight gradients) the packing had
+     * cost a third of the products' time there. */
+    for (int k = 0; k < kc; k++) {
+      const float *src = A + (k0 + k) * lda + i0;
+      float *d = dst + k * MR;
+      int p = 0;
+      for (; p + MR <= mc; p += MR, d += (size_t)MR * kc)
+        for (int r = 0; r < MR; r++) d[r] = src[p + r];
+      if (p < mc)
+        for (int r = 0; r < MR; r++) d[r] = p + r < mc ? src[p + r] : 0;
+    }
+    return;
+  }
   for (int p = 0; p < mc; p += MR) {
     int rows = mc - p < MR ? mc - p : MR;
-    if (ta == 'N') {
-      for (int r = 0; r < MR; r++) {
-        const float *src = A + (i0 + p + r) * lda + k0;
-        if (r < rows)
-          for (int k = 0; k < kc; k++) dst[k * MR + r] = src[k];
-        else
-          for (int k = 0; k < kc; k++) dst[k * MR + r] = 0;
-      }
-    } else
-      break; /* 'T': below */
+    for (int r = 0; r < MR; r++) {
+      const float *src = A + (i0 + p + r) * lda + k0;
+      if (r < rows)
+        for (int k = 0; k < kc; k++) dst[k * MR + r] = src[k];
+      else
+        for (int k = 0; k < kc; k++) dst[k * MR + r] = 0;
+    }
     dst += (size_t)MR * kc;
-  }
-  if (ta == 'N') return;
-  /* 'T': row k0 + k of A holds step k of every panel, read once, whole.
-   * Panel by panel instead (six floats of each of kc rows, the rows 2 KiB
-   * apart at the gpt's 512-wide weight gradients) the packing had cost a
-   * third of the products' time there. */
-  for (int k = 0; k < kc; k++) {
-    const float *src = A + (k0 + k) * lda + i0;
-    float *d = dst + k * MR;
-    int p = 0;
-    for (; p + MR <= mc; p += MR, d += (size_t)MR * kc)
-      for (int r = 0; r < MR; r++) d[r] = src[p + r];
-    if (p < mc)
-      for (int r = 0; r < MR; r++) d[r] = p + r < mc ? src[p + r] : 0;
   }
 }
 
