@@ -57,6 +57,17 @@ static float *buffers(void) {
   return pack_a && pack_b ? pack_a : NULL;
 }
 
+/* one panel of w interleaved vectors: dst[k * w + r] = src[r * ld + k] for
+ * the n (<= w) vectors of kc floats at src, ld apart, and 0 for r >= n */
+static void interleave(float *dst, int w, const float *src, int64_t ld, int n, int kc) {
+  for (int r = 0; r < w; r++) {
+    if (r < n)
+      for (int k = 0; k < kc; k++) dst[k * w + r] = src[r * ld + k];
+    else
+      for (int k = 0; k < kc; k++) dst[k * w + r] = 0;
+  }
+}
+
 /* op(A)[i0.., k0..] (mc x kc) into panels of MR rows: panel p, step k holds
  * rows p*MR..p*MR+5 at k; rows past mc are zero */
 static void pack_A(float *dst, char ta, const float *A, int64_t lda, int64_t i0, int64_t k0,
@@ -77,17 +88,8 @@ static void pack_A(float *dst, char ta, const float *A, int64_t lda, int64_t i0,
     }
     return;
   }
-  for (int p = 0; p < mc; p += MR) {
-    int rows = mc - p < MR ? mc - p : MR;
-    for (int r = 0; r < MR; r++) {
-      const float *src = A + (i0 + p + r) * lda + k0;
-      if (r < rows)
-        for (int k = 0; k < kc; k++) dst[k * MR + r] = src[k];
-      else
-        for (int k = 0; k < kc; k++) dst[k * MR + r] = 0;
-    }
-    dst += (size_t)MR * kc;
-  }
+  for (int p = 0; p < mc; p += MR, dst += (size_t)MR * kc)
+    interleave(dst, MR, A + (i0 + p) * lda + k0, lda, mc - p < MR ? mc - p : MR, kc);
 }
 
 /* op(B)[k0.., j0..] (kc x nc) into panels of NR columns; columns past nc are
@@ -114,17 +116,8 @@ static void pack_B(float *dst, char tb, const float *B, int64_t ldb, int64_t k0,
     }
     return;
   }
-  for (int p = 0; p < nc; p += NR) {
-    const int n = nc - p < NR ? nc - p : NR;
-    for (int c = 0; c < NR; c++) {
-      const float *src = B + (j0 + p + c) * ldb + k0;
-      if (c < n)
-        for (int k = 0; k < kc; k++) dst[k * NR + c] = src[k];
-      else
-        for (int k = 0; k < kc; k++) dst[k * NR + c] = 0;
-    }
-    dst += (size_t)NR * kc;
-  }
+  for (int p = 0; p < nc; p += NR, dst += (size_t)NR * kc)
+    interleave(dst, NR, B + (j0 + p) * ldb + k0, ldb, nc - p < NR ? nc - p : NR, kc);
 }
 
 /* C tile (MR x NR, ldc) = or += Ap (kc x MR) . Bp (kc x NR) */
