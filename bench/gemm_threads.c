@@ -2,8 +2,10 @@
  * dnnl_sgemm threading itself, a block of C's columns per thread, each a
  * one-thread dnnl_sgemm (what mt_gemm does on the threads of one model:
  * src/nn/gemm.c threads_split), and our packed AVX2 kernel
- * (src/nn/gemm_pack.c, which mt_gemm runs for 'N','N' at the MLP's shapes
- * where built --with-gemm=pack) on one thread and as the column blocks.
+ * (src/nn/gemm_pack.c, which mt_gemm runs where built --with-gemm=pack
+ * for the shapes of mt_gemm_pack_wins: the MLP's input gradients, the
+ * gpt's weight gradients of many rows) on one thread and as the column
+ * blocks.
  * Prints the best time of each over the repetitions, interleaved, their
  * ratios to one thread of dnnl_sgemm, and whether each result has one
  * thread's bits (the packed blocks: the packed kernel's one thread's).
